@@ -1,0 +1,3 @@
+from tablekeeper.cli import entrypoint
+
+entrypoint()

@@ -1,0 +1,1 @@
+"""Catalogs: load a table's current metadata location and swap it atomically."""

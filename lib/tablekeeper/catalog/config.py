@@ -1,0 +1,90 @@
+"""Catalog definitions from ``conf/catalogs.yaml`` (or a file given on the command line)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, cast
+
+import yaml
+
+from tablekeeper.errors import ConfigError
+from tablekeeper.settings import CATALOGS_FILE, conf_dir, default_warehouse, expand
+
+CatalogType = Literal["sql", "filesystem"]
+CATALOG_TYPES: tuple[CatalogType, ...] = ("sql", "filesystem")
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    name: str
+    type: CatalogType
+    warehouse: str
+    # SQLAlchemy-style URI for sql catalogs (sqlite:///path); None for filesystem catalogs.
+    uri: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        if self.uri is not None and self.uri.startswith("sqlite:///"):
+            return Path(self.uri[len("sqlite:///") :])
+        return None
+
+
+@dataclass(frozen=True)
+class CatalogsConfig:
+    default: str
+    catalogs: Mapping[str, CatalogConfig] = field(hash=False)
+
+    def get(self, name: str | None) -> CatalogConfig:
+        key = name or self.default
+        try:
+            return self.catalogs[key]
+        except KeyError:
+            known = ", ".join(sorted(self.catalogs)) or "none"
+            raise ConfigError(
+                f"unknown catalog {key!r} (known: {known}): define it in conf/{CATALOGS_FILE}"
+            ) from None
+
+
+def parse_catalogs(text: str, warehouse: Path, source: str = CATALOGS_FILE) -> CatalogsConfig:
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source} is not valid YAML ({err.__class__.__name__}): fix it") from err
+    if not isinstance(doc, dict) or not isinstance(doc.get("catalogs", {}), dict):
+        raise ConfigError(f"{source}: expected a mapping with a 'catalogs' mapping")
+    variables = {"warehouse": str(warehouse)}
+    catalogs: dict[str, CatalogConfig] = {}
+    for name, body in cast(dict[str, object], doc.get("catalogs", {})).items():
+        if not isinstance(body, dict):
+            raise ConfigError(f"{source}: catalog {name!r} must be a mapping")
+        props = {str(k): expand(str(v), variables) for k, v in body.items()}
+        ctype = props.pop("type", None)
+        if ctype not in CATALOG_TYPES:
+            raise ConfigError(
+                f"{source}: catalog {name!r} has type {ctype!r}; use one of {', '.join(CATALOG_TYPES)}"
+            )
+        wh = props.pop("warehouse", None)
+        if not wh:
+            raise ConfigError(f"{source}: catalog {name!r} needs a 'warehouse'")
+        uri = props.pop("uri", None)
+        if ctype == "sql" and not uri:
+            raise ConfigError(f"{source}: sql catalog {name!r} needs a 'uri' such as sqlite:///path")
+        catalogs[str(name)] = CatalogConfig(
+            name=str(name), type=ctype, warehouse=wh, uri=uri, properties=props
+        )
+    default = str(doc.get("default") or next(iter(catalogs), ""))
+    if catalogs and default not in catalogs:
+        raise ConfigError(f"{source}: default catalog {default!r} is not defined")
+    return CatalogsConfig(default=default, catalogs=catalogs)
+
+
+def load_catalogs(path: Path | None = None, warehouse: Path | None = None) -> CatalogsConfig:
+    source = path or conf_dir() / CATALOGS_FILE
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read catalog file {source}: {err.strerror}") from err
+    return parse_catalogs(text, warehouse or default_warehouse(), str(source))

@@ -1,0 +1,1 @@
+"""Delta Lake protocol: pure models, log replay and parsing. No Spark, no paths."""

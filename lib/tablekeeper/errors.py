@@ -1,0 +1,79 @@
+"""The one error hierarchy. Every error carries the one-line message a user sees.
+
+The CLI maps each class to an exit code (see ``exit_code``); nothing else decides exit codes.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    UNEXPECTED = 1
+    USAGE = 2
+    REFUSED = 3
+    CONFLICT = 4
+    COMMIT_STATE_UNKNOWN = 5
+
+
+class TablekeeperError(Exception):
+    """Base class. ``str(err)`` is a single line naming the problem and the fix."""
+
+    exit_code: ExitCode = ExitCode.UNEXPECTED
+
+    def __init__(self, message: str) -> None:
+        # Messages are printed as the last line of stderr, so they must stay one line.
+        super().__init__(" ".join(message.split()))
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class ConfigError(TablekeeperError):
+    """Bad usage or configuration: wrong option, missing jar, unknown catalog."""
+
+    exit_code = ExitCode.USAGE
+
+
+class NotATableError(TablekeeperError):
+    """The path or identifier does not name a table of the expected format."""
+
+    exit_code = ExitCode.USAGE
+
+
+class CorruptMetadataError(TablekeeperError):
+    """Metadata that cannot be trusted: unreadable, truncated or inconsistent."""
+
+    exit_code = ExitCode.REFUSED
+
+
+class UnsupportedFeatureError(TablekeeperError):
+    """A format version or table feature tablekeeper does not handle."""
+
+    exit_code = ExitCode.REFUSED
+
+
+class SafetyRefusal(TablekeeperError):
+    """A destructive action refused because it could lose live data."""
+
+    exit_code = ExitCode.REFUSED
+
+
+class CommitConflict(TablekeeperError):
+    """Concurrent commits kept winning after every retry."""
+
+    exit_code = ExitCode.CONFLICT
+
+
+class CommitStateUnknown(TablekeeperError):
+    """The commit may or may not have happened; nothing was deleted."""
+
+    exit_code = ExitCode.COMMIT_STATE_UNKNOWN
+
+
+def exit_code(err: BaseException) -> ExitCode:
+    if isinstance(err, TablekeeperError):
+        return err.exit_code
+    return ExitCode.UNEXPECTED

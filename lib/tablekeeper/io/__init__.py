@@ -1,0 +1,1 @@
+"""Storage: FileIO over pyarrow.fs."""

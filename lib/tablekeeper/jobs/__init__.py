@@ -1,0 +1,1 @@
+"""Jobs: one module per job, each options -> plan -> execute -> result."""

@@ -1,0 +1,152 @@
+"""One way to get a SparkSession with the Delta and Iceberg runtimes.
+
+Locally (tests, the demo, a laptop) tablekeeper starts Spark itself with the jars from ``.jars/``.
+Under spark-submit a session already exists; it is used as it is and only checked, because on a
+cluster the jars arrive through ``--packages`` and the confs through the submit command.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from tablekeeper.catalog.config import CatalogConfig, CatalogsConfig, load_catalogs
+from tablekeeper.errors import ConfigError
+from tablekeeper.settings import JarSpec, jar_specs, jars_dir, spark_defaults
+
+log = logging.getLogger(__name__)
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+ICEBERG_EXTENSION = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+ICEBERG_CATALOG = "org.apache.iceberg.spark.SparkCatalog"
+# Classes whose absence means a runtime jar is missing from the session's classpath.
+REQUIRED_CLASSES: Mapping[str, str] = {
+    "delta": "io.delta.tables.DeltaTable",
+    "iceberg": ICEBERG_CATALOG,
+}
+
+
+def packages_arg(specs: Iterable[JarSpec] | None = None) -> str:
+    """The ``--packages`` value a cluster submit needs."""
+    return ",".join(s.coordinate for s in (jar_specs() if specs is None else specs))
+
+
+def local_jar_paths() -> list[Path]:
+    directory = jars_dir()
+    specs = jar_specs()
+    paths = [directory / s.file_name for s in specs]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise ConfigError(f"jars missing from {directory} ({', '.join(missing)}): run make setup")
+    return paths
+
+
+def iceberg_catalog_conf(catalog: CatalogConfig) -> dict[str, str]:
+    prefix = f"spark.sql.catalog.{catalog.name}"
+    conf = {prefix: ICEBERG_CATALOG, f"{prefix}.warehouse": catalog.warehouse}
+    if catalog.type == "filesystem":
+        conf[f"{prefix}.type"] = "hadoop"
+    else:
+        conf[f"{prefix}.type"] = "jdbc"
+        conf[f"{prefix}.uri"] = jdbc_uri(catalog)
+        # V1 is the schema that also records views; Iceberg Java reads rows PyIceberg wrote either way.
+        conf[f"{prefix}.jdbc.schema-version"] = "V1"
+    for key, value in catalog.properties.items():
+        conf[f"{prefix}.{key}"] = value
+    return conf
+
+
+def jdbc_uri(catalog: CatalogConfig) -> str:
+    explicit = catalog.properties.get("jdbc-uri")
+    if explicit:
+        return explicit
+    path = catalog.sqlite_path
+    if path is None:
+        raise ConfigError(
+            f"catalog {catalog.name!r}: only sqlite:/// URIs map to JDBC automatically; set 'jdbc-uri'"
+        )
+    return f"jdbc:sqlite:{path}"
+
+
+def session_conf(
+    catalogs: CatalogsConfig, jars: Iterable[Path], extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    conf = dict(spark_defaults())
+    conf.setdefault("spark.master", "local[*]")
+    conf["spark.jars"] = ",".join(str(p) for p in jars)
+    conf["spark.sql.extensions"] = f"{DELTA_EXTENSION},{ICEBERG_EXTENSION}"
+    conf["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
+    for catalog in catalogs.catalogs.values():
+        conf.update(iceberg_catalog_conf(catalog))
+    conf.update(extra or {})
+    return conf
+
+
+def _prepare_local_dirs(catalogs: CatalogsConfig) -> None:
+    # The sqlite JDBC driver creates the database file but not its directory.
+    for catalog in catalogs.catalogs.values():
+        if "://" not in catalog.warehouse or catalog.warehouse.startswith("file:"):
+            Path(catalog.warehouse.removeprefix("file:")).mkdir(parents=True, exist_ok=True)
+        if catalog.sqlite_path is not None:
+            catalog.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def get_spark(
+    app_name: str = "tablekeeper",
+    catalogs: CatalogsConfig | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Return the active session (checked) or start a local one with every runtime loaded."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        check_session(active)
+        return active
+    catalogs = catalogs or load_catalogs()
+    settings = session_conf(catalogs, local_jar_paths(), conf)
+    _prepare_local_dirs(catalogs)
+    # Executors in local mode must run the same interpreter as the driver (the project's venv).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if settings.get("spark.master", "").startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    log.info("starting local Spark with %d jars", len(settings["spark.jars"].split(",")))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("TABLEKEEPER_SPARK_LOG_LEVEL", "ERROR"))
+    return spark
+
+
+def _class_loadable(spark: SparkSession, name: str) -> bool:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    try:
+        loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+        loader.loadClass(name)
+    except Exception:  # py4j wraps ClassNotFoundException in a Py4JJavaError
+        return False
+    return True
+
+
+def check_session(spark: SparkSession) -> None:
+    """Fail with the fix when a pre-existing session lacks a runtime or an extension."""
+    missing = [role for role, cls in REQUIRED_CLASSES.items() if not _class_loadable(spark, cls)]
+    if missing:
+        raise ConfigError(
+            f"Spark session lacks the {' and '.join(missing)} runtime: "
+            f"submit with --packages {packages_arg()}"
+        )
+    extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    absent = [ext for ext in (DELTA_EXTENSION, ICEBERG_EXTENSION) if ext not in extensions]
+    if absent:
+        raise ConfigError(
+            f"Spark session lacks spark.sql.extensions {','.join(absent)}: "
+            f"submit with --conf spark.sql.extensions={DELTA_EXTENSION},{ICEBERG_EXTENSION}"
+        )

@@ -1,0 +1,64 @@
+"""Fixtures shared by every test layer. One Spark JVM per test run (it costs ~7 s to start)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED = REPO_ROOT.parent / "shared"
+DELTA_TABLES = SHARED / "delta-tables" / "delta-rs"
+
+# Names of the Iceberg catalogs the shared session knows (see the `catalogs` fixture).
+SQL_CATALOG = "tk"
+FS_CATALOG = "fs"
+
+
+@pytest.fixture(scope="session")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("warehouse")
+
+
+@pytest.fixture(scope="session")
+def catalogs(warehouse: Path):  # type: ignore[no-untyped-def]
+    from tablekeeper.catalog.config import parse_catalogs
+
+    text = f"""
+default: {SQL_CATALOG}
+catalogs:
+  {SQL_CATALOG}:
+    type: sql
+    uri: sqlite:///${{warehouse}}/catalog.db
+    warehouse: ${{warehouse}}/sql
+  {FS_CATALOG}:
+    type: filesystem
+    warehouse: ${{warehouse}}/files
+"""
+    return parse_catalogs(text, warehouse)
+
+
+@pytest.fixture(scope="session")
+def spark(catalogs):  # type: ignore[no-untyped-def]
+    from tablekeeper.spark import get_spark
+
+    session = get_spark("tablekeeper-tests", catalogs=catalogs)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def delta_table_copy(tmp_path: Path) -> Iterator[object]:
+    """Copy a table from ../shared/delta-tables (read-only input) before a test writes to it."""
+
+    def copy(name: str) -> Path:
+        source = DELTA_TABLES / name
+        if not source.is_dir():
+            raise FileNotFoundError(f"{source} missing: ../shared must sit beside the repository")
+        target = tmp_path / name
+        shutil.copytree(source, target)
+        return target
+
+    yield copy

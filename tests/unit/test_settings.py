@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tablekeeper.catalog.config import load_catalogs, parse_catalogs
+from tablekeeper.errors import ConfigError
+from tablekeeper.settings import jar_specs, parse_jar_specs, parse_properties
+from tests.conftest import REPO_ROOT
+
+
+def test_repo_jar_file_pins_each_runtime_once() -> None:
+    specs = jar_specs()
+    roles = [s.role for s in specs]
+    assert {"delta", "iceberg", "jdbc"} <= set(roles)
+    artifacts = [s.artifact for s in specs]
+    assert len(artifacts) == len(set(artifacts))
+    # Delta and Iceberg runtimes must be built for the same Spark line as the pinned pyspark.
+    spark_lines = {a.split("_")[-2].split("-")[-1] for a in artifacts if "spark" in a and "_" in a}
+    assert spark_lines == {"4.1"}
+
+
+def test_coordinates_appear_only_in_conf() -> None:
+    iceberg = next(s for s in jar_specs() if s.role == "iceberg")
+    hits = []
+    skip = {".git", ".venv", ".jars", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+    for path in REPO_ROOT.rglob("*"):
+        if skip.intersection(path.parts) or not path.is_file() or path.suffix in {".pyc", ".jar"}:
+            continue
+        if iceberg.coordinate in path.read_text(encoding="utf-8", errors="ignore"):
+            hits.append(path.relative_to(REPO_ROOT).as_posix())
+    assert hits == ["conf/jars.txt"]
+
+
+def test_parse_jar_specs_rejects_malformed_lines() -> None:
+    with pytest.raises(ConfigError, match=r"jars.txt:2: expected '<role> <group>:<artifact>:<version>'"):
+        parse_jar_specs("delta io.delta:delta-spark_4.1_2.13:4.4.0\niceberg org.apache.iceberg:x\n")
+    with pytest.raises(ConfigError, match="lists no jars"):
+        parse_jar_specs("# nothing\n")
+
+
+def test_jar_file_names_follow_maven_copy() -> None:
+    (spec,) = parse_jar_specs("jdbc org.xerial:sqlite-jdbc:3.50.3.0  # trailing comment\n")
+    assert spec.file_name == "sqlite-jdbc-3.50.3.0.jar"
+    assert spec.coordinate == "org.xerial:sqlite-jdbc:3.50.3.0"
+
+
+def test_properties_parse_spark_defaults_form() -> None:
+    props = parse_properties("# c\nspark.master   local[*]\n\nspark.x a b\n")
+    assert props == {"spark.master": "local[*]", "spark.x": "a b"}
+
+
+def test_catalogs_expand_warehouse(tmp_path: Path) -> None:
+    conf = load_catalogs(warehouse=tmp_path)
+    local = conf.get(None)
+    assert local.type == "sql"
+    assert local.sqlite_path == tmp_path / "catalog.db"
+    assert conf.get("files").warehouse == f"{tmp_path}/files"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("catalogs: [", "is not valid YAML"),
+        (
+            "catalogs:\n  a: {type: hive, warehouse: /w}\n",
+            "has type 'hive'; use one of sql, filesystem",
+        ),
+        ("catalogs:\n  a: {type: sql, warehouse: /w}\n", "needs a 'uri'"),
+        ("catalogs:\n  a: {type: filesystem}\n", "needs a 'warehouse'"),
+        ("default: b\ncatalogs:\n  a: {type: filesystem, warehouse: /w}\n", "default catalog 'b'"),
+    ],
+)
+def test_catalog_config_errors_are_one_line(text: str, message: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        parse_catalogs(text, tmp_path)
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_catalog_names_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown catalog 'nope' \(known: files, local\)"):
+        load_catalogs(warehouse=tmp_path).get("nope")
