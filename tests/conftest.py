@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# Engines turn timestamps into local datetimes; pin the zone so comparisons mean the same everywhere.
+os.environ["TZ"] = "UTC"
+time.tzset()
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared"

@@ -77,3 +77,27 @@ def exit_code(err: BaseException) -> ExitCode:
     if isinstance(err, TablekeeperError):
         return err.exit_code
     return ExitCode.UNEXPECTED
+
+
+class FileNotFound(TablekeeperError):
+    """A file that should exist is missing."""
+
+    exit_code = ExitCode.USAGE
+
+
+class StorageError(TablekeeperError):
+    """An I/O failure other than not-found: permissions, network, unsupported storage."""
+
+    exit_code = ExitCode.UNEXPECTED
+
+
+class AlreadyExists(TablekeeperError):
+    """Create-if-absent lost the race: another writer created the file first."""
+
+    exit_code = ExitCode.CONFLICT
+
+
+class CommitFailed(TablekeeperError):
+    """One attempt lost a compare-and-swap: nothing changed, safe to clean up and retry."""
+
+    exit_code = ExitCode.CONFLICT

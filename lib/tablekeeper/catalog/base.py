@@ -1,0 +1,116 @@
+"""What every catalog does: load a table's current metadata and swap it atomically."""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from tablekeeper.errors import (
+    AlreadyExists,
+    ConfigError,
+    CorruptMetadataError,
+    FileNotFound,
+    NotATableError,
+)
+from tablekeeper.iceberg.metadata import TableMetadata, parse_table_metadata, table_metadata_to_bytes
+from tablekeeper.io import FileIO
+
+log = logging.getLogger(__name__)
+
+_HADOOP_NAME = re.compile(r"^v(\d+)(\.gz)?\.metadata\.json(\.gz)?$")
+_CATALOG_NAME = re.compile(r"^(\d+)-[0-9a-fA-F-]+(\.gz)?\.metadata\.json$")
+
+
+@dataclass(frozen=True)
+class TableIdentifier:
+    namespace: tuple[str, ...]
+    name: str
+
+    @classmethod
+    def parse(cls, text: str) -> TableIdentifier:
+        parts = text.strip().split(".")
+        if len(parts) < 2 or not all(parts):
+            raise ConfigError(f"table {text!r} is not <namespace>.<table>: name it like db.events")
+        return cls(tuple(parts[:-1]), parts[-1])
+
+    def __str__(self) -> str:
+        return ".".join((*self.namespace, self.name))
+
+
+@dataclass(frozen=True)
+class LoadedTable:
+    """A table as loaded: where its metadata lives and what it says."""
+
+    identifier: str
+    metadata_location: str
+    metadata: TableMetadata
+    io: FileIO
+
+
+def metadata_version(location: str) -> int | None:
+    """The version a metadata file name encodes (v3.metadata.json -> 3, 00007-<uuid>... -> 7)."""
+    name = location.rstrip("/").rsplit("/", 1)[-1]
+    m = _HADOOP_NAME.match(name) or _CATALOG_NAME.match(name)
+    return int(m.group(1)) if m else None
+
+
+def new_metadata_location(table_location: str, version: int, gzip_codec: bool = False) -> str:
+    ext = ".gz.metadata.json" if gzip_codec else ".metadata.json"
+    return f"{table_location.rstrip('/')}/metadata/{version:05d}-{uuid.uuid4()}{ext}"
+
+
+def read_metadata(io: FileIO, location: str) -> TableMetadata:
+    try:
+        data = io.read(location)
+    except FileNotFound:
+        raise CorruptMetadataError(
+            f"metadata file {location} is missing: the catalog points at a deleted file"
+        ) from None
+    return parse_table_metadata(data, source=location)
+
+
+def write_new_metadata(io: FileIO, location: str, metadata: TableMetadata) -> None:
+    gzip_codec = metadata.properties.get("write.metadata.compression-codec", "none").lower() == "gzip"
+    try:
+        io.create_if_absent(location, table_metadata_to_bytes(metadata, gzip_codec))
+    except AlreadyExists:
+        raise CorruptMetadataError(
+            f"metadata file {location} already exists: refusing to overwrite it"
+        ) from None
+
+
+class Catalog(ABC):
+    name: str
+
+    @abstractmethod
+    def load_table(self, identifier: str) -> LoadedTable: ...
+
+    @abstractmethod
+    def commit(self, base: LoadedTable, new_metadata: TableMetadata) -> LoadedTable:
+        """Swap base -> new atomically.
+
+        Raises CommitFailed when another commit won (nothing changed; safe to clean up and retry)
+        and CommitStateUnknown when the outcome cannot be known (clean up nothing).
+        """
+
+    @abstractmethod
+    def create_table(self, identifier: str, metadata: TableMetadata) -> LoadedTable: ...
+
+    @abstractmethod
+    def table_exists(self, identifier: str) -> bool: ...
+
+    @abstractmethod
+    def default_table_location(self, identifier: str) -> str: ...
+
+    def require(self, identifier: str) -> LoadedTable:
+        try:
+            return self.load_table(identifier)
+        except NotATableError:
+            raise
+        except FileNotFound as err:
+            raise NotATableError(
+                f"table {identifier} not found in catalog {self.name}: {err.message}"
+            ) from err

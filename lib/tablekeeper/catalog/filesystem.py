@@ -1,0 +1,198 @@
+"""The file-system catalog: Iceberg's HadoopCatalog layout, also used for path-only tables.
+
+``<warehouse>/<ns...>/<table>/metadata/v<N>.metadata.json`` plus ``version-hint.text``. A commit
+creates ``v<N+1>.metadata.json`` with create-if-absent, which is atomic on local disks and HDFS;
+whoever creates the file first wins. The hint is only a shortcut: loads probe past it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tablekeeper.catalog.base import Catalog, LoadedTable, TableIdentifier, metadata_version, read_metadata
+from tablekeeper.errors import (
+    AlreadyExists,
+    CommitFailed,
+    CommitStateUnknown,
+    ConfigError,
+    FileNotFound,
+    NotATableError,
+    StorageError,
+)
+from tablekeeper.iceberg.metadata import TableMetadata, table_metadata_to_bytes
+from tablekeeper.io import FileIO
+
+log = logging.getLogger(__name__)
+
+VERSION_HINT = "version-hint.text"
+
+
+def _metadata_dir(table_location: str) -> str:
+    return f"{table_location.rstrip('/')}/metadata"
+
+
+def _version_file(table_location: str, version: int, gzip_codec: bool) -> str:
+    ext = ".gz.metadata.json" if gzip_codec else ".metadata.json"
+    return f"{_metadata_dir(table_location)}/v{version}{ext}"
+
+
+def find_current_version(io: FileIO, table_location: str) -> tuple[int, str] | None:
+    """Highest vN metadata file: start at the hint, then probe upwards (the hint may lag a commit)."""
+    meta_dir = _metadata_dir(table_location)
+    hint: int | None = None
+    try:
+        text = io.read(f"{meta_dir}/{VERSION_HINT}").decode("utf-8", "replace").strip()
+        hint = int(text.splitlines()[0]) if text else None
+    except (FileNotFound, ValueError, IndexError):
+        hint = None
+    if hint is None:
+        versions = []
+        try:
+            for info in io.list(meta_dir, recursive=False):
+                v = metadata_version(info.location)
+                name = info.location.rsplit("/", 1)[-1]
+                if v is not None and name.startswith("v"):
+                    versions.append(v)
+        except FileNotFound:
+            return None
+        if not versions:
+            return None
+        hint = max(versions)
+    current: tuple[int, str] | None = None
+    version = hint
+    while True:
+        found = _existing_version_file(io, table_location, version)
+        if found is None:
+            break
+        current = (version, found)
+        version += 1
+    if current is None and hint > 1:
+        # A stale hint pointing past the files: fall back to listing.
+        log.warning("version hint %s of %s points at a missing file; listing metadata", hint, table_location)
+        io_versions = [
+            v
+            for info in io.list(meta_dir, recursive=False)
+            if (v := metadata_version(info.location)) is not None
+            and info.location.rsplit("/", 1)[-1][0] == "v"
+        ]
+        if io_versions:
+            top = max(io_versions)
+            found = _existing_version_file(io, table_location, top)
+            if found is not None:
+                current = (top, found)
+    return current
+
+
+def _existing_version_file(io: FileIO, table_location: str, version: int) -> str | None:
+    for gz in (False, True):
+        candidate = _version_file(table_location, version, gz)
+        if io.exists(candidate):
+            return candidate
+    legacy = f"{_metadata_dir(table_location)}/v{version}.metadata.json.gz"
+    return legacy if io.exists(legacy) else None
+
+
+def load_path_table(io: FileIO, table_location: str, identifier: str | None = None) -> LoadedTable:
+    current = find_current_version(io, table_location)
+    if current is None:
+        raise NotATableError(
+            f"{table_location} is not an Iceberg table (no metadata/v<N>.metadata.json): check the path"
+        )
+    _, location = current
+    return LoadedTable(identifier or table_location, location, read_metadata(io, location), io)
+
+
+def commit_path_table(base: LoadedTable, new_metadata: TableMetadata) -> LoadedTable:
+    version = metadata_version(base.metadata_location)
+    if version is None or not base.metadata_location.rsplit("/", 1)[-1].startswith("v"):
+        raise ConfigError(
+            f"{base.metadata_location} is not in the file-system layout (v<N>.metadata.json): "
+            "commit through the table's catalog instead of its path"
+        )
+    table_location = base.metadata_location.rsplit("/metadata/", 1)[0]
+    gzip_codec = new_metadata.properties.get("write.metadata.compression-codec", "none").lower() == "gzip"
+    target = _version_file(table_location, version + 1, gzip_codec)
+    other = _version_file(table_location, version + 1, not gzip_codec)
+    io = base.io
+    if io.exists(other):
+        raise CommitFailed(f"version {version + 1} of {table_location} was committed by another writer")
+    try:
+        io.create_if_absent(target, table_metadata_to_bytes(new_metadata, gzip_codec))
+    except AlreadyExists:
+        raise CommitFailed(
+            f"version {version + 1} of {table_location} was committed by another writer"
+        ) from None
+    except StorageError as err:
+        # The file may or may not exist now; only a later load can tell.
+        raise CommitStateUnknown(f"writing {target} failed midway ({err.message}); check the table") from err
+    try:
+        io.write(f"{_metadata_dir(table_location)}/{VERSION_HINT}", str(version + 1).encode("ascii"))
+    except StorageError as err:  # the hint is an optimisation; the commit already happened
+        log.warning("could not update %s: %s", VERSION_HINT, err)
+    return LoadedTable(base.identifier, target, new_metadata, io)
+
+
+class FileSystemCatalog(Catalog):
+    def __init__(self, name: str, warehouse: str, io: FileIO | None = None) -> None:
+        self.name = name
+        self.warehouse = warehouse.rstrip("/")
+        self.io = io or FileIO.for_location(warehouse)
+
+    def default_table_location(self, identifier: str) -> str:
+        ident = TableIdentifier.parse(identifier)
+        return "/".join((self.warehouse, *ident.namespace, ident.name))
+
+    def load_table(self, identifier: str) -> LoadedTable:
+        location = self.default_table_location(identifier)
+        try:
+            return load_path_table(self.io, location, identifier)
+        except NotATableError:
+            raise NotATableError(
+                f"table {identifier} not found in catalog {self.name} (no metadata under {location})"
+            ) from None
+
+    def table_exists(self, identifier: str) -> bool:
+        return find_current_version(self.io, self.default_table_location(identifier)) is not None
+
+    def commit(self, base: LoadedTable, new_metadata: TableMetadata) -> LoadedTable:
+        return commit_path_table(base, new_metadata)
+
+    def create_table(self, identifier: str, metadata: TableMetadata) -> LoadedTable:
+        location = self.default_table_location(identifier)
+        if self.table_exists(identifier):
+            raise ConfigError(f"table {identifier} already exists in catalog {self.name}")
+        target = _version_file(location, 1, False)
+        try:
+            self.io.create_if_absent(target, table_metadata_to_bytes(metadata))
+        except AlreadyExists:
+            raise CommitFailed(f"table {identifier} was created concurrently") from None
+        self.io.write(f"{_metadata_dir(location)}/{VERSION_HINT}", b"1")
+        return LoadedTable(identifier, target, metadata, self.io)
+
+
+class PathCatalog(Catalog):
+    """A table named by its location alone; commits use the file-system layout."""
+
+    def __init__(self, io: FileIO | None = None) -> None:
+        self.name = "path"
+        self._io = io
+
+    def _io_for(self, location: str) -> FileIO:
+        return self._io or FileIO.for_location(location)
+
+    def default_table_location(self, identifier: str) -> str:
+        return identifier.rstrip("/")
+
+    def load_table(self, identifier: str) -> LoadedTable:
+        return load_path_table(self._io_for(identifier), identifier.rstrip("/"), identifier)
+
+    def table_exists(self, identifier: str) -> bool:
+        return find_current_version(self._io_for(identifier), identifier.rstrip("/")) is not None
+
+    def commit(self, base: LoadedTable, new_metadata: TableMetadata) -> LoadedTable:
+        return commit_path_table(base, new_metadata)
+
+    def create_table(self, identifier: str, metadata: TableMetadata) -> LoadedTable:
+        return FileSystemCatalog(
+            "path", identifier.rstrip("/").rsplit("/", 2)[0], self._io_for(identifier)
+        ).create_table(".".join(identifier.rstrip("/").rsplit("/", 2)[1:]), metadata)

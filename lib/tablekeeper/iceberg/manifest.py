@@ -1,0 +1,599 @@
+"""Manifests and manifest lists (v1/v2/v3) as Iceberg Java writes them, read with inheritance.
+
+Writing is pure (entries in, Avro bytes out) so Spark executors can write manifests in parallel;
+the driver then writes the manifest list, where sequence numbers and v3 ``first_row_id`` ranges of
+new manifests are assigned at commit time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import math
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from typing import Any
+
+import fastavro
+
+from tablekeeper.errors import CorruptMetadataError
+from tablekeeper.iceberg.avro_schemas import (
+    avro_name,
+    iceberg_schema_json,
+    manifest_entry_avro,
+    manifest_entry_struct,
+    manifest_file_avro,
+    manifest_file_struct,
+)
+from tablekeeper.iceberg.conversions import to_bytes
+from tablekeeper.iceberg.partitioning import PartitionSpec, partition_fields_to_json
+from tablekeeper.iceberg.types import (
+    DecimalType,
+    IcebergType,
+    PrimitiveType,
+    Schema,
+    StructType,
+    schema_to_json,
+)
+
+# Entry status
+EXISTING, ADDED, DELETED = 0, 1, 2
+# File content
+DATA, POSITION_DELETES, EQUALITY_DELETES = 0, 1, 2
+# Manifest content
+MANIFEST_DATA, MANIFEST_DELETES = 0, 1
+# A manifest written before its commit has no sequence number yet (Java's UNASSIGNED_SEQ).
+UNASSIGNED_SEQ = -1
+# Java writes this constant into v1's required block_size_in_bytes.
+V1_BLOCK_SIZE = 64 * 1024 * 1024
+AVRO_CODEC = "deflate"
+
+
+@dataclass(frozen=True)
+class DataFile:
+    content: int
+    file_path: str
+    file_format: str
+    partition: tuple[Any, ...]
+    record_count: int
+    file_size_in_bytes: int
+    spec_id: int = 0  # not written: the manifest's spec
+    column_sizes: Mapping[int, int] | None = field(default=None, hash=False)
+    value_counts: Mapping[int, int] | None = field(default=None, hash=False)
+    null_value_counts: Mapping[int, int] | None = field(default=None, hash=False)
+    nan_value_counts: Mapping[int, int] | None = field(default=None, hash=False)
+    lower_bounds: Mapping[int, bytes] | None = field(default=None, hash=False)
+    upper_bounds: Mapping[int, bytes] | None = field(default=None, hash=False)
+    key_metadata: bytes | None = None
+    split_offsets: tuple[int, ...] | None = None
+    equality_ids: tuple[int, ...] | None = None
+    sort_order_id: int | None = None
+    first_row_id: int | None = None
+    referenced_data_file: str | None = None
+    content_offset: int | None = None
+    content_size_in_bytes: int | None = None
+
+    @property
+    def is_dv(self) -> bool:
+        return self.file_format.upper() == "PUFFIN"
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    status: int
+    snapshot_id: int | None
+    data_file: DataFile
+    sequence_number: int | None = None  # data sequence number
+    file_sequence_number: int | None = None
+
+    @property
+    def is_live(self) -> bool:
+        return self.status != DELETED
+
+
+@dataclass(frozen=True)
+class FieldSummary:
+    contains_null: bool
+    contains_nan: bool | None = None
+    lower_bound: bytes | None = None
+    upper_bound: bytes | None = None
+
+
+@dataclass(frozen=True)
+class ManifestFile:
+    manifest_path: str
+    manifest_length: int
+    partition_spec_id: int
+    added_snapshot_id: int
+    content: int = MANIFEST_DATA
+    sequence_number: int = 0
+    min_sequence_number: int = 0
+    added_files_count: int | None = None
+    existing_files_count: int | None = None
+    deleted_files_count: int | None = None
+    added_rows_count: int | None = None
+    existing_rows_count: int | None = None
+    deleted_rows_count: int | None = None
+    partitions: tuple[FieldSummary, ...] | None = None
+    key_metadata: bytes | None = None
+    first_row_id: int | None = None
+
+    def has_live_files(self) -> bool:
+        # Old v1 lists have no counts: they may hold anything.
+        if self.added_files_count is None or self.existing_files_count is None:
+            return True
+        return self.added_files_count + self.existing_files_count > 0
+
+
+# -----------------------------------------------------------------------------------------------
+# Partition values: the project's Python representation <-> fastavro
+
+
+def _to_avro_value(t: IcebergType, value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(t, PrimitiveType) and t.name == "uuid":
+        return value.bytes if isinstance(value, uuid.UUID) else bytes(value)
+    if isinstance(t, DecimalType) and not isinstance(value, Decimal):
+        return Decimal(value)
+    return value
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH_DATE = dt.date(1970, 1, 1)
+
+
+def _from_avro_value(t: IcebergType, value: Any) -> Any:
+    # fastavro applies logical types on read; the project keeps dates as days and times as micros.
+    if value is None:
+        return None
+    if isinstance(value, dt.datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+        delta = aware - _EPOCH
+        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    if isinstance(value, dt.date):
+        return (value - _EPOCH_DATE).days
+    if isinstance(value, dt.time):
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
+    if isinstance(t, PrimitiveType) and t.name == "uuid" and isinstance(value, bytes):
+        return uuid.UUID(bytes=value)
+    if isinstance(t, PrimitiveType) and t.name == "uuid" and isinstance(value, str):
+        return uuid.UUID(value)
+    return value
+
+
+# -----------------------------------------------------------------------------------------------
+# Writing manifests
+
+
+def _int_map(values: Mapping[int, Any] | None) -> list[dict[str, Any]] | None:
+    if values is None:
+        return None
+    return [{"key": k, "value": v} for k, v in sorted(values.items())]
+
+
+def _data_file_record(f: DataFile, partition_type: StructType, format_version: int) -> dict[str, Any]:
+    partition = {}
+    for pf, value in zip(partition_type.fields, f.partition, strict=True):
+        partition[avro_name(pf.name)] = _to_avro_value(pf.type, value)
+    rec: dict[str, Any] = {
+        "content": f.content,
+        "file_path": f.file_path,
+        "file_format": f.file_format.upper(),
+        "partition": partition,
+        "record_count": f.record_count,
+        "file_size_in_bytes": f.file_size_in_bytes,
+        "block_size_in_bytes": V1_BLOCK_SIZE,
+        "column_sizes": _int_map(f.column_sizes),
+        "value_counts": _int_map(f.value_counts),
+        "null_value_counts": _int_map(f.null_value_counts),
+        "nan_value_counts": _int_map(f.nan_value_counts),
+        "lower_bounds": _int_map(f.lower_bounds),
+        "upper_bounds": _int_map(f.upper_bounds),
+        "key_metadata": f.key_metadata,
+        "split_offsets": list(f.split_offsets) if f.split_offsets is not None else None,
+        "equality_ids": list(f.equality_ids) if f.equality_ids is not None else None,
+        "sort_order_id": f.sort_order_id,
+    }
+    if format_version >= 2:
+        # Java nulls these by content; keep the same so readers see identical files.
+        is_pos = f.content == POSITION_DELETES
+        rec["referenced_data_file"] = f.referenced_data_file if is_pos else None
+    if format_version >= 3:
+        rec["first_row_id"] = f.first_row_id if f.content == DATA else None
+        rec["content_offset"] = f.content_offset if f.content == POSITION_DELETES else None
+        rec["content_size_in_bytes"] = f.content_size_in_bytes if f.content == POSITION_DELETES else None
+    return rec
+
+
+class _SummaryBuilder:
+    """Per partition field: nulls, NaNs and min/max of the values, for the manifest list."""
+
+    def __init__(self, partition_type: StructType) -> None:
+        self.types = [f.type for f in partition_type.fields]
+        self.nulls = [False] * len(self.types)
+        self.nans = [False] * len(self.types)
+        self.lows: list[Any] = [None] * len(self.types)
+        self.highs: list[Any] = [None] * len(self.types)
+
+    def update(self, values: Sequence[Any]) -> None:
+        for i, v in enumerate(values):
+            if v is None:
+                self.nulls[i] = True
+            elif isinstance(v, float) and math.isnan(v):
+                self.nans[i] = True
+            else:
+                if self.lows[i] is None or v < self.lows[i]:
+                    self.lows[i] = v
+                if self.highs[i] is None or v > self.highs[i]:
+                    self.highs[i] = v
+
+    def build(self) -> tuple[FieldSummary, ...]:
+        out = []
+        for i, t in enumerate(self.types):
+            is_float = isinstance(t, PrimitiveType) and t.name in ("float", "double")
+            out.append(
+                FieldSummary(
+                    contains_null=self.nulls[i],
+                    contains_nan=self.nans[i] if is_float else False,
+                    lower_bound=None if self.lows[i] is None else to_bytes(t, self.lows[i]),
+                    upper_bound=None if self.highs[i] is None else to_bytes(t, self.highs[i]),
+                )
+            )
+        return tuple(out)
+
+
+def write_manifest(
+    path: str,
+    entries: Iterable[ManifestEntry],
+    *,
+    format_version: int,
+    spec: PartitionSpec,
+    schema: Schema,
+    snapshot_id: int,
+    content: int = MANIFEST_DATA,
+) -> tuple[bytes, ManifestFile]:
+    """Avro bytes of one manifest and its manifest-list row (sequence numbers unassigned if new).
+
+    ``snapshot_id`` is the snapshot the manifest is written for; ADDED entries of that snapshot may
+    leave their sequence numbers null to inherit them at commit.
+    """
+    partition_type = spec.partition_type(schema)
+    struct = manifest_entry_struct(format_version, partition_type)
+    avro_schema = manifest_entry_avro(format_version, partition_type)
+    summaries = _SummaryBuilder(partition_type)
+    counts = {ADDED: [0, 0], EXISTING: [0, 0], DELETED: [0, 0]}
+    min_seq: int | None = None
+    records = []
+    for e in entries:
+        if e.status not in counts:
+            raise CorruptMetadataError(f"manifest entry status {e.status} is not 0, 1 or 2")
+        if e.status != ADDED and format_version > 1 and e.sequence_number is None:
+            raise ValueError(
+                f"{e.data_file.file_path}: EXISTING/DELETED entries need explicit sequence numbers"
+            )
+        counts[e.status][0] += 1
+        counts[e.status][1] += e.data_file.record_count
+        summaries.update(e.data_file.partition)
+        if e.status != DELETED and e.sequence_number is not None:
+            min_seq = e.sequence_number if min_seq is None else min(min_seq, e.sequence_number)
+        rec: dict[str, Any] = {
+            "status": e.status,
+            "snapshot_id": e.snapshot_id,
+            "data_file": _data_file_record(e.data_file, partition_type, format_version),
+        }
+        if format_version >= 2:
+            rec["sequence_number"] = e.sequence_number
+            rec["file_sequence_number"] = e.file_sequence_number
+        records.append(rec)
+    metadata = {
+        "schema": json.dumps(schema_to_json(schema), separators=(",", ":")),
+        "partition-spec": json.dumps(partition_fields_to_json(spec), separators=(",", ":")),
+        "partition-spec-id": str(spec.spec_id),
+        "format-version": str(format_version),
+    }
+    if format_version >= 2:
+        metadata["content"] = "deletes" if content == MANIFEST_DELETES else "data"
+    metadata["iceberg.schema"] = json.dumps(iceberg_schema_json(struct), separators=(",", ":"))
+    buf = io.BytesIO()
+    fastavro.writer(buf, avro_schema, records, codec=AVRO_CODEC, metadata=metadata)
+    data = buf.getvalue()
+    manifest = ManifestFile(
+        manifest_path=path,
+        manifest_length=len(data),
+        partition_spec_id=spec.spec_id,
+        added_snapshot_id=snapshot_id,
+        content=content,
+        sequence_number=UNASSIGNED_SEQ if format_version > 1 else 0,
+        min_sequence_number=(min_seq if min_seq is not None else UNASSIGNED_SEQ) if format_version > 1 else 0,
+        added_files_count=counts[ADDED][0],
+        existing_files_count=counts[EXISTING][0],
+        deleted_files_count=counts[DELETED][0],
+        added_rows_count=counts[ADDED][1],
+        existing_rows_count=counts[EXISTING][1],
+        deleted_rows_count=counts[DELETED][1],
+        partitions=summaries.build(),
+    )
+    return data, manifest
+
+
+# -----------------------------------------------------------------------------------------------
+# Manifest lists
+
+
+@dataclass(frozen=True)
+class ManifestListResult:
+    data: bytes
+    manifests: tuple[ManifestFile, ...]
+    first_row_id: int | None  # v3: the snapshot's first-row-id
+    added_rows: int | None  # v3: the id range the list assigned (Java's added-rows)
+
+
+def assign_for_commit(
+    manifests: Sequence[ManifestFile],
+    *,
+    format_version: int,
+    snapshot_id: int,
+    sequence_number: int,
+    next_row_id: int | None,
+) -> tuple[tuple[ManifestFile, ...], int | None]:
+    """Give new manifests the commit's sequence number and v3 data manifests their row-id range."""
+    out = []
+    cursor = next_row_id
+    for manifest in manifests:
+        m = manifest
+        if m.sequence_number == UNASSIGNED_SEQ:
+            if m.added_snapshot_id != snapshot_id:
+                raise ValueError(f"{m.manifest_path} is unassigned but was written for another snapshot")
+            min_seq = sequence_number if m.min_sequence_number == UNASSIGNED_SEQ else m.min_sequence_number
+            m = replace(m, sequence_number=sequence_number, min_sequence_number=min_seq)
+        if format_version >= 3 and m.content == MANIFEST_DATA and m.first_row_id is None:
+            assert cursor is not None, "v3 commits need the table's next-row-id"
+            added, existing = m.added_rows_count, m.existing_rows_count
+            if added is None or existing is None:
+                raise CorruptMetadataError(
+                    f"{m.manifest_path} has no row counts (v1 manifest): rewrite it before assigning row ids"
+                )
+            m = replace(m, first_row_id=cursor)
+            cursor += added + existing
+        elif m.content == MANIFEST_DELETES and m.first_row_id is not None:
+            m = replace(m, first_row_id=None)
+        out.append(m)
+    return tuple(out), cursor
+
+
+def _summary_record(s: FieldSummary) -> dict[str, Any]:
+    return {
+        "contains_null": s.contains_null,
+        "contains_nan": s.contains_nan,
+        "lower_bound": s.lower_bound,
+        "upper_bound": s.upper_bound,
+    }
+
+
+def write_manifest_list(
+    manifests: Sequence[ManifestFile],
+    *,
+    format_version: int,
+    snapshot_id: int,
+    parent_snapshot_id: int | None,
+    sequence_number: int,
+    next_row_id: int | None = None,
+) -> ManifestListResult:
+    assigned, cursor = assign_for_commit(
+        manifests,
+        format_version=format_version,
+        snapshot_id=snapshot_id,
+        sequence_number=sequence_number,
+        next_row_id=next_row_id,
+    )
+    records = []
+    for m in assigned:
+        rec: dict[str, Any] = {
+            "manifest_path": m.manifest_path,
+            "manifest_length": m.manifest_length,
+            "partition_spec_id": m.partition_spec_id,
+            "content": m.content,
+            "sequence_number": m.sequence_number,
+            "min_sequence_number": m.min_sequence_number,
+            "added_snapshot_id": m.added_snapshot_id,
+            "added_files_count": m.added_files_count,
+            "existing_files_count": m.existing_files_count,
+            "deleted_files_count": m.deleted_files_count,
+            "added_rows_count": m.added_rows_count,
+            "existing_rows_count": m.existing_rows_count,
+            "deleted_rows_count": m.deleted_rows_count,
+            "partitions": None if m.partitions is None else [_summary_record(s) for s in m.partitions],
+            "key_metadata": m.key_metadata,
+            "first_row_id": m.first_row_id,
+        }
+        records.append(rec)
+    metadata = {
+        "snapshot-id": str(snapshot_id),
+        # Java writes String.valueOf(null) when there is no parent.
+        "parent-snapshot-id": str(parent_snapshot_id) if parent_snapshot_id is not None else "null",
+    }
+    if format_version >= 2:
+        metadata["sequence-number"] = str(sequence_number)
+    if format_version >= 3:
+        metadata["first-row-id"] = str(next_row_id)
+    metadata["format-version"] = str(format_version)
+    struct = manifest_file_struct(format_version)
+    metadata["iceberg.schema"] = json.dumps(iceberg_schema_json(struct), separators=(",", ":"))
+    buf = io.BytesIO()
+    fastavro.writer(buf, manifest_file_avro(format_version), records, codec=AVRO_CODEC, metadata=metadata)
+    if format_version >= 3:
+        assert next_row_id is not None and cursor is not None
+        return ManifestListResult(buf.getvalue(), assigned, next_row_id, cursor - next_row_id)
+    return ManifestListResult(buf.getvalue(), assigned, None, None)
+
+
+# -----------------------------------------------------------------------------------------------
+# Reading (by field id, so renamed Avro fields from old writers still resolve)
+
+
+def _open(data: bytes, what: str) -> Any:
+    try:
+        return fastavro.reader(io.BytesIO(data))
+    except Exception as err:  # fastavro raises ValueError/EOFError/SchemaParseException alike
+        raise CorruptMetadataError(
+            f"{what} is not a readable Avro file ({err.__class__.__name__}: {err})"
+        ) from err
+
+
+def _id_names(record_schema: Mapping[str, Any]) -> dict[int, str]:
+    return {int(f["field-id"]): f["name"] for f in record_schema.get("fields", []) if "field-id" in f}
+
+
+def _record_type(avro_type: Any) -> Mapping[str, Any]:
+    if isinstance(avro_type, list):
+        avro_type = next(t for t in avro_type if t != "null")
+    if not isinstance(avro_type, Mapping):
+        raise CorruptMetadataError("manifest schema has an unexpected nested type")
+    return avro_type
+
+
+def _map(value: Any) -> dict[int, Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, dict):  # maps written as Avro maps (string keys)
+        return {int(k): v for k, v in value.items()}
+    return {int(kv["key"]): kv["value"] for kv in value}
+
+
+def read_manifest_list(data: bytes, source: str = "manifest list") -> list[ManifestFile]:
+    reader = _open(data, source)
+    names = _id_names(reader.writer_schema)
+    version = int(reader.metadata.get("format-version", "1")) if reader.metadata else 1
+
+    def get(rec: Mapping[str, Any], fid: int, default: Any = None) -> Any:
+        name = names.get(fid)
+        return rec.get(name, default) if name is not None else default
+
+    out = []
+    try:
+        for rec in reader:
+            parts = get(rec, 507)
+            out.append(
+                ManifestFile(
+                    manifest_path=str(get(rec, 500)),
+                    manifest_length=int(get(rec, 501)),
+                    partition_spec_id=int(get(rec, 502)),
+                    added_snapshot_id=int(get(rec, 503)),
+                    content=int(get(rec, 517, MANIFEST_DATA)),
+                    sequence_number=int(get(rec, 515, 0)),
+                    min_sequence_number=int(get(rec, 516, 0)),
+                    added_files_count=get(rec, 504),
+                    existing_files_count=get(rec, 505),
+                    deleted_files_count=get(rec, 506),
+                    added_rows_count=get(rec, 512),
+                    existing_rows_count=get(rec, 513),
+                    deleted_rows_count=get(rec, 514),
+                    partitions=None
+                    if parts is None
+                    else tuple(
+                        FieldSummary(
+                            p["contains_null"],
+                            p.get("contains_nan"),
+                            p.get("lower_bound"),
+                            p.get("upper_bound"),
+                        )
+                        for p in parts
+                    ),
+                    key_metadata=get(rec, 519),
+                    first_row_id=get(rec, 520) if version >= 3 else None,
+                )
+            )
+    except (ValueError, EOFError, KeyError, TypeError) as err:
+        raise CorruptMetadataError(f"{source} is truncated or corrupt ({err.__class__.__name__})") from err
+    return out
+
+
+def read_manifest(
+    data: bytes,
+    manifest: ManifestFile,
+    partition_type: StructType,
+    *,
+    committed: bool = True,
+) -> list[ManifestEntry]:
+    """Entries of one manifest with snapshot-id, sequence-number and v3 first_row_id inheritance."""
+    source = manifest.manifest_path
+    reader = _open(data, f"manifest {source}")
+    top = _id_names(reader.writer_schema)
+    df_schema = _record_type(
+        next(f["type"] for f in reader.writer_schema["fields"] if f.get("field-id") == 2)
+    )
+    df_names = _id_names(df_schema)
+    part_schema = _record_type(next(f["type"] for f in df_schema["fields"] if f.get("field-id") == 102))
+    part_names = _id_names(part_schema)
+    part_fields = [(pf, part_names.get(pf.id)) for pf in partition_type.fields]
+    spec_id = manifest.partition_spec_id
+    next_row = manifest.first_row_id
+    out = []
+    try:
+        for rec in reader:
+            raw = rec[top[2]]
+
+            def g(fid: int, default: Any = None, raw: Mapping[str, Any] = raw) -> Any:
+                name = df_names.get(fid)
+                return raw.get(name, default) if name is not None else default
+
+            part_rec = raw[df_names[102]] or {}
+            partition = tuple(
+                None if name is None else _from_avro_value(pf.type, part_rec.get(name))
+                for pf, name in part_fields
+            )
+            status = int(rec[top[0]])
+            content = int(g(134, DATA))
+            snapshot_id = rec.get(top.get(1, ""))
+            seq = rec.get(top.get(3, ""))
+            file_seq = rec.get(top.get(4, ""))
+            if snapshot_id is None:
+                snapshot_id = manifest.added_snapshot_id
+            inherit = status == ADDED or manifest.sequence_number == 0
+            if seq is None and inherit:
+                seq = manifest.sequence_number
+            if file_seq is None and inherit:
+                file_seq = manifest.sequence_number
+            first_row_id = g(142)
+            if content == DATA:
+                if next_row is None:
+                    if committed:
+                        first_row_id = None
+                elif status != DELETED and first_row_id is None:
+                    first_row_id = next_row
+                    next_row += int(g(103))
+            split = g(132)
+            eq = g(135)
+            data_file = DataFile(
+                content=content,
+                file_path=str(g(100)),
+                file_format=str(g(101)).upper(),
+                partition=partition,
+                record_count=int(g(103)),
+                file_size_in_bytes=int(g(104)),
+                spec_id=spec_id,
+                column_sizes=_map(g(108)),
+                value_counts=_map(g(109)),
+                null_value_counts=_map(g(110)),
+                nan_value_counts=_map(g(137)),
+                lower_bounds=_map(g(125)),
+                upper_bounds=_map(g(128)),
+                key_metadata=g(131),
+                split_offsets=None if split is None else tuple(split),
+                equality_ids=None if eq is None else tuple(eq),
+                sort_order_id=g(140),
+                first_row_id=first_row_id,
+                referenced_data_file=g(143),
+                content_offset=g(144),
+                content_size_in_bytes=g(145),
+            )
+            out.append(ManifestEntry(status, int(snapshot_id), data_file, seq, file_seq))
+    except (ValueError, EOFError, KeyError, TypeError) as err:
+        raise CorruptMetadataError(
+            f"manifest {source} is truncated or corrupt ({err.__class__.__name__})"
+        ) from err
+    return out

@@ -1,0 +1,166 @@
+"""Pure metadata transitions: new tables, new snapshots, refs, properties, upgrades.
+
+Every function takes the base metadata and returns new metadata; the caller supplies time and ids
+(the format layer never reads the clock).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import replace
+
+from tablekeeper.errors import ConfigError, UnsupportedFeatureError
+from tablekeeper.iceberg.metadata import (
+    MAIN_BRANCH,
+    MIN_ROW_LINEAGE_VERSION,
+    MetadataLogEntry,
+    Snapshot,
+    SnapshotLogEntry,
+    SnapshotRef,
+    TableMetadata,
+    validate,
+)
+from tablekeeper.iceberg.partitioning import UNPARTITIONED, UNSORTED, PartitionSpec, SortOrder
+from tablekeeper.iceberg.types import Schema
+
+DEFAULT_PREVIOUS_VERSIONS_MAX = 100
+
+
+def new_snapshot_id() -> int:
+    # Java's recipe: XOR the halves of a random UUID, keep it positive.
+    u = uuid.uuid4().int
+    return ((u >> 64) ^ (u & 0xFFFFFFFFFFFFFFFF)) & 0x7FFFFFFFFFFFFFFF
+
+
+def new_table_metadata(
+    *,
+    schema: Schema,
+    location: str,
+    timestamp_ms: int,
+    spec: PartitionSpec = UNPARTITIONED,
+    sort_order: SortOrder = UNSORTED,
+    properties: Mapping[str, str] | None = None,
+    format_version: int = 2,
+    table_uuid: str | None = None,
+) -> TableMetadata:
+    if format_version not in (1, 2, 3):
+        raise UnsupportedFeatureError(f"cannot create a format version {format_version} table: use 1, 2 or 3")
+    props = {"write.parquet.compression-codec": "zstd", **(properties or {})}
+    meta = TableMetadata(
+        format_version=format_version,
+        table_uuid=table_uuid or str(uuid.uuid4()),
+        location=location.rstrip("/"),
+        last_updated_ms=timestamp_ms,
+        last_column_id=schema.highest_field_id(),
+        schemas=(replace(schema, schema_id=0),),
+        current_schema_id=0,
+        partition_specs=(replace(spec, spec_id=0),),
+        default_spec_id=0,
+        last_partition_id=spec.last_assigned_field_id(),
+        sort_orders=(sort_order,) if sort_order.is_unsorted else (UNSORTED, sort_order),
+        default_sort_order_id=sort_order.order_id,
+        last_sequence_number=0,
+        properties=props,
+        next_row_id=0 if format_version >= MIN_ROW_LINEAGE_VERSION else None,
+    )
+    validate(meta)
+    return meta
+
+
+def add_snapshot(
+    meta: TableMetadata, snapshot: Snapshot, *, branch: str = MAIN_BRANCH, timestamp_ms: int
+) -> TableMetadata:
+    """Add a snapshot and move ``branch`` to it, with Java's sequence and row-id bookkeeping."""
+    if meta.snapshot(snapshot.snapshot_id) is not None:
+        raise ValueError(f"snapshot {snapshot.snapshot_id} already exists")
+    if (
+        meta.format_version > 1
+        and snapshot.parent_snapshot_id is not None
+        and snapshot.sequence_number <= meta.last_sequence_number
+    ):
+        raise ValueError("a new snapshot's sequence number must exceed last-sequence-number")
+    next_row_id = meta.next_row_id
+    if meta.format_version >= MIN_ROW_LINEAGE_VERSION:
+        if snapshot.first_row_id is None or snapshot.added_rows is None:
+            raise ValueError("v3 snapshots need first-row-id and added-rows")
+        if snapshot.first_row_id < (meta.next_row_id or 0):
+            raise ValueError("snapshot first-row-id is below the table's next-row-id")
+        next_row_id = (meta.next_row_id or 0) + snapshot.added_rows
+    refs = dict(meta.refs)
+    old = refs.get(branch)
+    if old is not None and not old.is_branch:
+        raise ConfigError(f"{branch!r} is a tag, not a branch: commit to a branch")
+    refs[branch] = (
+        replace(old, snapshot_id=snapshot.snapshot_id) if old else SnapshotRef(snapshot.snapshot_id, "branch")
+    )
+    is_main = branch == MAIN_BRANCH
+    updated = replace(
+        meta,
+        snapshots=(*meta.snapshots, snapshot),
+        refs=refs,
+        current_snapshot_id=snapshot.snapshot_id if is_main else meta.current_snapshot_id,
+        snapshot_log=(
+            (*meta.snapshot_log, SnapshotLogEntry(snapshot.timestamp_ms, snapshot.snapshot_id))
+            if is_main
+            else meta.snapshot_log
+        ),
+        last_sequence_number=max(meta.last_sequence_number, snapshot.sequence_number),
+        last_updated_ms=max(timestamp_ms, meta.last_updated_ms),
+        next_row_id=next_row_id,
+    )
+    validate(updated)
+    return updated
+
+
+def set_ref(meta: TableMetadata, name: str, ref: SnapshotRef, *, timestamp_ms: int) -> TableMetadata:
+    if meta.snapshot(ref.snapshot_id) is None:
+        raise ConfigError(f"snapshot {ref.snapshot_id} does not exist: pick one from the table's snapshots")
+    if name == MAIN_BRANCH and not ref.is_branch:
+        raise ConfigError("main must be a branch")
+    refs = {**meta.refs, name: ref}
+    changes: dict[str, object] = {"refs": refs, "last_updated_ms": max(timestamp_ms, meta.last_updated_ms)}
+    if name == MAIN_BRANCH:
+        changes["current_snapshot_id"] = ref.snapshot_id
+        changes["snapshot_log"] = (*meta.snapshot_log, SnapshotLogEntry(timestamp_ms, ref.snapshot_id))
+    updated = replace(meta, **changes)  # type: ignore[arg-type]
+    validate(updated)
+    return updated
+
+
+def remove_ref(meta: TableMetadata, name: str, *, timestamp_ms: int) -> TableMetadata:
+    if name == MAIN_BRANCH:
+        raise ConfigError("the main branch cannot be removed")
+    refs = {k: v for k, v in meta.refs.items() if k != name}
+    return replace(meta, refs=refs, last_updated_ms=max(timestamp_ms, meta.last_updated_ms))
+
+
+def set_properties(
+    meta: TableMetadata, updates: Mapping[str, str], removals: tuple[str, ...] = (), *, timestamp_ms: int
+) -> TableMetadata:
+    props = {k: v for k, v in meta.properties.items() if k not in removals}
+    props.update(updates)
+    return replace(meta, properties=props, last_updated_ms=max(timestamp_ms, meta.last_updated_ms))
+
+
+def upgrade_format_version(meta: TableMetadata, target: int, *, timestamp_ms: int) -> TableMetadata:
+    if target < meta.format_version:
+        raise ConfigError(f"cannot downgrade format version {meta.format_version} to {target}")
+    if target > 3:
+        raise UnsupportedFeatureError(f"format version {target} is not supported: use 3 or lower")
+    if target == meta.format_version:
+        return meta
+    return replace(
+        meta,
+        format_version=target,
+        # Upgrading to v3 starts row-id assignment at 0; old snapshots keep null first-row-id.
+        next_row_id=0 if target >= MIN_ROW_LINEAGE_VERSION else None,
+        last_updated_ms=max(timestamp_ms, meta.last_updated_ms),
+    )
+
+
+def with_previous_metadata(meta: TableMetadata, base: TableMetadata, base_location: str) -> TableMetadata:
+    """Record the file being replaced in metadata-log, trimmed to previous-versions-max."""
+    limit = max(1, base.property_int("write.metadata.previous-versions-max", DEFAULT_PREVIOUS_VERSIONS_MAX))
+    log = (*base.metadata_log, MetadataLogEntry(base.last_updated_ms, base_location))
+    return replace(meta, metadata_log=log[-limit:])

@@ -1,0 +1,59 @@
+"""Test support: write rows as Parquet data files of an Iceberg table (field ids, metrics, partitions).
+
+Only tests use this; the jobs write data on Spark executors.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tablekeeper.iceberg.manifest import DataFile
+from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.iceberg.parquet import arrow_value_to_iceberg, data_file_from_footer, to_arrow_schema
+from tablekeeper.iceberg.transforms import parse_transform
+
+
+def local_path(location: str) -> Path:
+    return Path(location.removeprefix("file:"))
+
+
+def write_rows(meta: TableMetadata, rows: list[dict[str, Any]], spec_id: int | None = None) -> list[DataFile]:
+    """One Parquet file per partition tuple, in the order partitions first appear."""
+    schema = meta.schema()
+    spec = meta.spec(spec_id)
+    arrow_schema = to_arrow_schema(schema)
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        key = []
+        for pf in spec.fields:
+            source = schema.find_field(pf.source_id)
+            assert source is not None
+            value = (
+                arrow_value_to_iceberg(source.type, row[source.name])
+                if row[source.name] is not None
+                else None
+            )
+            key.append(parse_transform(pf.transform).apply(source.type, value))
+        groups.setdefault(tuple(key), []).append(row)
+    files = []
+    for partition, group in groups.items():
+        location = f"{meta.location}/data/{uuid.uuid4()}.parquet"
+        path = local_path(location)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(group, schema=arrow_schema), path)
+        files.append(
+            data_file_from_footer(
+                pq.read_metadata(path),
+                schema,
+                path=location,
+                file_size=path.stat().st_size,
+                spec_id=spec.spec_id,
+                partition=partition,
+            )
+        )
+    return files
