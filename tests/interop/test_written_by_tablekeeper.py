@@ -155,12 +155,9 @@ def spark_rows(spark, table: str, ref: str | None = None) -> list[tuple[Any, ...
 
 def dv_file(meta, target: DataFile, positions: list[int]) -> DataFile:  # type: ignore[no-untyped-def]
     from tablekeeper.iceberg.puffin import write_dv_file
-
     from tablekeeper.iceberg.roaring import RoaringBitmap64
 
-    data, blobs = write_dv_file(
-        [(target.file_path, RoaringBitmap64.from_positions(positions))], "tablekeeper tests"
-    )
+    data, blobs = write_dv_file([(target.file_path, RoaringBitmap64(positions))], "tablekeeper tests")
     location = f"{meta.location}/data/{uuid.uuid4()}-deletes.puffin"
     local_path(location).write_bytes(data)
     blob = blobs[0]
@@ -206,9 +203,6 @@ def test_engines_read_what_tablekeeper_wrote(spark, catalogs, catalog_name: str,
     gone_ids = {r["id"] for r in rows[:18] if r["id"] in _ids_in(gone, rows)}
     live = [r for r in rows if r["id"] not in gone_ids]
 
-    if version >= 2:
-        # v2 gets no DV (position-delete Parquet files are another story); v3 deletes rows by DV.
-        pass
     if version == 3:
         target = second[0]
         target_rows = _rows_in(target, rows)
@@ -262,6 +256,21 @@ def test_engines_read_what_tablekeeper_wrote(spark, catalogs, catalog_name: str,
     assert py_rows == expected(live)
     tag_rows = py_table.scan(snapshot_id=s1.snapshot_id).to_arrow().to_pylist()
     assert sorted(norm_row(r) for r in tag_rows) == expected(rows[:18])
+
+    if version == 3:
+        # Row lineage: ids tablekeeper assigned and ids Java assigns on top never collide, and the
+        # next-row-id accounting is accepted in both directions.
+        spark.sql(f"INSERT INTO {table} (id, cat, name) VALUES (500, 'c1', 'from-spark')")
+        more = write_rows(catalog.load_table(ident).metadata, [make_row(600)])
+        committer.commit_snapshot(SnapshotChange("append", added_files=tuple(more)))
+        spark.sql(f"REFRESH TABLE {table}")
+        spark.sql(f"INSERT INTO {table} (id, cat, name) VALUES (501, 'c2', 'from-spark-again')")
+        lineage = spark.sql(f"SELECT id, _row_id, _last_updated_sequence_number FROM {table}").collect()
+        row_ids = [r._row_id for r in lineage]
+        assert None not in row_ids and len(set(row_ids)) == len(row_ids)
+        assert all(r._last_updated_sequence_number is not None for r in lineage)
+        after = catalog.load_table(ident).metadata
+        assert after.next_row_id is not None and after.next_row_id > max(row_ids)
 
 
 def _ids_in(f: DataFile, rows: list[dict[str, Any]]) -> set[int]:

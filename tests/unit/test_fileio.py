@@ -199,7 +199,7 @@ def test_created_files_follow_the_umask_not_0600(io: FileIO, tmp_path: Path) -> 
     assert stat.S_IMODE((tmp_path / "written").stat().st_mode) == 0o644
 
 
-PAYLOAD_SIZE = 2 * 1024 * 1024
+PAYLOAD_SIZE = 1024 * 1024
 TARGETS = 8
 
 
@@ -249,7 +249,7 @@ def test_racing_processes_exactly_one_wins_and_no_reader_sees_a_partial_file(tmp
     results = ctx.Queue()
     directory = spell("file:{p}", tmp_path)
     procs = [ctx.Process(target=_race, args=(directory, w, barrier, results)) for w in range(8)]
-    stop, partial = threading.Event(), []
+    stop, partial = threading.Event(), list[str]()
     watcher = threading.Thread(target=_watch, args=(tmp_path, stop, partial))
     watcher.start()
     try:
@@ -273,13 +273,38 @@ def test_racing_processes_exactly_one_wins_and_no_reader_sees_a_partial_file(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"v{n}.metadata.json" for n in range(TARGETS))
 
 
+def test_target_is_invisible_until_its_content_is_durable(
+    io: FileIO, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Deterministic companion to the race above: at the moment the bytes are flushed to disk, a
+    # reader must not yet find the target (as it would after O_CREAT|O_EXCL followed by writes).
+    target = tmp_path / "v1.json"
+    visible_during_fsync: list[bool] = []
+    real_fsync = os.fsync
+
+    def spy(fd: int) -> None:
+        visible_during_fsync.append(target.exists())
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    io.create_if_absent(str(target), b"complete")
+    assert visible_during_fsync
+    assert visible_during_fsync[0] is False
+    assert target.read_bytes() == b"complete"
+
+
 def test_racing_threads_exactly_one_wins(io: FileIO, tmp_path: Path) -> None:
     for round_ in range(20):
         target = str(tmp_path / f"t{round_}")
         barrier = threading.Barrier(8)
         outcome: dict[int, str] = {}
 
-        def attempt(worker: int, target: str = target, barrier: threading.Barrier = barrier) -> None:
+        def attempt(
+            worker: int,
+            target: str = target,
+            barrier: threading.Barrier = barrier,
+            outcome: dict[int, str] = outcome,
+        ) -> None:
             barrier.wait()
             try:
                 io.create_if_absent(target, payload(worker)[:1024])
@@ -319,7 +344,7 @@ def test_without_any_atomic_primitive_create_refuses(
 ) -> None:
     monkeypatch.setattr(Path, "hardlink_to", _no_hard_links)
     monkeypatch.setattr(fileio_module, "_renameat2", lambda: None)
-    with pytest.raises(StorageError, match="cannot create .* atomically"):
+    with pytest.raises(StorageError, match=r"cannot create .* atomically"):
         io.create_if_absent(str(tmp_path / "v1.json"), b"one")
     assert list(tmp_path.iterdir()) == []
 
@@ -332,7 +357,7 @@ def test_rename_if_absent(io: FileIO, tmp_path: Path) -> None:
     assert not src.exists()
 
     src.write_bytes(b"late")
-    with pytest.raises(AlreadyExists, match="v2.json already exists"):
+    with pytest.raises(AlreadyExists, match=r"v2\.json already exists"):
         io.rename_if_absent(str(src), str(dst))
     assert dst.read_bytes() == b"payload"
     assert src.read_bytes() == b"late"

@@ -92,13 +92,30 @@ def _existing_version_file(io: FileIO, table_location: str, version: int) -> str
     return legacy if io.exists(legacy) else None
 
 
+def latest_catalog_metadata(io: FileIO, table_location: str) -> str | None:
+    """Newest ``NNNNN-<uuid>.metadata.json`` of a catalog-managed table read by its path."""
+    best: tuple[int, int, str] | None = None
+    try:
+        for info in io.list(_metadata_dir(table_location), recursive=False):
+            name = info.location.rsplit("/", 1)[-1]
+            version = metadata_version(info.location)
+            if version is None or name.startswith("v"):
+                continue
+            key = (version, info.mtime_ms, info.location)
+            best = key if best is None or key > best else best
+    except FileNotFound:
+        return None
+    return None if best is None else best[2]
+
+
 def load_path_table(io: FileIO, table_location: str, identifier: str | None = None) -> LoadedTable:
+    """A table by location: the file-system layout, else the newest catalog-named file (read-only)."""
     current = find_current_version(io, table_location)
-    if current is None:
+    location = current[1] if current is not None else latest_catalog_metadata(io, table_location)
+    if location is None:
         raise NotATableError(
-            f"{table_location} is not an Iceberg table (no metadata/v<N>.metadata.json): check the path"
+            f"{table_location} is not an Iceberg table (no metadata/*.metadata.json under it): check the path"
         )
-    _, location = current
     return LoadedTable(identifier or table_location, location, read_metadata(io, location), io)
 
 

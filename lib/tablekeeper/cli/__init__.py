@@ -7,12 +7,17 @@ log only (``--log-level DEBUG``).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tablekeeper import __version__
 from tablekeeper.errors import ExitCode, TablekeeperError, exit_code
+
+if TYPE_CHECKING:
+    from tablekeeper.catalog import LoadedTable
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +44,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     doctor = sub.add_parser("doctor", help="show runtime versions and jar paths; fix what is missing")
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    inspect = sub.add_parser("inspect", help="print a table's metadata tables as JSON")
+    _table_options(inspect)
+    inspect.add_argument("--snapshot", type=int, help="snapshot id (default: current)")
+    inspect.add_argument(
+        "--what",
+        default="all",
+        choices=["metadata", "snapshots", "refs", "manifests", "files", "all"],
+        help="which metadata table (default all)",
+    )
+    inspect.add_argument("--json", action="store_true", help="print JSON (the only format; kept for scripts)")
     return parser
+
+
+def _table_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--table", required=True, help="<namespace>.<table> in a catalog, or a table path")
+    parser.add_argument("--catalog", help="catalog name from the catalog file (default: its default)")
+    parser.add_argument("--conf-file", help="catalog definitions (YAML); default conf/catalogs.yaml")
+    parser.add_argument("--warehouse", help="local warehouse for ${warehouse} in the catalog file")
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -47,7 +69,31 @@ def _dispatch(args: argparse.Namespace) -> int:
         from tablekeeper.cli import doctor
 
         return doctor.run(as_json=args.json)
+    if args.command == "inspect":
+        return _inspect(args)
     raise AssertionError(f"unhandled command {args.command}")
+
+
+def _load_table(args: argparse.Namespace) -> LoadedTable:
+    from pathlib import Path
+
+    from tablekeeper.catalog import resolve_table
+    from tablekeeper.catalog.config import load_catalogs
+
+    catalogs = load_catalogs(
+        Path(args.conf_file) if args.conf_file else None,
+        Path(args.warehouse).resolve() if args.warehouse else None,
+    )
+    catalog, identifier = resolve_table(args.table, args.catalog, catalogs)
+    return catalog.require(identifier)
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from tablekeeper.inspect import inspect_table
+
+    result = inspect_table(_load_table(args), args.what, args.snapshot)
+    print(json.dumps(result, default=str))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

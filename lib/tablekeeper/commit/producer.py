@@ -24,14 +24,13 @@ from tablekeeper.iceberg.manifest import (
     DataFile,
     ManifestEntry,
     ManifestFile,
-    read_manifest,
-    read_manifest_list,
     write_manifest,
     write_manifest_list,
 )
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, Snapshot, TableMetadata
 from tablekeeper.iceberg.updates import add_snapshot
 from tablekeeper.io import FileIO
+from tablekeeper.table import load_manifests, read_entries
 
 log = logging.getLogger(__name__)
 
@@ -63,23 +62,6 @@ def manifest_location(table_location: str, commit_uuid: str, n: int) -> str:
 
 def manifest_list_location(table_location: str, snapshot_id: int, attempt: int, commit_uuid: str) -> str:
     return f"{table_location.rstrip('/')}/metadata/snap-{snapshot_id}-{attempt}-{commit_uuid}.avro"
-
-
-def load_manifests(io: FileIO, snapshot: Snapshot | None) -> list[ManifestFile]:
-    if snapshot is None:
-        return []
-    if snapshot.manifest_list is None:
-        raise UnsupportedFeatureError(
-            f"snapshot {snapshot.snapshot_id} embeds its manifests (pre-1.0 v1 layout): "
-            "rewrite the table first"
-        )
-    return read_manifest_list(io.read(snapshot.manifest_list), snapshot.manifest_list)
-
-
-def read_entries(io: FileIO, meta: TableMetadata, manifest: ManifestFile) -> list[ManifestEntry]:
-    spec = meta.spec(manifest.partition_spec_id)
-    ptype = spec.partition_type(meta.schema())
-    return read_manifest(io.read(manifest.manifest_path), manifest, ptype)
 
 
 def write_new_manifests(

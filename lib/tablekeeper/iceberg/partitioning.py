@@ -50,6 +50,7 @@ class PartitionSpec:
 
     def compatible_with(self, other: PartitionSpec) -> bool:
         """Same fields and transforms (ids may differ): Java reuses a spec instead of adding a copy."""
+
         def key(spec: PartitionSpec) -> list[tuple[int, str, str]]:
             return [(f.source_id, f.transform, f.name) for f in spec.fields]
 

@@ -300,7 +300,7 @@ def _encode_large(lows_le: bytes) -> tuple[bool, bytes]:
 
 def _run_body(starts: list[int], ends: list[int]) -> bytes:
     pairs: list[int] = []
-    for first, last in zip(starts, ends):
+    for first, last in zip(starts, ends, strict=True):
         pairs += (first, last - first)
     return _U16.pack(len(starts)) + _list_to_lows(pairs)
 
@@ -333,7 +333,9 @@ def _write_bitmap32(out: bytearray, containers: list[tuple[int, int, bool, bytes
 def _take(raw: bytes, pos: int, length: int, what: str) -> bytes:
     end = pos + length
     if end > len(raw):
-        raise CorruptMetadataError(f"roaring bitmap is truncated in {what}: need {end} bytes, have {len(raw)}")
+        raise CorruptMetadataError(
+            f"roaring bitmap is truncated in {what}: need {end} bytes, have {len(raw)}"
+        )
     return raw[pos:end]
 
 
@@ -413,13 +415,17 @@ def _read_runs(raw: bytes, pos: int, cardinality: int) -> tuple[bytes, int]:
     pieces: list[bytes] = []
     total = 0
     next_free = 0
-    for first, extra in zip(pairs[0::2], pairs[1::2]):
+    for first, extra in zip(pairs[0::2], pairs[1::2], strict=True):
         last = first + extra
         if first < next_free or last >= _SPAN:
-            raise CorruptMetadataError(f"roaring run container has an overlapping or out-of-range run at {first}")
+            raise CorruptMetadataError(
+                f"roaring run container has an overlapping or out-of-range run at {first}"
+            )
         pieces.append(all_lows[2 * first : 2 * last + 2])
         total += extra + 1
         next_free = last + 1
     if total != cardinality:
-        raise CorruptMetadataError(f"roaring run container holds {total} values but its header says {cardinality}")
+        raise CorruptMetadataError(
+            f"roaring run container holds {total} values but its header says {cardinality}"
+        )
     return b"".join(pieces), pos + 2 + 4 * run_count

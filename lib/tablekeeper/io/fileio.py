@@ -43,14 +43,14 @@ _S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
 
 # pyarrow filesystem type -> (location schemes it serves, how a location becomes its path).
 # "bucket": authority + path (one filesystem serves every bucket); "container": abfs's
-# container@account authority keeps only the container; "path": the filesystem is bound to one
-# authority (an HDFS name node) and takes the bare path.
+# container@account authority keeps only the container (the filesystem is bound to the account);
+# "path": the filesystem is bound to one authority (an HDFS name node) and takes the bare path.
 _KINDS: Mapping[str, tuple[frozenset[str], str]] = {
     "local": (frozenset({"file"}), "local"),
     "s3": (_S3_SCHEMES, "bucket"),
     "gcs": (frozenset({"gs", "gcs"}), "bucket"),
     "abfs": (frozenset({"abfs", "abfss"}), "container"),
-    "hdfs": (frozenset({"hdfs"}), "path"),
+    "hdfs": (frozenset({"hdfs", "viewfs"}), "path"),
 }
 # Object stores have no directories; creating "directory" marker objects only clutters listings.
 _NO_DIRECTORIES = frozenset({"s3", "gcs"})
@@ -233,6 +233,8 @@ class FileIO:
     """
 
     def __init__(self, filesystem: pafs.FileSystem, *, authority: str | None = None) -> None:
+        """``authority``: the name node (HDFS) or ``container@account`` (ABFS) the filesystem is
+        bound to; locations elsewhere are then refused. ``for_location`` sets it."""
         self._fs = filesystem
         self._type = str(filesystem.type_name)
         schemes, kind = _KINDS.get(self._type, (None, "generic"))
@@ -254,7 +256,8 @@ class FileIO:
                 return cls(_s3_filesystem(location, authority, props))
             root = f"{scheme}://{authority}/"
             filesystem, root_path = pafs.FileSystem.from_uri(root)
-        io = cls(filesystem, authority=authority if scheme == "hdfs" else None)
+        bound = str(filesystem.type_name) in ("hdfs", "abfs")
+        io = cls(filesystem, authority=authority if bound else None)
         if io.fs_path(root).rstrip("/") != str(root_path).rstrip("/"):
             raise ConfigError(f"unsupported storage for {location}: pyarrow maps it unexpectedly")
         return io
@@ -295,7 +298,13 @@ class FileIO:
                 return path
             raise ConfigError(f"{location} names no bucket: expected {scheme}://bucket/path")
         if self._kind == "container":
-            authority = authority.split("@", 1)[0]
+            container, _, account = authority.partition("@")
+            bound_account = (self._authority or "").partition("@")[2]
+            if bound_account and account.lower() != bound_account.lower():
+                raise StorageError(
+                    f"{location} is not on {bound_account!r}; open it with FileIO.for_location"
+                )
+            return container + path
         return authority + path
 
     # -- reading ---------------------------------------------------------------------------------

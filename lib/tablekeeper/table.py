@@ -1,0 +1,74 @@
+"""A table's state as of a snapshot: its manifests and live files, read through FileIO.
+
+Used by every job to plan and by the commit layer to carry manifests forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tablekeeper.errors import CorruptMetadataError, FileNotFound, UnsupportedFeatureError
+from tablekeeper.iceberg.manifest import (
+    MANIFEST_DATA,
+    ManifestEntry,
+    ManifestFile,
+    read_manifest,
+    read_manifest_list,
+)
+from tablekeeper.iceberg.metadata import Snapshot, TableMetadata
+from tablekeeper.io import FileIO
+
+
+def _read(io: FileIO, location: str, what: str) -> bytes:
+    try:
+        return io.read(location)
+    except FileNotFound:
+        raise CorruptMetadataError(
+            f"{what} {location} is missing: the table's metadata references it"
+        ) from None
+
+
+def load_manifests(io: FileIO, snapshot: Snapshot | None) -> list[ManifestFile]:
+    if snapshot is None:
+        return []
+    if snapshot.manifest_list is None:
+        raise UnsupportedFeatureError(
+            f"snapshot {snapshot.snapshot_id} embeds its manifests (pre-1.0 v1 layout): "
+            "rewrite the table first"
+        )
+    return read_manifest_list(_read(io, snapshot.manifest_list, "manifest list"), snapshot.manifest_list)
+
+
+def read_entries(io: FileIO, meta: TableMetadata, manifest: ManifestFile) -> list[ManifestEntry]:
+    spec = meta.spec(manifest.partition_spec_id)
+    # Partition values are typed by the schema the spec was built on; the current schema keeps
+    # every source field id (Iceberg never reuses ids), so its types resolve old specs too.
+    ptype = spec.partition_type(meta.schema())
+    return read_manifest(_read(io, manifest.manifest_path, "manifest"), manifest, ptype)
+
+
+@dataclass(frozen=True)
+class LiveFiles:
+    data: tuple[ManifestEntry, ...]
+    deletes: tuple[ManifestEntry, ...]
+
+
+def iter_live_entries(io: FileIO, meta: TableMetadata, snapshot: Snapshot | None) -> Iterator[ManifestEntry]:
+    for manifest in load_manifests(io, snapshot):
+        if not manifest.has_live_files():
+            continue
+        for entry in read_entries(io, meta, manifest):
+            if entry.is_live:
+                yield entry
+
+
+def live_files(io: FileIO, meta: TableMetadata, snapshot: Snapshot | None) -> LiveFiles:
+    data: list[ManifestEntry] = []
+    deletes: list[ManifestEntry] = []
+    for manifest in load_manifests(io, snapshot):
+        if not manifest.has_live_files():
+            continue
+        target = data if manifest.content == MANIFEST_DATA else deletes
+        target.extend(e for e in read_entries(io, meta, manifest) if e.is_live)
+    return LiveFiles(tuple(data), tuple(deletes))
