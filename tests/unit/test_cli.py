@@ -64,3 +64,69 @@ def test_unknown_command_is_a_usage_error_with_one_line_reason() -> None:
     last = proc.stderr.strip().splitlines()[-1]
     assert "invalid choice: 'frobnicate'" in last
     assert last.endswith("see 'tablekeeper --help'")
+
+
+def _table_with_one_file(tmp_path: Path) -> tuple[Path, str]:
+    import time as _time
+
+    from tablekeeper.catalog.sql import SqlCatalog
+    from tablekeeper.commit import Committer, SnapshotChange
+    from tablekeeper.iceberg.manifest import DATA, DataFile
+    from tablekeeper.iceberg.types import LONG, NestedField, Schema
+    from tablekeeper.iceberg.updates import new_table_metadata
+
+    conf = tmp_path / "catalogs.yaml"
+    conf.write_text(
+        "default: c\ncatalogs:\n  c:\n    type: sql\n    uri: sqlite:///${warehouse}/c.db\n    warehouse: ${warehouse}\n"
+    )
+    catalog = SqlCatalog("c", f"sqlite:///{tmp_path}/c.db", str(tmp_path))
+    location = catalog.default_table_location("db.t")
+    meta = new_table_metadata(
+        schema=Schema(0, (NestedField(1, "id", LONG, True),)),
+        location=location,
+        timestamp_ms=int(_time.time() * 1000),
+        format_version=3,
+    )
+    catalog.create_table("db.t", meta)
+    f = DataFile(DATA, f"{location}/data/a.parquet", "PARQUET", (), 7, 700)
+    Committer(catalog, "db.t").commit_snapshot(SnapshotChange("append", added_files=(f,)))
+    return conf, location
+
+
+def test_inspect_prints_metadata_tables_as_json(tmp_path: Path) -> None:
+    conf, location = _table_with_one_file(tmp_path)
+    common = ["--table", "db.t", "--conf-file", str(conf), "--warehouse", str(tmp_path)]
+    proc = run("inspect", *common, "--what", "all", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["metadata"]["format-version"] == 3
+    assert [s["operation"] for s in out["snapshots"]] == ["append"]
+    assert out["refs"]["main"]["snapshot_id"] == out["snapshot_id"]
+    assert [(f["file_path"], f["record_count"], f["first_row_id"]) for f in out["files"]] == [
+        (f"{location}/data/a.parquet", 7, 0)
+    ]
+    assert out["manifests"][0]["added_data_files_count"] == 1
+    # The same table by its path, read-only.
+    by_path = json.loads(run("inspect", "--table", location, "--what", "refs").stdout)
+    assert by_path["refs"] == out["refs"]
+
+
+def test_inspect_bad_input_is_one_line_with_its_exit_code(tmp_path: Path) -> None:
+    conf, location = _table_with_one_file(tmp_path)
+    common = ["--conf-file", str(conf), "--warehouse", str(tmp_path)]
+    missing = run("inspect", "--table", "db.nope", *common)
+    assert missing.returncode == 2
+    assert (
+        missing.stderr.strip()
+        .splitlines()[-1]
+        .startswith("tablekeeper: table db.nope not found in catalog c")
+    )
+    not_table = run("inspect", "--table", str(tmp_path))
+    assert not_table.returncode == 2
+    assert "is not an Iceberg table" in not_table.stderr.strip().splitlines()[-1]
+    current = sorted(Path(location, "metadata").glob("*.metadata.json"))[-1]
+    current.write_text(current.read_text()[:50])
+    corrupt = run("inspect", "--table", "db.t", *common)
+    assert corrupt.returncode == 3
+    last = corrupt.stderr.strip().splitlines()[-1]
+    assert "is not valid JSON" in last and "Traceback" not in corrupt.stderr

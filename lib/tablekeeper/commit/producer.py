@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 
 from tablekeeper.commit.summary import SummaryDelta, build_summary
@@ -21,6 +22,7 @@ from tablekeeper.iceberg.manifest import (
     EXISTING,
     MANIFEST_DATA,
     MANIFEST_DELETES,
+    POSITION_DELETES,
     DataFile,
     ManifestEntry,
     ManifestFile,
@@ -78,6 +80,12 @@ def write_new_manifests(
         kind = MANIFEST_DATA if f.content == DATA else MANIFEST_DELETES
         if kind == MANIFEST_DELETES and base.format_version < 2:
             raise UnsupportedFeatureError("delete files need format version 2 or later: upgrade the table")
+        if f.content == POSITION_DELETES and not f.is_dv and base.format_version >= 3:
+            raise UnsupportedFeatureError(
+                "v3 tables take deletion vectors, not position delete files: write a DV instead"
+            )
+        if f.is_dv and base.format_version < 3:
+            raise UnsupportedFeatureError("deletion vectors need format version 3: upgrade the table")
         groups.setdefault((kind, f.spec_id), []).append(f)
     out = []
     for (kind, spec_id), group in sorted(groups.items()):
@@ -96,7 +104,31 @@ def write_new_manifests(
     return out
 
 
-def apply_change(
+def _without(entries: Sequence[ManifestEntry], paths: set[str], snapshot_id: int) -> list[ManifestEntry]:
+    """A manifest's entries with ``paths`` marked DELETED by this snapshot and the rest EXISTING.
+
+    Sequence numbers (and v3 first_row_id, already inherited on read) are written explicitly, as
+    the spec requires for entries that are not ADDED.
+    """
+    out = []
+    for e in entries:
+        if e.status == DELETED:
+            continue  # deletes of older snapshots are not carried forward
+        gone = e.data_file.file_path in paths
+        out.append(
+            ManifestEntry(
+                DELETED if gone else EXISTING,
+                snapshot_id if gone else e.snapshot_id,
+                e.data_file,
+                e.sequence_number,
+                e.file_sequence_number,
+            )
+        )
+    return out
+
+
+def _apply_change(
+    written: list[str],
     io: FileIO,
     base: TableMetadata,
     change: SnapshotChange,
@@ -111,27 +143,44 @@ def apply_change(
     parent = base.ref_snapshot(change.branch)
     parent_manifests = load_manifests(io, parent)
     sequence_number = base.next_sequence_number()
-    written: list[str] = []
     removed: list[DataFile] = []
     kept: list[ManifestFile] = []
     rewritten: list[ManifestFile] = []
     to_remove = set(change.removed_paths)
     found: set[str] = set()
-    if to_remove:
-        # A data file's DVs go with it (spec: a removed data file's DV must be removed too).
-        dv_targets = set(to_remove)
+    # At most one DV per data file: a new DV must replace (remove) any live one for the same file.
+    dv_targets = {f.referenced_data_file for f in change.added_files if f.is_dv and f.referenced_data_file}
     for m in parent_manifests:
-        if not to_remove:
+        checks_dvs = bool(dv_targets) and m.content == MANIFEST_DELETES
+        if not to_remove and not checks_dvs:
             kept.append(m)
             continue
         entries = read_entries(io, base, m)
+        if checks_dvs:
+            clash = next(
+                (
+                    e.data_file
+                    for e in entries
+                    if e.is_live
+                    and e.data_file.is_dv
+                    and e.data_file.referenced_data_file in dv_targets
+                    and e.data_file.file_path not in to_remove
+                ),
+                None,
+            )
+            if clash is not None:
+                raise CommitConflict(
+                    f"data file {clash.referenced_data_file} already has a live deletion vector "
+                    f"({clash.file_path}); merge it into the new one and remove it in the same commit"
+                )
         hits = [
             e
             for e in entries
             if e.is_live
             and (
                 e.data_file.file_path in to_remove
-                or (e.data_file.is_dv and e.data_file.referenced_data_file in dv_targets)
+                # A removed data file's DVs go with it (spec).
+                or (e.data_file.is_dv and e.data_file.referenced_data_file in to_remove)
             )
         ]
         if not hits:
@@ -140,23 +189,8 @@ def apply_change(
             continue
         hit_paths = {e.data_file.file_path for e in hits}
         found |= hit_paths
-        new_entries = []
-        for e in entries:
-            if e.status == DELETED:
-                continue  # deletes of older snapshots are not carried forward
-            if e.data_file.file_path in hit_paths:
-                removed.append(e.data_file)
-                new_entries.append(
-                    ManifestEntry(
-                        DELETED, snapshot_id, e.data_file, e.sequence_number, e.file_sequence_number
-                    )
-                )
-            else:
-                new_entries.append(
-                    ManifestEntry(
-                        EXISTING, e.snapshot_id, e.data_file, e.sequence_number, e.file_sequence_number
-                    )
-                )
+        new_entries = _without(entries, hit_paths, snapshot_id)
+        removed.extend(e.data_file for e in new_entries if e.status == DELETED)
         path = manifest_location(base.location, commit_uuid, counter())
         data, manifest = write_manifest(
             path,
@@ -190,6 +224,11 @@ def apply_change(
     io.create_if_absent(list_path, result.data)
     written.append(list_path)
     delta = SummaryDelta.of(change.added_files, removed) + change.added_manifests_delta
+    if change.operation == "replace" and delta.added_records > delta.deleted_records:
+        # Java refuses the same: a rewrite must not add rows.
+        raise ValueError(
+            f"invalid replace: adds {delta.added_records} records but removes only {delta.deleted_records}"
+        )
     partitions = {(f.spec_id, f.partition) for f in (*change.added_files, *removed)}
     summary = build_summary(
         change.operation,
@@ -215,3 +254,110 @@ def apply_change(
 
 def new_commit_uuid() -> str:
     return str(uuid.uuid4())
+
+
+def _apply_rewrite_manifests(
+    written: list[str],
+    io: FileIO,
+    base: TableMetadata,
+    *,
+    branch: str,
+    snapshot_id: int,
+    commit_uuid: str,
+    attempt: int,
+    counter: Callable[[], int],
+    timestamp_ms: int,
+    entries_per_manifest: int = 100_000,
+) -> Attempt:
+    """Regroup the live data entries of a branch into few manifests per spec (operation replace)."""
+    parent = base.ref_snapshot(branch)
+    if parent is None:
+        raise ValueError(f"branch {branch!r} has no snapshot to rewrite")
+    parent_manifests = load_manifests(io, parent)
+    sequence_number = base.next_sequence_number()
+    by_spec: dict[int, list[ManifestEntry]] = {}
+    replaced = kept = processed = 0
+    carried: list[ManifestFile] = []
+    for m in parent_manifests:
+        if m.content != MANIFEST_DATA:
+            carried.append(m)
+            kept += 1
+            continue
+        replaced += 1
+        for e in read_entries(io, base, m):
+            processed += 1
+            if e.is_live:
+                by_spec.setdefault(m.partition_spec_id, []).append(
+                    ManifestEntry(
+                        EXISTING, e.snapshot_id, e.data_file, e.sequence_number, e.file_sequence_number
+                    )
+                )
+    created: list[ManifestFile] = []
+    for spec_id, entries in sorted(by_spec.items()):
+        for start in range(0, len(entries), entries_per_manifest):
+            path = manifest_location(base.location, commit_uuid, counter())
+            data, manifest = write_manifest(
+                path,
+                entries[start : start + entries_per_manifest],
+                format_version=base.format_version,
+                spec=base.spec(spec_id),
+                schema=base.schema(),
+                snapshot_id=snapshot_id,
+            )
+            io.create_if_absent(path, data)
+            written.append(path)
+            created.append(manifest)
+    list_path = manifest_list_location(base.location, snapshot_id, attempt, commit_uuid)
+    result = write_manifest_list(
+        [*created, *carried],
+        format_version=base.format_version,
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent.snapshot_id,
+        sequence_number=sequence_number,
+        next_row_id=base.next_row_id if base.format_version >= 3 else None,
+    )
+    io.create_if_absent(list_path, result.data)
+    written.append(list_path)
+    summary = build_summary(
+        "replace",
+        SummaryDelta(),
+        parent.summary,
+        {
+            "manifests-created": str(len(created)),
+            "manifests-kept": str(kept),
+            "manifests-replaced": str(replaced),
+            "entries-processed": str(processed),
+        },
+    )
+    snapshot = Snapshot(
+        snapshot_id=snapshot_id,
+        timestamp_ms=timestamp_ms,
+        manifest_list=list_path,
+        sequence_number=sequence_number,
+        parent_snapshot_id=parent.snapshot_id,
+        summary=summary,
+        schema_id=base.current_schema_id,
+        first_row_id=result.first_row_id,
+        added_rows=result.added_rows,
+    )
+    metadata = add_snapshot(base, snapshot, branch=branch, timestamp_ms=timestamp_ms)
+    return Attempt(metadata, snapshot, tuple(written), ())
+
+
+def apply_change(io: FileIO, base: TableMetadata, change: SnapshotChange, **kwargs: Any) -> Attempt:
+    """One attempt of a snapshot change; files it wrote are removed again if it fails before the swap."""
+    written: list[str] = []
+    try:
+        return _apply_change(written, io, base, change, **kwargs)
+    except BaseException:
+        io.delete_many(written)
+        raise
+
+
+def apply_rewrite_manifests(io: FileIO, base: TableMetadata, **kwargs: Any) -> Attempt:
+    written: list[str] = []
+    try:
+        return _apply_rewrite_manifests(written, io, base, **kwargs)
+    except BaseException:
+        io.delete_many(written)
+        raise

@@ -18,11 +18,12 @@ from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.producer import (
     SnapshotChange,
     apply_change,
+    apply_rewrite_manifests,
     new_commit_uuid,
     write_new_manifests,
 )
 from tablekeeper.errors import CommitConflict, CommitFailed, CommitStateUnknown
-from tablekeeper.iceberg.metadata import Snapshot, TableMetadata
+from tablekeeper.iceberg.metadata import MAIN_BRANCH, Snapshot, TableMetadata
 from tablekeeper.iceberg.updates import new_snapshot_id, with_previous_metadata
 
 log = logging.getLogger(__name__)
@@ -132,11 +133,37 @@ class Committer:
         try:
             table, snapshot, attempts = self._retrying(step)
         except CommitStateUnknown:
-            raise
-        except CommitConflict:
-            # Known failure: nothing references the new manifests.
+            raise  # the new metadata may be live and reference every manifest: keep them all
+        except BaseException:
+            # Known failure (conflict, validation, I/O before the swap): nothing references them.
             first.io.delete_many([m.manifest_path for m in new_manifests])
             raise
+        assert isinstance(snapshot, Snapshot)
+        return CommitResult(table, snapshot, attempts)
+
+    def rewrite_manifests(
+        self, branch: str = MAIN_BRANCH, entries_per_manifest: int = 100_000
+    ) -> CommitResult:
+        """Regroup a branch's data manifests (Iceberg's rewrite_manifests), retried like any commit."""
+        snapshot_id = new_snapshot_id()
+        commit_uuid = new_commit_uuid()
+        counter = itertools.count()
+
+        def step(base: LoadedTable, attempt: int) -> tuple[TableMetadata, tuple[str, ...], object]:
+            result = apply_rewrite_manifests(
+                base.io,
+                base.metadata,
+                branch=branch,
+                snapshot_id=snapshot_id,
+                commit_uuid=commit_uuid,
+                attempt=attempt + 1,
+                counter=lambda: next(counter),
+                timestamp_ms=self._now_ms(),
+                entries_per_manifest=entries_per_manifest,
+            )
+            return result.metadata, result.written, result.snapshot
+
+        table, snapshot, attempts = self._retrying(step)
         assert isinstance(snapshot, Snapshot)
         return CommitResult(table, snapshot, attempts)
 
