@@ -77,7 +77,8 @@ def _table_with_one_file(tmp_path: Path) -> tuple[Path, str]:
 
     conf = tmp_path / "catalogs.yaml"
     conf.write_text(
-        "default: c\ncatalogs:\n  c:\n    type: sql\n    uri: sqlite:///${warehouse}/c.db\n    warehouse: ${warehouse}\n"
+        "default: c\ncatalogs:\n  c:\n    type: sql\n"
+        "    uri: sqlite:///${warehouse}/c.db\n    warehouse: ${warehouse}\n"
     )
     catalog = SqlCatalog("c", f"sqlite:///{tmp_path}/c.db", str(tmp_path))
     location = catalog.default_table_location("db.t")

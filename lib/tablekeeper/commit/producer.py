@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 from tablekeeper.commit.summary import SummaryDelta, build_summary
 from tablekeeper.errors import CommitConflict, UnsupportedFeatureError
