@@ -15,6 +15,7 @@ from tablekeeper.errors import (
     CommitFailed,
     CommitStateUnknown,
     ConfigError,
+    CorruptMetadataError,
     FileNotFound,
     NotATableError,
     StorageError,
@@ -37,7 +38,11 @@ def _version_file(table_location: str, version: int, gzip_codec: bool) -> str:
 
 
 def find_current_version(io: FileIO, table_location: str) -> tuple[int, str] | None:
-    """Highest vN metadata file: start at the hint, then probe upwards (the hint may lag a commit)."""
+    """Highest vN metadata file: start at the hint, then probe upwards (the hint may lag a commit).
+
+    A hint naming a version whose file is gone is refused rather than rolled back to an older
+    version: jobs planned on stale metadata would treat the newest files as unreferenced.
+    """
     meta_dir = _metadata_dir(table_location)
     hint: int | None = None
     try:
@@ -45,42 +50,43 @@ def find_current_version(io: FileIO, table_location: str) -> tuple[int, str] | N
         hint = int(text.splitlines()[0]) if text else None
     except (FileNotFound, ValueError, IndexError):
         hint = None
+    except StorageError:
+        return None  # not a directory (a file was named), or unreadable: not a table here
+    hinted = hint is not None
     if hint is None:
-        versions = []
         try:
-            for info in io.list(meta_dir, recursive=False):
-                v = metadata_version(info.location)
-                name = info.location.rsplit("/", 1)[-1]
-                if v is not None and name.startswith("v"):
-                    versions.append(v)
-        except FileNotFound:
+            versions = [
+                v
+                for info in io.list(meta_dir, recursive=False)
+                if (v := metadata_version(info.location)) is not None
+                and info.location.rsplit("/", 1)[-1].startswith("v")
+            ]
+        except (FileNotFound, StorageError):
             return None
         if not versions:
             return None
         hint = max(versions)
     current: tuple[int, str] | None = None
     version = hint
-    while True:
-        found = _existing_version_file(io, table_location, version)
-        if found is None:
-            break
+    while (found := _existing_version_file(io, table_location, version)) is not None:
         current = (version, found)
         version += 1
-    if current is None and hint > 1:
-        # A stale hint pointing past the files: fall back to listing.
-        log.warning("version hint %s of %s points at a missing file; listing metadata", hint, table_location)
-        io_versions = [
-            v
-            for info in io.list(meta_dir, recursive=False)
-            if (v := metadata_version(info.location)) is not None
-            and info.location.rsplit("/", 1)[-1][0] == "v"
-        ]
-        if io_versions:
-            top = max(io_versions)
-            found = _existing_version_file(io, table_location, top)
-            if found is not None:
-                current = (top, found)
+    if current is None and hinted and _has_version_files(io, meta_dir):
+        raise CorruptMetadataError(
+            f"{meta_dir}/{VERSION_HINT} says version {hint} but v{hint}.metadata.json is missing: "
+            "refusing to fall back to older metadata"
+        )
     return current
+
+
+def _has_version_files(io: FileIO, meta_dir: str) -> bool:
+    try:
+        return any(
+            metadata_version(i.location) is not None and i.location.rsplit("/", 1)[-1].startswith("v")
+            for i in io.list(meta_dir, recursive=False)
+        )
+    except (FileNotFound, StorageError):
+        return False
 
 
 def _existing_version_file(io: FileIO, table_location: str, version: int) -> str | None:

@@ -46,7 +46,13 @@ class SummaryDelta:
         c: dict[str, int] = {f.name: 0 for f in fields(cls)}
         for f, side in [(f, "added") for f in added] + [(f, "removed") for f in removed]:
             adding = side == "added"
-            c["added_files_size" if adding else "removed_files_size"] += f.file_size_in_bytes
+            # A DV counts by its blob, not the Puffin file it shares with other DVs (as Java does).
+            size = (
+                f.content_size_in_bytes
+                if f.is_dv and f.content_size_in_bytes is not None
+                else f.file_size_in_bytes
+            )
+            c["added_files_size" if adding else "removed_files_size"] += size
             if f.content == DATA:
                 c["added_data_files" if adding else "deleted_data_files"] += 1
                 c["added_records" if adding else "deleted_records"] += f.record_count
@@ -81,10 +87,13 @@ def build_summary(
     prev = previous or {}
 
     def total(key: str, plus: int, minus: int) -> None:
-        if previous is not None and key not in prev:
+        try:
+            base = int(prev[key]) if previous is not None else 0
+        except (KeyError, ValueError):
             return  # like Java: an unknown previous total cannot be carried forward
-        base = int(prev.get(key, "0"))
-        out[key] = str(max(0, base + plus - minus))
+        value = base + plus - minus
+        if value >= 0:  # a negative total means the previous one was wrong: omit, as Java does
+            out[key] = str(value)
 
     total("total-records", delta.added_records, delta.deleted_records)
     total("total-files-size", delta.added_files_size, delta.removed_files_size)

@@ -12,6 +12,7 @@ import io
 import json
 import math
 import uuid
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -507,7 +508,7 @@ def read_manifest_list(data: bytes, source: str = "manifest list") -> list[Manif
                     first_row_id=get(rec, 520) if version >= 3 else None,
                 )
             )
-    except (ValueError, EOFError, KeyError, TypeError) as err:
+    except (ValueError, EOFError, KeyError, TypeError, IndexError, UnicodeDecodeError, zlib.error) as err:
         raise CorruptMetadataError(f"{source} is truncated or corrupt ({err.__class__.__name__})") from err
     return out
 
@@ -592,7 +593,7 @@ def read_manifest(
                 content_size_in_bytes=g(145),
             )
             out.append(ManifestEntry(status, int(snapshot_id), data_file, seq, file_seq))
-    except (ValueError, EOFError, KeyError, TypeError) as err:
+    except (ValueError, EOFError, KeyError, TypeError, IndexError, UnicodeDecodeError, zlib.error) as err:
         raise CorruptMetadataError(
             f"manifest {source} is truncated or corrupt ({err.__class__.__name__})"
         ) from err

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -231,21 +232,21 @@ def _get(obj: Mapping[str, Any], key: str) -> Any:
         raise CorruptMetadataError(f"table metadata is missing required key {key!r}") from None
 
 
-def decode_metadata_bytes(data: bytes) -> str:
+def decode_metadata_bytes(data: bytes, source: str = "table metadata") -> str:
     # Decide by content, not by name: Java names gzip files three different ways.
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
-        except (OSError, EOFError) as err:
-            raise CorruptMetadataError(f"gzip table metadata is truncated or corrupt ({err})") from err
+        except (OSError, EOFError, zlib.error) as err:
+            raise CorruptMetadataError(f"{source} is gzip that is truncated or corrupt ({err})") from err
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise CorruptMetadataError("table metadata is not UTF-8 JSON") from err
+        raise CorruptMetadataError(f"{source} is not UTF-8 JSON: the file is corrupt") from err
 
 
 def parse_table_metadata(data: bytes | str, source: str = "table metadata") -> TableMetadata:
-    text = decode_metadata_bytes(data) if isinstance(data, bytes) else data
+    text = decode_metadata_bytes(data, source) if isinstance(data, bytes) else data
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as err:
@@ -276,6 +277,17 @@ def _metadata_from_obj(obj: Mapping[str, Any]) -> TableMetadata:
     else:
         schema = schema_from_json(_get(obj, "schema"))
         schemas, current_schema_id = (schema,), schema.schema_id
+    if version > 1:
+        # Java refuses v2+ metadata without these; defaulting them would reuse sequence numbers.
+        for key in (
+            "last-sequence-number",
+            "partition-specs",
+            "default-spec-id",
+            "last-partition-id",
+            "sort-orders",
+            "default-sort-order-id",
+        ):
+            _get(obj, key)
     if "partition-specs" in obj:
         specs = tuple(partition_spec_from_json(s) for s in obj["partition-specs"])
         default_spec_id = int(_get(obj, "default-spec-id"))

@@ -161,6 +161,7 @@ def upgrade_format_version(meta: TableMetadata, target: int, *, timestamp_ms: in
 
 def with_previous_metadata(meta: TableMetadata, base: TableMetadata, base_location: str) -> TableMetadata:
     """Record the file being replaced in metadata-log, trimmed to previous-versions-max."""
-    limit = max(1, base.property_int("write.metadata.previous-versions-max", DEFAULT_PREVIOUS_VERSIONS_MAX))
+    # The new metadata's properties count: a commit lowering the limit trims at once (as Java).
+    limit = max(1, meta.property_int("write.metadata.previous-versions-max", DEFAULT_PREVIOUS_VERSIONS_MAX))
     log = (*base.metadata_log, MetadataLogEntry(base.last_updated_ms, base_location))
     return replace(meta, metadata_log=log[-limit:])
