@@ -53,6 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["metadata", "snapshots", "refs", "manifests", "files", "all"],
         help="which metadata table (default all)",
     )
+    inspect.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "iceberg", "delta"],
+        help="table format (auto: delta when the path holds a _delta_log)",
+    )
+    inspect.add_argument("--version", dest="delta_version", type=int, help="Delta: time travel to a version")
+    inspect.add_argument("--timestamp-ms", type=int, help="Delta: time travel to a commit time (epoch ms)")
     inspect.add_argument("--json", action="store_true", help="print JSON (the only format; kept for scripts)")
     return parser
 
@@ -88,7 +96,27 @@ def _load_table(args: argparse.Namespace) -> LoadedTable:
     return catalog.require(identifier)
 
 
+def _is_delta(args: argparse.Namespace) -> bool:
+    if args.format != "auto":
+        return bool(args.format == "delta")
+    from tablekeeper.catalog import looks_like_path
+    from tablekeeper.io import FileIO
+
+    if not looks_like_path(args.table):
+        return False
+    root = args.table.rstrip("/")
+    io = FileIO.for_location(root)
+    return io.exists(f"{root}/_delta_log") or any(True for _ in io.list(f"{root}/_delta_log"))
+
+
 def _inspect(args: argparse.Namespace) -> int:
+    if _is_delta(args):
+        from tablekeeper.delta_inspect import inspect_delta
+        from tablekeeper.delta_table import load_snapshot
+
+        snapshot = load_snapshot(args.table, version=args.delta_version, timestamp_ms=args.timestamp_ms)
+        print(json.dumps(inspect_delta(snapshot, with_files=args.what in ("files", "all")), default=str))
+        return 0
     from tablekeeper.inspect import inspect_table
 
     result = inspect_table(_load_table(args), args.what, args.snapshot)

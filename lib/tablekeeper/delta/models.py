@@ -164,7 +164,8 @@ class Metadata:
             fmt = obj.get("format") or {}
             return cls(
                 id=str(obj.get("id", "")),
-                schema_string=str(obj["schemaString"]),
+                # Some writers (Delta Live Tables) commit a first metaData without a schema.
+                schema_string=str(obj.get("schemaString") or ""),
                 partition_columns=tuple(str(c) for c in obj.get("partitionColumns") or ()),
                 configuration={str(k): str(v) for k, v in (obj.get("configuration") or {}).items()},
                 name=obj.get("name"),
@@ -177,6 +178,10 @@ class Metadata:
 
     @property
     def schema(self) -> DeltaStruct:
+        if not self.schema_string:
+            raise CorruptMetadataError(
+                "the table's metaData has no schemaString: the table has no schema yet"
+            )
         return parse_schema_string(self.schema_string)
 
 

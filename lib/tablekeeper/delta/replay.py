@@ -326,11 +326,11 @@ def reconcile(action_tables: Sequence[pa.Table], root: str) -> Reconciled:
     key = pc.binary_join_element_wise(abs_paths, pc.fill_null(dv_ids, ""), "\x00")
     t = t.append_column("absolute_path", abs_paths).append_column("dv_id", dv_ids).append_column("_key", key)
     latest = t.select(["_key", "order"]).group_by("_key").aggregate([("order", "max")])
-    winners = t.join(
-        latest, keys=["_key", "order"], right_keys=["_key", "order_max"], join_type="inner"
-    ).drop_columns(["_key"])
-    if "order_max" in winners.column_names:
-        winners = winners.drop_columns(["order_max"])
+    # Order numbers are unique across the whole segment, so the winners are the rows whose order
+    # is some key's maximum (a join cannot carry the map columns).
+    winners = t.filter(pc.is_in(t.column("order"), value_set=latest.column("order_max"))).drop_columns(
+        ["_key"]
+    )
     winners = winners.sort_by([("absolute_path", "ascending"), ("order", "ascending")])
     is_add = winners.column("is_add")
     return Reconciled(winners.filter(is_add), winners.filter(pc.invert(is_add)))

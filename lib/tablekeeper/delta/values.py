@@ -1,0 +1,195 @@
+"""Delta partition values and file statistics, typed into the project's value convention.
+
+Values follow ``tablekeeper.iceberg.conversions``: dates as days, timestamps as microseconds since
+the epoch (UTC for Delta ``timestamp``), decimals as ``Decimal``, binary as ``bytes``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import orjson
+
+from tablekeeper.delta.schema import (
+    ColumnMapping,
+    DeltaDecimal,
+    DeltaField,
+    DeltaPrimitive,
+    DeltaStruct,
+    DeltaType,
+)
+from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH_DATE = dt.date(1970, 1, 1)
+_TS = re.compile(
+    r"^(?P<date>\d{4,}-\d{2}-\d{2})[ T](?P<h>\d{2}):(?P<m>\d{2})(?::(?P<s>\d{2})(?:\.(?P<f>\d{1,9}))?)?"
+    r"(?P<tz>Z|[+-]\d{2}(?::?\d{2}(?::?\d{2})?)?)?$"
+)
+INTEGER_TYPES = frozenset({"byte", "short", "integer", "long"})
+
+
+def _micros(date_text: str, h: str, m: str, s: str | None, f: str | None) -> int:
+    day = (dt.date.fromisoformat(date_text) - _EPOCH_DATE).days
+    frac = int((f or "0").ljust(6, "0")[:6])
+    return ((day * 24 + int(h)) * 60 + int(m)) * 60_000_000 + int(s or 0) * 1_000_000 + frac
+
+
+def _offset_micros(tz: str | None) -> int:
+    if not tz or tz == "Z":
+        return 0
+    sign = -1 if tz[0] == "-" else 1
+    digits = tz[1:].replace(":", "")
+    hours, minutes, seconds = int(digits[:2]), int(digits[2:4] or 0), int(digits[4:6] or 0)
+    return sign * ((hours * 60 + minutes) * 60 + seconds) * 1_000_000
+
+
+def parse_timestamp(text: str, *, with_zone: bool, default_offset_micros: int = 0) -> int:
+    """Micros since the epoch; zone-less text of a ``timestamp`` column is in the writer's zone."""
+    match = _TS.match(text.strip())
+    if match is None:
+        raise CorruptMetadataError(f"{text!r} is not a timestamp Delta writes")
+    local = _micros(match["date"], match["h"], match["m"], match["s"], match["f"])
+    if not with_zone:
+        return local
+    tz = match["tz"]
+    return local - (_offset_micros(tz) if tz else default_offset_micros)
+
+
+def parse_partition_value(t: DeltaType, raw: str | None, *, default_offset_micros: int = 0) -> Any:
+    """A partitionValues string as a typed value; empty string and null are both null."""
+    if raw is None or raw == "":
+        return None
+    if isinstance(t, DeltaDecimal):
+        try:
+            return Decimal(raw).quantize(Decimal(1).scaleb(-t.scale))
+        except InvalidOperation as err:
+            raise CorruptMetadataError(f"partition value {raw!r} is not a decimal") from err
+    if not isinstance(t, DeltaPrimitive):
+        raise UnsupportedFeatureError(f"partition column of nested type {t} is not supported")
+    name = t.name
+    try:
+        if name == "string":
+            return raw
+        if name in INTEGER_TYPES:
+            return int(raw)
+        if name in ("float", "double"):
+            return float(raw.replace("Infinity", "inf"))
+        if name == "boolean":
+            if raw.lower() not in ("true", "false"):
+                raise ValueError(raw)
+            return raw.lower() == "true"
+        if name == "date":
+            return (dt.date.fromisoformat(raw) - _EPOCH_DATE).days
+        if name == "timestamp":
+            return parse_timestamp(raw, with_zone=True, default_offset_micros=default_offset_micros)
+        if name == "timestamp_ntz":
+            return parse_timestamp(raw, with_zone=False)
+        if name == "binary":
+            return raw.encode("utf-8")
+    except ValueError as err:
+        raise CorruptMetadataError(f"partition value {raw!r} is not a valid {name}") from err
+    raise UnsupportedFeatureError(f"partition column of type {name} is not supported")
+
+
+@dataclass(frozen=True)
+class FileStats:
+    """``add.stats`` as written: nested dicts keyed by physical names."""
+
+    num_records: int | None
+    min_values: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    max_values: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    null_count: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    tight_bounds: bool = True
+
+
+def parse_stats(text: str | None) -> FileStats | None:
+    if not text:
+        return None
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None  # unreadable stats are unknown stats, never an error
+    if not isinstance(obj, dict):
+        return None
+    num = obj.get("numRecords")
+    return FileStats(
+        num_records=None if num is None else int(num),
+        min_values=obj.get("minValues") or {},
+        max_values=obj.get("maxValues") or {},
+        null_count=obj.get("nullCount") or {},
+        tight_bounds=obj.get("tightBounds", True) is not False,
+    )
+
+
+def stats_value(t: DeltaType, raw: Any) -> Any:
+    """A min/max stat as a typed value, or None when it cannot be trusted as written."""
+    if raw is None:
+        return None
+    if isinstance(t, DeltaDecimal):
+        try:
+            return Decimal(str(raw)).quantize(Decimal(1).scaleb(-t.scale))
+        except InvalidOperation:
+            return None
+    if not isinstance(t, DeltaPrimitive):
+        return None
+    name = t.name
+    if name in INTEGER_TYPES and isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if name in ("float", "double"):
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool) and math.isfinite(float(raw)):
+            return float(raw)
+        return None  # NaN/Infinity arrive as strings: no bound
+    if name == "string" and isinstance(raw, str):
+        return raw
+    if name == "date" and isinstance(raw, str):
+        try:
+            return (dt.date.fromisoformat(raw[:10]) - _EPOCH_DATE).days
+        except ValueError:
+            return None
+    if name in ("timestamp", "timestamp_ntz") and isinstance(raw, str):
+        try:
+            return parse_timestamp(raw, with_zone=name == "timestamp")
+        except CorruptMetadataError:
+            return None
+    return None
+
+
+def leaf_stats(
+    stats: FileStats, schema: DeltaStruct, mapping: ColumnMapping
+) -> dict[tuple[str, ...], tuple[Any, Any, int | None]]:
+    """Logical leaf path -> (min, max, null count), looked up by physical names."""
+    out: dict[tuple[str, ...], tuple[Any, Any, int | None]] = {}
+
+    def visit(
+        fields: tuple[DeltaField, ...], mins: Any, maxs: Any, nulls: Any, path: tuple[str, ...]
+    ) -> None:
+        for f in fields:
+            key = mapping.physical_name(f)
+            lo = mins.get(key) if isinstance(mins, dict) else None
+            hi = maxs.get(key) if isinstance(maxs, dict) else None
+            nc = nulls.get(key) if isinstance(nulls, dict) else None
+            if isinstance(f.type, DeltaStruct):
+                visit(f.type.fields, lo, hi, nc, (*path, f.name))
+                continue
+            count = nc if isinstance(nc, int) and not isinstance(nc, bool) else None
+            leaf = (*path, f.name)
+            out[leaf] = (stats_value(f.type, lo), stats_value(f.type, hi), count)
+
+    visit(schema.fields, stats.min_values, stats.max_values, stats.null_count, ())
+    return out
+
+
+def timestamp_upper_bound(max_micros: int) -> int:
+    """Delta truncates timestamp maxima to milliseconds; the true maximum may be 999 µs later."""
+    return max_micros + 999
+
+
+def micros_to_iso(micros: int) -> str:
+    return (_EPOCH + dt.timedelta(microseconds=micros)).isoformat()

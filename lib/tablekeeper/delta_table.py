@@ -1,0 +1,194 @@
+"""Loading Delta snapshots from storage: list ``_delta_log``, pick the segment, replay it.
+
+The pure replay lives in ``tablekeeper.delta``; this module only fetches bytes through FileIO.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from tablekeeper.delta.replay import (
+    CommitActions,
+    NonFileState,
+    checkpoint_file_actions,
+    checkpoint_non_file_actions,
+    parse_commit,
+    parse_json_checkpoint,
+    read_parquet,
+    reconcile,
+)
+from tablekeeper.delta.segment import (
+    Checkpoint,
+    LogEntry,
+    LogSegment,
+    build_segment,
+    commit_timestamps,
+    parse_last_checkpoint,
+)
+from tablekeeper.delta.snapshot import DeltaSnapshot
+from tablekeeper.errors import ConfigError, CorruptMetadataError, FileNotFound, NotATableError, StorageError
+from tablekeeper.io import FileIO
+
+log = logging.getLogger(__name__)
+
+LOG_DIR = "_delta_log"
+# Checkpoint rows sort before every commit action.
+CHECKPOINT_ORDER_BASE = -(10**15)
+CHECKPOINT_COLUMNS = (
+    "add",
+    "remove",
+    "protocol",
+    "metaData",
+    "txn",
+    "domainMetadata",
+    "checkpointMetadata",
+    "sidecar",
+)
+
+
+def normalise_root(location: str) -> str:
+    return location.rstrip("/")
+
+
+def list_log(io: FileIO, root: str) -> list[LogEntry]:
+    log_dir = f"{root}/{LOG_DIR}"
+    try:
+        entries = [
+            LogEntry(info.location.rsplit("/", 1)[-1], info.size, info.mtime_ms)
+            for info in io.list(log_dir, recursive=False)
+        ]
+    except (FileNotFound, StorageError):
+        entries = []
+    if not entries:
+        raise NotATableError(f"{root} is not a Delta table (no {LOG_DIR} with commits): check the path")
+    return entries
+
+
+def _read_checkpoint(io: FileIO, root: str, checkpoint: Checkpoint, state: NonFileState) -> list[pa.Table]:
+    log_dir = f"{root}/{LOG_DIR}"
+    tables: list[pa.Table] = []
+    order = CHECKPOINT_ORDER_BASE
+    for part in checkpoint.files:
+        location = f"{log_dir}/{part.name}"
+        if part.name.endswith(".json"):
+            actions = parse_json_checkpoint(io.read(location), state, order)
+        else:
+            with io.open_input(location) as stream:
+                table = read_parquet(stream, CHECKPOINT_COLUMNS)
+            checkpoint_non_file_actions(table, state)
+            actions = checkpoint_file_actions(table, order)
+        order += actions.num_rows
+        tables.append(actions)
+    # V2 checkpoints (UUID-named, or V2 content under a classic name) keep file actions in sidecars.
+    for sidecar in state.sidecars:
+        from urllib.parse import unquote
+
+        location = f"{log_dir}/_sidecars/{unquote(sidecar)}"
+        try:
+            with io.open_input(location) as stream:
+                table = read_parquet(stream, ("add", "remove"))
+        except FileNotFound:
+            raise CorruptMetadataError(
+                f"checkpoint {checkpoint.version} names sidecar {sidecar}, which is missing"
+            ) from None
+        actions = checkpoint_file_actions(table, order)
+        order += actions.num_rows
+        tables.append(actions)
+    return tables
+
+
+def replay_segment(io: FileIO, root: str, segment: LogSegment) -> DeltaSnapshot:
+    state = NonFileState()
+    tables: list[pa.Table] = []
+    if segment.checkpoint is not None:
+        tables.extend(_read_checkpoint(io, root, segment.checkpoint, state))
+    actions = CommitActions()
+    order = 0
+    for entry in segment.commits:
+        version = int(entry.name.split(".", 1)[0])
+        order = parse_commit(version, io.read(f"{root}/{LOG_DIR}/{entry.name}"), actions, state, order)
+    tables.append(actions.table())
+    if state.protocol is None or state.metadata is None:
+        missing = "protocol" if state.protocol is None else "metaData"
+        raise CorruptMetadataError(f"{root}: the log up to version {segment.version} has no {missing} action")
+    state.protocol.check_readable()
+    reconciled = reconcile(tables, root)
+    commit_info = state.commit_infos.get(segment.version)
+    return DeltaSnapshot(
+        root=root,
+        version=segment.version,
+        protocol=state.protocol,
+        metadata=state.metadata,
+        files=reconciled.files,
+        tombstones=reconciled.tombstones,
+        timestamp_ms=0,
+        txns=dict(state.txns),
+        domains=dict(state.domains),
+        commit_info=commit_info,
+        checkpoint_version=segment.checkpoint.version if segment.checkpoint else None,
+    )
+
+
+def _hint(io: FileIO, root: str) -> object:
+    try:
+        return parse_last_checkpoint(io.read(f"{root}/{LOG_DIR}/_last_checkpoint"))
+    except FileNotFound:
+        return None
+
+
+def _timestamp(snapshot: DeltaSnapshot, entries: Sequence[LogEntry]) -> int:
+    ict = snapshot.commit_info.in_commit_timestamp if snapshot.commit_info else None
+    if ict is not None and snapshot.metadata.configuration.get("delta.enableInCommitTimestamps") == "true":
+        return ict
+    return commit_timestamps(entries).get(snapshot.version, 0)
+
+
+def load_snapshot(
+    location: str,
+    *,
+    version: int | None = None,
+    timestamp_ms: int | None = None,
+    io: FileIO | None = None,
+) -> DeltaSnapshot:
+    """The table at ``version``, at the newest version committed at or before ``timestamp_ms``,
+    or the latest."""
+    if version is not None and timestamp_ms is not None:
+        raise ConfigError("give a version or a timestamp to time travel to, not both")
+    root = normalise_root(location)
+    io = io or FileIO.for_location(root)
+    entries = list_log(io, root)
+    hint = _hint(io, root)
+    if timestamp_ms is not None:
+        version = version_at(io, root, entries, timestamp_ms)
+    segment = build_segment(entries, version=version, hint=hint, table=root)  # type: ignore[arg-type]
+    snapshot = replay_segment(io, root, segment)
+    from dataclasses import replace
+
+    return replace(snapshot, timestamp_ms=_timestamp(snapshot, entries))
+
+
+def version_at(io: FileIO, root: str, entries: Sequence[LogEntry], timestamp_ms: int) -> int:
+    """Newest version whose commit timestamp is <= the given time (in-commit timestamps when on)."""
+    stamps = commit_timestamps(entries)
+    latest = load_snapshot(root, io=io)
+    config = latest.metadata.configuration
+    if config.get("delta.enableInCommitTimestamps") == "true":
+        start = int(config.get("delta.inCommitTimestampEnablementVersion", "0"))
+        for v in stamps:
+            if v >= start:
+                first = io.read(f"{root}/{LOG_DIR}/{v:020d}.json").split(b"\n", 1)[0]
+                import orjson
+
+                info = orjson.loads(first).get("commitInfo") or {}
+                if info.get("inCommitTimestamp") is not None:
+                    stamps[v] = int(info["inCommitTimestamp"])
+    eligible = [v for v, ts in stamps.items() if ts <= timestamp_ms]
+    if not eligible:
+        earliest = min(stamps.values()) if stamps else None
+        raise ConfigError(
+            f"{root} has no version committed at or before {timestamp_ms} ms (earliest commit: {earliest} ms)"
+        )
+    return max(eligible)
