@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -35,6 +36,9 @@ from tablekeeper.io import FileIO
 log = logging.getLogger(__name__)
 
 LOG_DIR = "_delta_log"
+ENGINES = ("pure", "spark", "auto")
+# Above this much log to read, a driver-only replay costs more than starting Spark work.
+SPARK_THRESHOLD_BYTES = 512 * 1024 * 1024
 # Checkpoint rows sort before every commit action.
 CHECKPOINT_ORDER_BASE = -(10**15)
 CHECKPOINT_COLUMNS = (
@@ -152,9 +156,17 @@ def load_snapshot(
     version: int | None = None,
     timestamp_ms: int | None = None,
     io: FileIO | None = None,
+    engine: str = "pure",
+    spark: Any = None,
 ) -> DeltaSnapshot:
     """The table at ``version``, at the newest version committed at or before ``timestamp_ms``,
-    or the latest."""
+    or the latest.
+
+    ``engine``: ``pure`` (driver only), ``spark`` (distributed), or ``auto``: Spark once the
+    checkpoint and commits to read exceed ``SPARK_THRESHOLD_BYTES``.
+    """
+    if engine not in ENGINES:
+        raise ConfigError(f"replay engine {engine!r} is not one of {', '.join(ENGINES)}")
     if version is not None and timestamp_ms is not None:
         raise ConfigError("give a version or a timestamp to time travel to, not both")
     root = normalise_root(location)
@@ -164,10 +176,24 @@ def load_snapshot(
     if timestamp_ms is not None:
         version = version_at(io, root, entries, timestamp_ms)
     segment = build_segment(entries, version=version, hint=hint, table=root)  # type: ignore[arg-type]
-    snapshot = replay_segment(io, root, segment)
+    use_spark = engine == "spark" or (
+        engine == "auto" and _log_bytes(entries, segment) > SPARK_THRESHOLD_BYTES
+    )
+    if use_spark:
+        from tablekeeper.spark import get_spark
+        from tablekeeper.spark.delta_replay import spark_replay
+
+        snapshot = spark_replay(spark or get_spark("tablekeeper-delta-replay"), root, segment)
+    else:
+        snapshot = replay_segment(io, root, segment)
     from dataclasses import replace
 
     return replace(snapshot, timestamp_ms=_timestamp(snapshot, entries))
+
+
+def _log_bytes(entries: Sequence[LogEntry], segment: LogSegment) -> int:
+    files = list(segment.commits) + (list(segment.checkpoint.files) if segment.checkpoint else [])
+    return sum(f.size for f in files)
 
 
 def version_at(io: FileIO, root: str, entries: Sequence[LogEntry], timestamp_ms: int) -> int:
