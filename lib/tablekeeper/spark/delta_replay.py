@@ -143,7 +143,7 @@ def _skip_local_crc(spark: SparkSession, root: str) -> None:
         return
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
     jvm.org.apache.hadoop.fs.FileSystem.getLocal(conf).setVerifyChecksum(False)
 
 
