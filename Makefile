@@ -12,7 +12,7 @@ JAR_COORDS = $(shell awk '!/^[[:space:]]*#/ && NF >= 2 {print $$2}' conf/jars.tx
 MVN_DEPENDENCY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars test lint demo clean
+.PHONY: help setup jars test lint demo bench clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -53,6 +53,9 @@ lint: setup ## ruff on everything, mypy --strict on lib/
 
 demo: setup ## set up, then run the main job on embedded defaults
 	$(VENV)/bin/tablekeeper doctor
+
+bench: setup ## run the benchmarks (prints tables, writes bench/out/*.json)
+	$(PY) -m bench.delta_replay $(BENCH_ARGS)
 
 clean: ## remove the venv, the jars and local warehouses
 	rm -rf $(VENV) $(JARS) warehouse dist build

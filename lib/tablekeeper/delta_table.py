@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -16,9 +17,9 @@ from tablekeeper.delta.replay import (
     NonFileState,
     checkpoint_file_actions,
     checkpoint_non_file_actions,
+    iter_parquet,
     parse_commit,
     parse_json_checkpoint,
-    read_parquet,
     reconcile,
 )
 from tablekeeper.delta.segment import (
@@ -54,6 +55,9 @@ CHECKPOINT_COLUMNS = (
 
 
 def normalise_root(location: str) -> str:
+    """Without a scheme a location is a local path; relative ones are taken from the working dir."""
+    if "://" not in location and not location.startswith("file:") and not location.startswith("/"):
+        location = str(Path(location).absolute())
     return location.rstrip("/")
 
 
@@ -79,13 +83,15 @@ def _read_checkpoint(io: FileIO, root: str, checkpoint: Checkpoint, state: NonFi
         location = f"{log_dir}/{part.name}"
         if part.name.endswith(".json"):
             actions = parse_json_checkpoint(io.read(location), state, order)
+            order += actions.num_rows
+            tables.append(actions)
         else:
             with io.open_input(location) as stream:
-                table = read_parquet(stream, CHECKPOINT_COLUMNS)
-            checkpoint_non_file_actions(table, state)
-            actions = checkpoint_file_actions(table, order)
-        order += actions.num_rows
-        tables.append(actions)
+                for chunk in iter_parquet(stream, CHECKPOINT_COLUMNS):
+                    checkpoint_non_file_actions(chunk, state)
+                    actions = checkpoint_file_actions(chunk, order)
+                    order += actions.num_rows
+                    tables.append(actions)
     # V2 checkpoints (UUID-named, or V2 content under a classic name) keep file actions in sidecars.
     for sidecar in state.sidecars:
         from urllib.parse import unquote
@@ -93,14 +99,14 @@ def _read_checkpoint(io: FileIO, root: str, checkpoint: Checkpoint, state: NonFi
         location = f"{log_dir}/_sidecars/{unquote(sidecar)}"
         try:
             with io.open_input(location) as stream:
-                table = read_parquet(stream, ("add", "remove"))
+                for chunk in iter_parquet(stream, ("add", "remove")):
+                    actions = checkpoint_file_actions(chunk, order)
+                    order += actions.num_rows
+                    tables.append(actions)
         except FileNotFound:
             raise CorruptMetadataError(
                 f"checkpoint {checkpoint.version} names sidecar {sidecar}, which is missing"
             ) from None
-        actions = checkpoint_file_actions(table, order)
-        order += actions.num_rows
-        tables.append(actions)
     return tables
 
 

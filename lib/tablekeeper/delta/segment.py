@@ -157,6 +157,18 @@ def build_segment(
             "_last_checkpoint points at version %d, which has no complete checkpoint; using the listing",
             hint.version,
         )
+    if target not in commits and version is not None and commits and target < min(commits):
+        raise ConfigError(
+            f"version {target} of {table} can no longer be reconstructed: its log was cleaned up "
+            f"(the earliest commit kept is {min(commits)}); time travel to a later version"
+        )
+    if target not in commits:
+        # delta-spark refuses too: the version's own commit carries its commitInfo and timestamp,
+        # which no checkpoint keeps, so the log was cleaned further than the protocol allows.
+        raise CorruptMetadataError(
+            f"{table} has no commit file for version {target} ({commit_name(target)}), only a checkpoint: "
+            "the log is incomplete"
+        )
     start = checkpoint.version + 1 if checkpoint else 0
     needed = range(start, target + 1)
     missing = [v for v in needed if v not in commits]

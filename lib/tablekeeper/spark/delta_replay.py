@@ -8,6 +8,7 @@ Arrow. Non-file actions are few and are applied with the pure code.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from urllib.parse import unquote
 
 import orjson
@@ -147,7 +148,21 @@ def _skip_local_crc(spark: SparkSession, root: str) -> None:
     jvm.org.apache.hadoop.fs.FileSystem.getLocal(conf).setVerifyChecksum(False)
 
 
-def spark_replay(spark: SparkSession, root: str, segment: LogSegment) -> DeltaSnapshot:
+@dataclass(frozen=True, eq=False)
+class SparkDeltaState:
+    """The replayed state kept in Spark: winners per file key, plus the small non-file actions."""
+
+    root: str
+    segment: LogSegment
+    state: NonFileState
+    winners: DataFrame | None  # FILE_ACTIONS columns + absolute_path, dv_id; adds and tombstones
+
+    def live_files(self) -> DataFrame | None:
+        return None if self.winners is None else self.winners.where(F.col("is_add"))
+
+
+def spark_state(spark: SparkSession, root: str, segment: LogSegment) -> SparkDeltaState:
+    """Replay in Spark without collecting files: jobs that write manifests on executors use this."""
     log_dir = f"{root}/{LOG_DIR}"
     _skip_local_crc(spark, root)
     state = NonFileState()
@@ -189,16 +204,26 @@ def spark_replay(spark: SparkSession, root: str, segment: LogSegment) -> DeltaSn
             f"{root}: the log up to version {segment.version} has no protocol or metaData"
         )
     state.protocol.check_readable()
-    if frames:
-        union = frames[0]
-        for f in frames[1:]:
-            union = union.unionByName(f)
-        keyed = union.withColumn("absolute_path", _absolute(root)).withColumn("dv_id", _dv_id())
-        w = Window.partitionBy("absolute_path", F.coalesce(F.col("dv_id"), F.lit(""))).orderBy(
-            F.col("order").desc()
-        )
-        winners = keyed.withColumn("_rank", F.row_number().over(w)).where(F.col("_rank") == 1).drop("_rank")
-        table = winners.toArrow()
+    if not frames:
+        return SparkDeltaState(root, segment, state, None)
+    union = frames[0]
+    for f in frames[1:]:
+        union = union.unionByName(f)
+    keyed = union.withColumn("absolute_path", _absolute(root)).withColumn("dv_id", _dv_id())
+    w = Window.partitionBy("absolute_path", F.coalesce(F.col("dv_id"), F.lit(""))).orderBy(
+        F.col("order").desc()
+    )
+    winners = keyed.withColumn("_rank", F.row_number().over(w)).where(F.col("_rank") == 1).drop("_rank")
+    return SparkDeltaState(root, segment, state, winners)
+
+
+def spark_replay(spark: SparkSession, root: str, segment: LogSegment) -> DeltaSnapshot:
+    """Replay in Spark and bring the live files and tombstones to the driver as Arrow."""
+    replayed = spark_state(spark, root, segment)
+    state = replayed.state
+    assert state.protocol is not None and state.metadata is not None
+    if replayed.winners is not None:
+        table = replayed.winners.toArrow()
     else:
         table = pa.table({n: pa.array([], FILE_ACTIONS.field(n).type) for n in FILE_ACTIONS.names})
         table = table.append_column("absolute_path", pa.array([], pa.string())).append_column(
@@ -207,6 +232,7 @@ def spark_replay(spark: SparkSession, root: str, segment: LogSegment) -> DeltaSn
     table = _conform(table).sort_by([("absolute_path", "ascending"), ("order", "ascending")])
     is_add = table.column("is_add")
     reconciled = Reconciled(table.filter(is_add), table.filter(pc.invert(is_add)))
+    checkpoint = segment.checkpoint
     return DeltaSnapshot(
         root=root,
         version=segment.version,
