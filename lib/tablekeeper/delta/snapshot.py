@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 from tablekeeper.delta.models import (
@@ -48,6 +51,10 @@ class DeltaSnapshot:
         return column_mapping(self.metadata.configuration, self.protocol.supports("columnMapping"))
 
     @property
+    def row_tracking(self) -> RowTracking:
+        return row_tracking(self)
+
+    @property
     def num_files(self) -> int:
         return int(self.files.num_rows)
 
@@ -77,7 +84,9 @@ def _add_file(row: Mapping[str, Any]) -> AddFile:
         size=int(row.get("size") or 0),
         modification_time=int(row.get("modification_time") or 0),
         data_change=bool(row.get("data_change")),
-        stats=row.get("stats"),
+        # Checkpoints may carry only the typed stats_parsed column.
+        stats=row.get("stats")
+        or (_stats_json_from_parsed(row["stats_parsed"]) if row.get("stats_parsed") else None),
         tags=_pairs(row.get("tags")),
         deletion_vector=None
         if dv is None
@@ -92,3 +101,54 @@ def _add_file(row: Mapping[str, Any]) -> AddFile:
         default_row_commit_version=row.get("default_row_commit_version"),
         clustering_provider=row.get("clustering_provider"),
     )
+
+
+@dataclass(frozen=True)
+class RowTracking:
+    """Delta row tracking as the snapshot declares it (for v3 row lineage on conversion)."""
+
+    supported: bool
+    enabled: bool
+    suspended: bool
+    materialized_row_id_column: str | None
+    materialized_row_commit_version_column: str | None
+    high_water_mark: int | None
+
+
+def row_tracking(snapshot: DeltaSnapshot) -> RowTracking:
+    config = snapshot.metadata.configuration
+    domain = snapshot.domains.get("delta.rowTracking")
+    mark: int | None = None
+    if domain is not None:
+        try:
+            value = orjson.loads(domain.configuration).get("rowIdHighWaterMark")
+            mark = None if value is None else int(value)
+        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+            mark = None
+    return RowTracking(
+        supported=snapshot.protocol.supports("rowTracking"),
+        enabled=config.get("delta.enableRowTracking", "false").lower() == "true",
+        suspended=config.get("delta.rowTrackingSuspended", "false").lower() == "true",
+        materialized_row_id_column=config.get("delta.rowTracking.materializedRowIdColumnName"),
+        materialized_row_commit_version_column=config.get(
+            "delta.rowTracking.materializedRowCommitVersionColumnName"
+        ),
+        high_water_mark=mark,
+    )
+
+
+def _stats_json_from_parsed(parsed: Mapping[str, Any]) -> str:
+    """``stats_parsed`` (typed, from a checkpoint) in the JSON form ``add.stats`` has."""
+
+    def default(value: Any) -> Any:
+        if isinstance(value, dt.datetime):
+            return value.isoformat()
+        if isinstance(value, dt.date):
+            return value.isoformat()
+        if isinstance(value, Decimal):
+            return str(value)
+        if isinstance(value, bytes):
+            return None
+        raise TypeError(type(value).__name__)
+
+    return orjson.dumps(dict(parsed), default=default).decode("utf-8")
