@@ -12,7 +12,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from tablekeeper.delta.models import DeletionVector
 from tablekeeper.delta.replay import (
     CommitActions,
     NonFileState,
@@ -30,6 +29,7 @@ from tablekeeper.delta.segment import (
     build_segment,
     commit_timestamps,
     parse_last_checkpoint,
+    sidecar_location,
 )
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.errors import (
@@ -38,10 +38,7 @@ from tablekeeper.errors import (
     FileNotFound,
     NotATableError,
     StorageError,
-    UnsupportedFeatureError,
 )
-from tablekeeper.iceberg.puffin import delta_dv_relative_path, read_delta_dv, read_delta_inline_dv
-from tablekeeper.iceberg.roaring import RoaringBitmap64
 from tablekeeper.io import FileIO
 
 log = logging.getLogger(__name__)
@@ -104,9 +101,7 @@ def _read_checkpoint(io: FileIO, root: str, checkpoint: Checkpoint, state: NonFi
                     tables.append(actions)
     # V2 checkpoints (UUID-named, or V2 content under a classic name) keep file actions in sidecars.
     for sidecar in state.sidecars:
-        from urllib.parse import unquote
-
-        location = f"{log_dir}/_sidecars/{unquote(sidecar)}"
+        location = sidecar_location(log_dir, sidecar)
         try:
             with io.open_input(location) as stream:
                 for chunk in iter_parquet(stream, ("add", "remove")):
@@ -120,11 +115,27 @@ def _read_checkpoint(io: FileIO, root: str, checkpoint: Checkpoint, state: NonFi
     return tables
 
 
+def _commit_info_only(io: FileIO, root: str, version: int, state: NonFileState) -> None:
+    import orjson
+
+    try:
+        data = io.read(f"{root}/{LOG_DIR}/{version:020d}.json")
+    except FileNotFound:
+        return
+    for line in data.splitlines():
+        if line.startswith(b'{"commitInfo"'):
+            state.apply("commitInfo", orjson.loads(line)["commitInfo"], version)
+            return
+
+
 def replay_segment(io: FileIO, root: str, segment: LogSegment) -> DeltaSnapshot:
     state = NonFileState()
     tables: list[pa.Table] = []
     if segment.checkpoint is not None:
         tables.extend(_read_checkpoint(io, root, segment.checkpoint, state))
+    if segment.checkpoint is not None and segment.checkpoint.version == segment.version:
+        # Checkpoints drop commitInfo; the version's own commit still has it (and its ICT).
+        _commit_info_only(io, root, segment.version, state)
     actions = CommitActions()
     order = 0
     for entry in segment.commits:
@@ -159,10 +170,9 @@ def _hint(io: FileIO, root: str) -> object:
         return None
 
 
-def _timestamp(snapshot: DeltaSnapshot, entries: Sequence[LogEntry]) -> int:
-    ict = snapshot.commit_info.in_commit_timestamp if snapshot.commit_info else None
-    if ict is not None and snapshot.metadata.configuration.get("delta.enableInCommitTimestamps") == "true":
-        return ict
+def _timestamp(io: FileIO, snapshot: DeltaSnapshot, entries: Sequence[LogEntry]) -> int:
+    if snapshot.metadata.configuration.get("delta.enableInCommitTimestamps") == "true":
+        return commit_times(io, snapshot.root, entries, snapshot).get(snapshot.version, 0)
     return commit_timestamps(entries).get(snapshot.version, 0)
 
 
@@ -204,7 +214,7 @@ def load_snapshot(
         snapshot = replay_segment(io, root, segment)
     from dataclasses import replace
 
-    return replace(snapshot, timestamp_ms=_timestamp(snapshot, entries))
+    return replace(snapshot, timestamp_ms=_timestamp(io, snapshot, entries))
 
 
 def _log_bytes(entries: Sequence[LogEntry], segment: LogSegment) -> int:
@@ -212,21 +222,32 @@ def _log_bytes(entries: Sequence[LogEntry], segment: LogSegment) -> int:
     return sum(f.size for f in files)
 
 
-def version_at(io: FileIO, root: str, entries: Sequence[LogEntry], timestamp_ms: int) -> int:
-    """Newest version whose commit timestamp is <= the given time (in-commit timestamps when on)."""
+def commit_times(io: FileIO, root: str, entries: Sequence[LogEntry], latest: DeltaSnapshot) -> dict[int, int]:
+    """Commit version -> commit time: in-commit timestamps where enabled, else file mtimes; made
+    strictly increasing either way (a value edited to go backwards is lifted to previous + 1)."""
+    import orjson
+
     stamps = commit_timestamps(entries)
-    latest = load_snapshot(root, io=io)
     config = latest.metadata.configuration
     if config.get("delta.enableInCommitTimestamps") == "true":
         start = int(config.get("delta.inCommitTimestampEnablementVersion", "0"))
-        for v in stamps:
+        for v in sorted(stamps):
             if v >= start:
                 first = io.read(f"{root}/{LOG_DIR}/{v:020d}.json").split(b"\n", 1)[0]
-                import orjson
-
                 info = orjson.loads(first).get("commitInfo") or {}
                 if info.get("inCommitTimestamp") is not None:
                     stamps[v] = int(info["inCommitTimestamp"])
+    previous: int | None = None
+    for v in sorted(stamps):
+        if previous is not None and stamps[v] <= previous:
+            stamps[v] = previous + 1
+        previous = stamps[v]
+    return stamps
+
+
+def version_at(io: FileIO, root: str, entries: Sequence[LogEntry], timestamp_ms: int) -> int:
+    """Newest version whose commit time is <= the given time."""
+    stamps = commit_times(io, root, entries, load_snapshot(root, io=io))
     eligible = [v for v, ts in stamps.items() if ts <= timestamp_ms]
     if not eligible:
         earliest = min(stamps.values()) if stamps else None
@@ -234,29 +255,3 @@ def version_at(io: FileIO, root: str, entries: Sequence[LogEntry], timestamp_ms:
             f"{root} has no version committed at or before {timestamp_ms} ms (earliest commit: {earliest} ms)"
         )
     return max(eligible)
-
-
-def dv_location(root: str, dv: DeletionVector) -> str | None:
-    """Where an on-disk DV lives (None for inline DVs): 'u' under the table, 'p' absolute."""
-    if dv.storage_type == "u":
-        return f"{root}/{delta_dv_relative_path(dv.path_or_inline_dv)}"
-    if dv.storage_type == "p":
-        from urllib.parse import unquote
-
-        return unquote(dv.path_or_inline_dv)
-    if dv.storage_type == "i":
-        return None
-    raise UnsupportedFeatureError(f"deletion vector storage type {dv.storage_type!r} is not supported")
-
-
-def read_deletion_vector(io: FileIO, root: str, dv: DeletionVector) -> tuple[RoaringBitmap64, bytes]:
-    """The deleted row positions and the byte-identical Iceberg ``deletion-vector-v1`` blob."""
-    location = dv_location(root, dv)
-    if location is None:
-        return read_delta_inline_dv(dv.path_or_inline_dv, dv.size_in_bytes, dv.cardinality)
-    offset = dv.offset if dv.offset is not None else 1
-    try:
-        data = io.read(location)
-    except FileNotFound:
-        raise CorruptMetadataError(f"deletion vector file {location} is missing") from None
-    return read_delta_dv(data, offset, dv.size_in_bytes, dv.cardinality)

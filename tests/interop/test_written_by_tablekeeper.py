@@ -299,3 +299,56 @@ def _pyiceberg_table(catalogs, catalog_name: str, ident: str, metadata_location:
     from pyiceberg.table import StaticTable
 
     return StaticTable.from_metadata(metadata_location)
+
+
+def test_types_beyond_spark_are_read_by_pyiceberg(spark, catalogs) -> None:  # type: ignore[no-untyped-def]
+    """time, timestamp_ns, timestamptz_ns and unknown (v3): PyIceberg reads them exactly; Iceberg
+    Spark 1.11 refuses time and the ns types itself, and reads unknown columns as null."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from tablekeeper.iceberg.types import TIME, TIMESTAMP_NS, TIMESTAMPTZ_NS, UNKNOWN
+
+    catalog = catalog_for(catalogs.get(SQL_CATALOG))
+    conf = catalogs.get(SQL_CATALOG)
+    rows = [
+        {
+            "id": i,
+            "t": dt.time(1, 2, 3, i),
+            "tns": BASE_TS + dt.timedelta(microseconds=i),
+            "tzns": (BASE_TS + dt.timedelta(seconds=i)).replace(tzinfo=dt.timezone.utc),
+            "u": None,
+        }
+        for i in range(3)
+    ]
+    fields = (
+        NestedField(1, "id", LONG, True),
+        NestedField(2, "t", TIME),
+        NestedField(3, "tns", TIMESTAMP_NS),
+        NestedField(4, "tzns", TIMESTAMPTZ_NS),
+        NestedField(5, "u", UNKNOWN),
+    )
+    for name, schema in (
+        ("extra_types", Schema(0, fields)),
+        ("unknown_only", Schema(0, (fields[0], fields[4]))),
+    ):
+        ident = f"written.{name}"
+        meta = new_table_metadata(
+            schema=schema,
+            location=catalog.default_table_location(ident),
+            timestamp_ms=1_770_000_000_000,
+            format_version=3,
+        )
+        catalog.create_table(ident, meta)
+        data = [{f.name: r[f.name] for f in schema.fields} for r in rows]
+        Committer(catalog, ident).commit_snapshot(
+            SnapshotChange("append", added_files=tuple(write_rows(meta, data)))
+        )
+        py = SqlCatalog(SQL_CATALOG, uri=conf.uri, warehouse=conf.warehouse).load_table(ident)
+        got = sorted(py.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
+        assert [{k: norm(v) for k, v in r.items()} for r in got] == [
+            {k: norm(v) for k, v in r.items()} for r in data
+        ]
+    with pytest.raises(Exception, match="Spark does not support time fields"):
+        spark.sql(f"SELECT * FROM {SQL_CATALOG}.written.extra_types").collect()
+    spark_rows = spark.sql(f"SELECT id, u FROM {SQL_CATALOG}.written.unknown_only ORDER BY id").collect()
+    assert [(r.id, r.u) for r in spark_rows] == [(0, None), (1, None), (2, None)]

@@ -45,7 +45,8 @@ def write_rows(meta: TableMetadata, rows: list[dict[str, Any]], spec_id: int | N
         location = f"{meta.location}/data/{uuid.uuid4()}.parquet"
         path = local_path(location)
         path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(group, schema=arrow_schema), path)
+        stored = [{k: v for k, v in r.items() if k in arrow_schema.names} for r in group]
+        pq.write_table(pa.Table.from_pylist(stored, schema=arrow_schema), path)
         files.append(
             data_file_from_footer(
                 pq.read_metadata(path),

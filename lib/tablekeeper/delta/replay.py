@@ -88,6 +88,13 @@ class NonFileState:
     checkpoint_metadata: dict[str, Any] | None = None
 
     def apply(self, action: str, body: Mapping[str, Any], version: int | None) -> None:
+        try:
+            self._apply(action, body, version)
+        except (KeyError, TypeError, ValueError) as err:
+            where = "checkpoint" if version is None else f"commit {version}"
+            raise CorruptMetadataError(f"malformed {action} action in {where} ({err!r})") from err
+
+    def _apply(self, action: str, body: Mapping[str, Any], version: int | None) -> None:
         if action == "protocol":
             self.protocol = Protocol.from_json(body)
         elif action == "metaData":
@@ -299,12 +306,13 @@ def parse_json_checkpoint(data: bytes, state: NonFileState, first_order: int) ->
 def absolute_paths(paths: pa.ChunkedArray | pa.Array, root: str) -> pa.Array:
     """Paths made absolute under ``root`` and percent-decoded exactly once."""
     arr = paths.combine_chunks() if isinstance(paths, pa.ChunkedArray) else paths
+    # Absoluteness is decided on the path as written: an encoded ':' must not create a scheme.
+    absolute = pc.match_substring_regex(arr, r"^(/|[A-Za-z][A-Za-z0-9+.\-]*:)")
     encoded = pc.match_substring(arr, "%")
     if pc.any(encoded).as_py():
         values = arr.to_pylist()
         flags = encoded.to_pylist()
         arr = pa.array([unquote(v) if f else v for v, f in zip(values, flags, strict=True)], pa.string())
-    absolute = pc.match_substring_regex(arr, r"^(/|[A-Za-z][A-Za-z0-9+.\-]*:)")
     prefix = root.rstrip("/") + "/"
     joined = pc.binary_join_element_wise(pa.scalar(prefix), arr, "")
     return pc.if_else(absolute, arr, joined)

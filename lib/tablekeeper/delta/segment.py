@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import orjson
 
@@ -174,7 +174,7 @@ def build_segment(
     missing = [v for v in needed if v not in commits]
     if missing:
         earliest = min(commits) if commits else None
-        if checkpoint is None and version is not None and earliest is not None and target >= 0:
+        if checkpoint is None and version is not None and earliest is not None and missing[0] < earliest:
             raise ConfigError(
                 f"version {target} of {table} can no longer be reconstructed: its log was cleaned up "
                 f"(commits from {earliest} remain and no checkpoint covers {target}); "
@@ -199,3 +199,11 @@ def commit_timestamps(entries: Sequence[LogEntry]) -> dict[int, int]:
         out[v] = ts
         previous = ts
     return out
+
+
+def sidecar_location(log_dir: str, sidecar: str) -> str:
+    """``sidecar.path`` is URI-encoded: usually a bare name under _sidecars, possibly a full URI."""
+    decoded = unquote(sidecar)
+    if sidecar.startswith("/") or re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*:", sidecar):
+        return decoded
+    return f"{log_dir}/_sidecars/{decoded}"

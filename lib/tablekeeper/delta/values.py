@@ -7,14 +7,13 @@ the epoch (UTC for Delta ``timestamp``), decimals as ``Decimal``, binary as ``by
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
-
-import orjson
 
 from tablekeeper.delta.schema import (
     ColumnMapping,
@@ -36,6 +35,8 @@ INTEGER_TYPES = frozenset({"byte", "short", "integer", "long"})
 
 
 def _micros(date_text: str, h: str, m: str, s: str | None, f: str | None) -> int:
+    if int(h) > 23 or int(m) > 59 or int(s or 0) > 59:
+        raise ValueError(f"time of day {h}:{m}:{s} is out of range")
     day = (dt.date.fromisoformat(date_text) - _EPOCH_DATE).days
     frac = int((f or "0").ljust(6, "0")[:6])
     return ((day * 24 + int(h)) * 60 + int(m)) * 60_000_000 + int(s or 0) * 1_000_000 + frac
@@ -55,11 +56,31 @@ def parse_timestamp(text: str, *, with_zone: bool, default_offset_micros: int = 
     match = _TS.match(text.strip())
     if match is None:
         raise CorruptMetadataError(f"{text!r} is not a timestamp Delta writes")
-    local = _micros(match["date"], match["h"], match["m"], match["s"], match["f"])
+    try:
+        local = _micros(match["date"], match["h"], match["m"], match["s"], match["f"])
+    except ValueError as err:
+        raise CorruptMetadataError(f"{text!r} is not a timestamp Delta writes ({err})") from err
     if not with_zone:
         return local
     tz = match["tz"]
     return local - (_offset_micros(tz) if tz else default_offset_micros)
+
+
+_DECIMAL_CONTEXT = Context(prec=80)
+
+
+def _decimal(raw: Any, t: DeltaDecimal) -> Decimal | None:
+    """An exact decimal at the column's scale (decimal(38, s) needs more than the default 28 digits)."""
+    if isinstance(raw, float):
+        raw = repr(raw)
+    try:
+        value = Decimal(str(raw))
+        if not value.is_finite():
+            return None
+        quantized = value.quantize(Decimal(1).scaleb(-t.scale), context=_DECIMAL_CONTEXT)
+    except (InvalidOperation, ValueError):
+        return None
+    return quantized if len(quantized.as_tuple().digits) <= t.precision else None
 
 
 def parse_partition_value(t: DeltaType, raw: str | None, *, default_offset_micros: int = 0) -> Any:
@@ -67,10 +88,10 @@ def parse_partition_value(t: DeltaType, raw: str | None, *, default_offset_micro
     if raw is None or raw == "":
         return None
     if isinstance(t, DeltaDecimal):
-        try:
-            return Decimal(raw).quantize(Decimal(1).scaleb(-t.scale))
-        except InvalidOperation as err:
-            raise CorruptMetadataError(f"partition value {raw!r} is not a decimal") from err
+        value = _decimal(raw, t)
+        if value is None:
+            raise CorruptMetadataError(f"partition value {raw!r} is not a decimal({t.precision},{t.scale})")
+        return value
     if not isinstance(t, DeltaPrimitive):
         raise UnsupportedFeatureError(f"partition column of nested type {t} is not supported")
     name = t.name
@@ -113,14 +134,15 @@ def parse_stats(text: str | None) -> FileStats | None:
     if not text:
         return None
     try:
-        obj = orjson.loads(text)
-    except orjson.JSONDecodeError:
+        # Decimal stats are JSON numbers: parse them exactly, never through a binary float.
+        obj = json.loads(text, parse_float=Decimal)
+    except (json.JSONDecodeError, ValueError):
         return None  # unreadable stats are unknown stats, never an error
     if not isinstance(obj, dict):
         return None
     num = obj.get("numRecords")
     return FileStats(
-        num_records=None if num is None else int(num),
+        num_records=num if isinstance(num, int) and not isinstance(num, bool) and num >= 0 else None,
         min_values=obj.get("minValues") or {},
         max_values=obj.get("maxValues") or {},
         null_count=obj.get("nullCount") or {},
@@ -133,17 +155,14 @@ def stats_value(t: DeltaType, raw: Any) -> Any:
     if raw is None:
         return None
     if isinstance(t, DeltaDecimal):
-        try:
-            return Decimal(str(raw)).quantize(Decimal(1).scaleb(-t.scale))
-        except InvalidOperation:
-            return None
+        return _decimal(raw, t)
     if not isinstance(t, DeltaPrimitive):
         return None
     name = t.name
     if name in INTEGER_TYPES and isinstance(raw, int) and not isinstance(raw, bool):
         return raw
     if name in ("float", "double"):
-        if isinstance(raw, (int, float)) and not isinstance(raw, bool) and math.isfinite(float(raw)):
+        if isinstance(raw, (int, float, Decimal)) and not isinstance(raw, bool) and math.isfinite(float(raw)):
             return float(raw)
         return None  # NaN/Infinity arrive as strings: no bound
     if name == "string" and isinstance(raw, str):

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from tablekeeper.iceberg.conversions import to_bytes
 from tablekeeper.iceberg.manifest import DATA, DataFile
 from tablekeeper.iceberg.types import (
+    UNKNOWN,
     DecimalType,
     FixedType,
     IcebergType,
@@ -76,7 +77,8 @@ def to_arrow_type(t: IcebergType) -> pa.DataType:
 
 
 def to_arrow_schema(schema: Schema) -> pa.Schema:
-    return pa.schema([_field(f.id, f.name, f.type, f.required) for f in schema.fields])
+    # Columns of type unknown are always null and are not written to data files (v3 spec).
+    return pa.schema([_field(f.id, f.name, f.type, f.required) for f in schema.fields if f.type != UNKNOWN])
 
 
 def arrow_value_to_iceberg(t: IcebergType, value: Any) -> Any:

@@ -18,7 +18,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from tablekeeper.delta.replay import FILE_ACTIONS, NON_FILE_COLUMNS, NonFileState, Reconciled
-from tablekeeper.delta.segment import LogSegment
+from tablekeeper.delta.segment import LogSegment, sidecar_location
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.errors import CorruptMetadataError
 
@@ -87,7 +87,7 @@ def _absolute(root: str) -> Column:
     # try_url_decode follows java.net.URLDecoder, which turns '+' into a space: protect it first.
     decoded = F.coalesce(F.try_url_decode(F.replace(F.col("path"), F.lit("+"), F.lit("%2B"))), F.col("path"))
     path = F.when(F.col("path").contains("%"), decoded).otherwise(F.col("path"))
-    is_abs = path.rlike(r"^(/|[A-Za-z][A-Za-z0-9+.\-]*:)")
+    is_abs = F.col("path").rlike(r"^(/|[A-Za-z][A-Za-z0-9+.\-]*:)")  # as written, before decoding
     return F.when(is_abs, path).otherwise(F.concat(F.lit(root.rstrip("/") + "/"), path))
 
 
@@ -180,11 +180,16 @@ def spark_state(spark: SparkSession, root: str, segment: LogSegment) -> SparkDel
             if column in ck.columns:
                 frames.append(_normalise(ck, column, is_add, F.lit(-1).cast("bigint")))
         if state.sidecars:
-            sidecars = [f"{log_dir}/_sidecars/{unquote(s)}" for s in state.sidecars]
+            sidecars = [sidecar_location(log_dir, s) for s in state.sidecars]
             side = spark.read.parquet(*sidecars)
             for column, is_add in (("add", True), ("remove", False)):
                 if column in side.columns:
                     frames.append(_normalise(side, column, is_add, F.lit(-1).cast("bigint")))
+        if checkpoint.version == segment.version:
+            # Checkpoints drop commitInfo; the version's own commit still has it (and its ICT).
+            own = f"{log_dir}/{checkpoint.version:020d}.json"
+            for row in spark.read.text(own).where(F.col("value").startswith('{"commitInfo"')).collect():
+                state.apply("commitInfo", orjson.loads(row["value"])["commitInfo"], checkpoint.version)
     commit_paths = [f"{log_dir}/{c.name}" for c in segment.commits]
     versions = {c.name: int(c.name.split(".", 1)[0]) for c in segment.commits}
     if commit_paths:
