@@ -352,3 +352,58 @@ def test_types_beyond_spark_are_read_by_pyiceberg(spark, catalogs) -> None:  # t
         spark.sql(f"SELECT * FROM {SQL_CATALOG}.written.extra_types").collect()
     spark_rows = spark.sql(f"SELECT id, u FROM {SQL_CATALOG}.written.unknown_only ORDER BY id").collect()
     assert [(r.id, r.u) for r in spark_rows] == [(0, None), (1, None), (2, None)]
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_schema_and_partition_evolution_written_by_tablekeeper(spark, catalogs, version: int) -> None:  # type: ignore[no-untyped-def]
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from tablekeeper.iceberg.updates import add_partition_spec, add_schema
+
+    catalog = catalog_for(catalogs.get(SQL_CATALOG))
+    ident = f"written.evolved_v{version}"
+    base = Schema(
+        0, (NestedField(1, "id", LONG, True), NestedField(2, "cat", STRING), NestedField(3, "i", INT))
+    )
+    meta = new_table_metadata(
+        schema=base,
+        location=catalog.default_table_location(ident),
+        timestamp_ms=1_770_000_000_000,
+        spec=PartitionSpec(0, (PartitionField(2, 1000, "cat", "identity"),)),
+        format_version=version,
+    )
+    catalog.create_table(ident, meta)
+    committer = Committer(catalog, ident)
+    old_rows = [{"id": i, "cat": f"c{i % 2}", "i": i} for i in range(6)]
+    committer.commit_snapshot(SnapshotChange("append", added_files=tuple(write_rows(meta, old_rows))))
+    evolved = Schema(
+        0,
+        (
+            NestedField(1, "id", LONG, True),
+            NestedField(2, "cat", STRING),
+            NestedField(3, "i", LONG),
+            NestedField(4, "note", STRING),
+        ),
+    )
+    committer.update_metadata(lambda m, now: add_schema(m, evolved, timestamp_ms=now))
+    spec = PartitionSpec(
+        0, (PartitionField(2, 0, "cat", "identity"), PartitionField(1, 0, "id_bucket", "bucket[4]"))
+    )
+    committer.update_metadata(lambda m, now: add_partition_spec(m, spec, timestamp_ms=now))
+    current = catalog.load_table(ident).metadata
+    assert current.default_spec_id == 1 and current.current_schema_id == 1
+    new_rows = [{"id": i, "cat": "c9", "i": 10**10 + i, "note": f"n{i}"} for i in range(10, 14)]
+    committer.commit_snapshot(SnapshotChange("append", added_files=tuple(write_rows(current, new_rows))))
+
+    expected = sorted(
+        [(r["id"], r["cat"], r["i"], None) for r in old_rows]
+        + [(r["id"], r["cat"], r["i"], r["note"]) for r in new_rows]
+    )
+    table = f"{SQL_CATALOG}.{ident}"
+    spark.sql(f"REFRESH TABLE {table}")
+    assert sorted(tuple(r) for r in spark.sql(f"SELECT id, cat, i, note FROM {table}").collect()) == expected
+    assert {r.spec_id for r in spark.sql(f"SELECT spec_id FROM {table}.files").collect()} == {0, 1}
+    conf = catalogs.get(SQL_CATALOG)
+    py = SqlCatalog(SQL_CATALOG, uri=conf.uri, warehouse=conf.warehouse).load_table(ident)
+    got = sorted((r["id"], r["cat"], r["i"], r["note"]) for r in py.scan().to_arrow().to_pylist())
+    assert got == expected

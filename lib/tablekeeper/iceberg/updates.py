@@ -22,7 +22,8 @@ from tablekeeper.iceberg.metadata import (
     validate,
 )
 from tablekeeper.iceberg.partitioning import UNPARTITIONED, UNSORTED, PartitionSpec, SortOrder
-from tablekeeper.iceberg.types import Schema
+from tablekeeper.iceberg.transforms import parse_transform
+from tablekeeper.iceberg.types import Schema, check_evolution
 
 DEFAULT_PREVIOUS_VERSIONS_MAX = 100
 
@@ -165,3 +166,65 @@ def with_previous_metadata(meta: TableMetadata, base: TableMetadata, base_locati
     limit = max(1, meta.property_int("write.metadata.previous-versions-max", DEFAULT_PREVIOUS_VERSIONS_MAX))
     log = (*base.metadata_log, MetadataLogEntry(base.last_updated_ms, base_location))
     return replace(meta, metadata_log=log[-limit:])
+
+
+def add_schema(
+    meta: TableMetadata, schema: Schema, *, timestamp_ms: int, set_current: bool = True
+) -> TableMetadata:
+    """Evolve the schema: field ids keep compatible types (Iceberg's promotions), new ids only grow."""
+    problems = check_evolution(meta.schema(), schema, meta.format_version)
+    if problems:
+        raise ConfigError(f"schema change refused: {problems[0]}")
+    existing = next((s for s in meta.schemas if s.fields == schema.fields), None)
+    if existing is None:
+        existing = replace(schema, schema_id=max(s.schema_id for s in meta.schemas) + 1)
+        schemas = (*meta.schemas, existing)
+    else:
+        schemas = meta.schemas
+    updated = replace(
+        meta,
+        schemas=schemas,
+        current_schema_id=existing.schema_id if set_current else meta.current_schema_id,
+        last_column_id=max(meta.last_column_id, existing.highest_field_id()),
+        last_updated_ms=max(timestamp_ms, meta.last_updated_ms),
+    )
+    validate(updated)
+    return updated
+
+
+def add_partition_spec(
+    meta: TableMetadata, spec: PartitionSpec, *, timestamp_ms: int, set_default: bool = True
+) -> TableMetadata:
+    """Evolve partitioning: an equivalent existing spec is reused; new fields get fresh field ids."""
+    schema = meta.schema()
+    for f in spec.fields:
+        source = schema.find_type(f.source_id)
+        if source is None:
+            raise ConfigError(f"partition field {f.name!r} names source id {f.source_id}, not in the schema")
+        if not parse_transform(f.transform).can_transform(source):
+            raise ConfigError(f"transform {f.transform} cannot apply to {f.name!r} of type {source}")
+    existing = next((s for s in meta.partition_specs if s.compatible_with(spec)), None)
+    if existing is None:
+        # Field ids are unique across a table's specs (v2): reuse the id of an identical field, else
+        # take the next free one.
+        known = {(f.source_id, f.transform): f.field_id for s in meta.partition_specs for f in s.fields}
+        next_id = meta.last_partition_id + 1
+        fields = []
+        for f in spec.fields:
+            fid = known.get((f.source_id, f.transform))
+            if fid is None:
+                fid, next_id = next_id, next_id + 1
+            fields.append(replace(f, field_id=fid))
+        existing = PartitionSpec(max(s.spec_id for s in meta.partition_specs) + 1, tuple(fields))
+        specs = (*meta.partition_specs, existing)
+    else:
+        specs = meta.partition_specs
+    updated = replace(
+        meta,
+        partition_specs=specs,
+        default_spec_id=existing.spec_id if set_default else meta.default_spec_id,
+        last_partition_id=max(meta.last_partition_id, existing.last_assigned_field_id()),
+        last_updated_ms=max(timestamp_ms, meta.last_updated_ms),
+    )
+    validate(updated)
+    return updated
