@@ -35,6 +35,7 @@ jars:
 	  if [ ! -s "$(JARS)/$$artifact-$$version.jar" ]; then \
 	    echo "fetching $$coord"; \
 	    mvn --quiet --batch-mode -Dstyle.color=never $(MVN_DEPENDENCY):copy -Dartifact="$$coord" -DoutputDirectory=$(JARS) \
+	      2>&1 | sed 's/\x1b\[[0-9;]*m//g' \
 	      || { echo "could not fetch $$coord from Maven Central: check the network and conf/jars.txt" >&2; exit 2; }; \
 	  fi; \
 	done
