@@ -31,7 +31,7 @@ from tablekeeper.delta.segment import (
     parse_last_checkpoint,
     sidecar_location,
 )
-from tablekeeper.delta.snapshot import DeltaSnapshot
+from tablekeeper.delta.snapshot import DeltaSnapshot, snapshot_from_replay
 from tablekeeper.errors import (
     ConfigError,
     CorruptMetadataError,
@@ -142,25 +142,9 @@ def replay_segment(io: FileIO, root: str, segment: LogSegment) -> DeltaSnapshot:
         version = int(entry.name.split(".", 1)[0])
         order = parse_commit(version, io.read(f"{root}/{LOG_DIR}/{entry.name}"), actions, state, order)
     tables.append(actions.table())
-    if state.protocol is None or state.metadata is None:
-        missing = "protocol" if state.protocol is None else "metaData"
-        raise CorruptMetadataError(f"{root}: the log up to version {segment.version} has no {missing} action")
-    state.protocol.check_readable()
-    reconciled = reconcile(tables, root)
-    commit_info = state.commit_infos.get(segment.version)
-    return DeltaSnapshot(
-        root=root,
-        version=segment.version,
-        protocol=state.protocol,
-        metadata=state.metadata,
-        files=reconciled.files,
-        tombstones=reconciled.tombstones,
-        timestamp_ms=0,
-        txns=dict(state.txns),
-        domains=dict(state.domains),
-        commit_info=commit_info,
-        checkpoint_version=segment.checkpoint.version if segment.checkpoint else None,
-    )
+    if state.protocol is not None:
+        state.protocol.check_readable()
+    return snapshot_from_replay(root, segment, state, reconcile(tables, root), "pure")
 
 
 def _hint(io: FileIO, root: str) -> object:

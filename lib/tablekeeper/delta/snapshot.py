@@ -20,7 +20,10 @@ from tablekeeper.delta.models import (
     Protocol,
     Txn,
 )
+from tablekeeper.delta.replay import NonFileState, Reconciled
 from tablekeeper.delta.schema import ColumnMapping, DeltaStruct, column_mapping
+from tablekeeper.delta.segment import LogSegment
+from tablekeeper.errors import CorruptMetadataError
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,3 +155,26 @@ def _stats_json_from_parsed(parsed: Mapping[str, Any]) -> str:
         raise TypeError(type(value).__name__)
 
     return orjson.dumps(dict(parsed), default=default).decode("utf-8")
+
+
+def snapshot_from_replay(
+    root: str, segment: LogSegment, state: NonFileState, reconciled: Reconciled, engine: str
+) -> DeltaSnapshot:
+    """The snapshot both replay engines build from their reconciled state (timestamp set later)."""
+    if state.protocol is None or state.metadata is None:
+        missing = "protocol" if state.protocol is None else "metaData"
+        raise CorruptMetadataError(f"{root}: the log up to version {segment.version} has no {missing} action")
+    return DeltaSnapshot(
+        root=root,
+        version=segment.version,
+        protocol=state.protocol,
+        metadata=state.metadata,
+        files=reconciled.files,
+        tombstones=reconciled.tombstones,
+        timestamp_ms=0,
+        txns=dict(state.txns),
+        domains=dict(state.domains),
+        commit_info=state.commit_infos.get(segment.version),
+        checkpoint_version=segment.checkpoint.version if segment.checkpoint else None,
+        engine=engine,
+    )

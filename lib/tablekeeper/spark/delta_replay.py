@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 
 from tablekeeper.delta.replay import FILE_ACTIONS, NON_FILE_COLUMNS, NonFileState, Reconciled
 from tablekeeper.delta.segment import LogSegment, sidecar_location
-from tablekeeper.delta.snapshot import DeltaSnapshot
+from tablekeeper.delta.snapshot import DeltaSnapshot, snapshot_from_replay
 from tablekeeper.errors import CorruptMetadataError
 
 log = logging.getLogger(__name__)
@@ -237,21 +237,7 @@ def spark_replay(spark: SparkSession, root: str, segment: LogSegment) -> DeltaSn
     table = _conform(table).sort_by([("absolute_path", "ascending"), ("order", "ascending")])
     is_add = table.column("is_add")
     reconciled = Reconciled(table.filter(is_add), table.filter(pc.invert(is_add)))
-    checkpoint = segment.checkpoint
-    return DeltaSnapshot(
-        root=root,
-        version=segment.version,
-        protocol=state.protocol,
-        metadata=state.metadata,
-        files=reconciled.files,
-        tombstones=reconciled.tombstones,
-        timestamp_ms=0,
-        txns=dict(state.txns),
-        domains=dict(state.domains),
-        commit_info=state.commit_infos.get(segment.version),
-        checkpoint_version=checkpoint.version if checkpoint else None,
-        engine="spark",
-    )
+    return snapshot_from_replay(root, segment, state, reconciled, "spark")
 
 
 def _conform(table: pa.Table) -> pa.Table:
