@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tablekeeper.delta.models import DeletionVector
 from tablekeeper.delta.replay import (
     CommitActions,
     NonFileState,
@@ -38,7 +39,10 @@ from tablekeeper.errors import (
     FileNotFound,
     NotATableError,
     StorageError,
+    UnsupportedFeatureError,
 )
+from tablekeeper.iceberg.puffin import delta_dv_relative_path, read_delta_dv, read_delta_inline_dv
+from tablekeeper.iceberg.roaring import RoaringBitmap64
 from tablekeeper.io import FileIO
 
 log = logging.getLogger(__name__)
@@ -239,3 +243,29 @@ def version_at(io: FileIO, root: str, entries: Sequence[LogEntry], timestamp_ms:
             f"{root} has no version committed at or before {timestamp_ms} ms (earliest commit: {earliest} ms)"
         )
     return max(eligible)
+
+
+def dv_location(root: str, dv: DeletionVector) -> str | None:
+    """Where an on-disk DV lives (None for inline DVs): 'u' under the table, 'p' absolute."""
+    if dv.storage_type == "u":
+        return f"{root}/{delta_dv_relative_path(dv.path_or_inline_dv)}"
+    if dv.storage_type == "p":
+        from urllib.parse import unquote
+
+        return unquote(dv.path_or_inline_dv)
+    if dv.storage_type == "i":
+        return None
+    raise UnsupportedFeatureError(f"deletion vector storage type {dv.storage_type!r} is not supported")
+
+
+def read_deletion_vector(io: FileIO, root: str, dv: DeletionVector) -> tuple[RoaringBitmap64, bytes]:
+    """The deleted row positions and the byte-identical Iceberg ``deletion-vector-v1`` blob."""
+    location = dv_location(root, dv)
+    if location is None:
+        return read_delta_inline_dv(dv.path_or_inline_dv, dv.size_in_bytes, dv.cardinality)
+    offset = dv.offset if dv.offset is not None else 1
+    try:
+        data = io.read(location)
+    except FileNotFound:
+        raise CorruptMetadataError(f"deletion vector file {location} is missing") from None
+    return read_delta_dv(data, offset, dv.size_in_bytes, dv.cardinality)
