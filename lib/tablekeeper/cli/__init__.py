@@ -10,7 +10,7 @@ import argparse
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from tablekeeper import __version__
@@ -18,6 +18,8 @@ from tablekeeper.errors import ExitCode, TablekeeperError, exit_code
 
 if TYPE_CHECKING:
     from tablekeeper.catalog import LoadedTable
+    from tablekeeper.catalog.config import CatalogsConfig
+    from tablekeeper.jobs.result import JobResult
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +64,22 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--version", dest="delta_version", type=int, help="Delta: time travel to a version")
     inspect.add_argument("--timestamp-ms", type=int, help="Delta: time travel to a commit time (epoch ms)")
     inspect.add_argument("--json", action="store_true", help="print JSON (the only format; kept for scripts)")
+    convert = sub.add_parser("convert-delta", help="convert a Delta table to Iceberg by replaying its log")
+    convert.add_argument("--source", required=True, help="Delta table path or URI")
+    convert.add_argument("--target", required=True, help="<namespace>.<table> in the Iceberg catalog")
+    convert.add_argument("--catalog", help="catalog name from the catalog file (default: its default)")
+    convert.add_argument("--conf-file", help="catalog definitions (YAML); default conf/catalogs.yaml")
+    convert.add_argument("--warehouse", help="local warehouse for ${warehouse} in the catalog file")
+    convert.add_argument("--mode", default="full", choices=["full", "incremental"])
+    convert.add_argument("--history", default="latest", choices=["latest", "all"])
+    convert.add_argument("--format-version", type=int, default=2, choices=[2, 3])
+    _job_options(convert)
     return parser
+
+
+def _job_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
+    parser.add_argument("--result-file", help="also write the JSON result to this file")
 
 
 def _table_options(parser: argparse.ArgumentParser) -> None:
@@ -79,20 +96,15 @@ def _dispatch(args: argparse.Namespace) -> int:
         return doctor.run(as_json=args.json)
     if args.command == "inspect":
         return _inspect(args)
+    if args.command == "convert-delta":
+        return _convert_delta(args)
     raise AssertionError(f"unhandled command {args.command}")
 
 
 def _load_table(args: argparse.Namespace) -> LoadedTable:
-    from pathlib import Path
-
     from tablekeeper.catalog import resolve_table
-    from tablekeeper.catalog.config import load_catalogs
 
-    catalogs = load_catalogs(
-        Path(args.conf_file) if args.conf_file else None,
-        Path(args.warehouse).resolve() if args.warehouse else None,
-    )
-    catalog, identifier = resolve_table(args.table, args.catalog, catalogs)
+    catalog, identifier = resolve_table(args.table, args.catalog, _catalogs(args))
     return catalog.require(identifier)
 
 
@@ -122,6 +134,62 @@ def _inspect(args: argparse.Namespace) -> int:
     result = inspect_table(_load_table(args), args.what, args.snapshot)
     print(json.dumps(result, default=str))
     return 0
+
+
+def _catalogs(args: argparse.Namespace) -> CatalogsConfig:
+    from pathlib import Path
+
+    from tablekeeper.catalog.config import load_catalogs
+
+    return load_catalogs(
+        Path(args.conf_file) if args.conf_file else None,
+        Path(args.warehouse).resolve() if args.warehouse else None,
+    )
+
+
+def _emit(result: JobResult, result_file: str | None) -> None:
+    line = result.to_json()
+    print(line)
+    if result_file:
+        from pathlib import Path
+
+        Path(result_file).write_text(line + "\n", encoding="utf-8")
+
+
+def _run_job(args: argparse.Namespace, job: str, table: str, run: Callable[[], JobResult]) -> int:
+    """Run a job; whatever happens, stdout's last line is its JSON result."""
+    from tablekeeper.jobs.result import JobResult, utc_now_iso
+
+    started = utc_now_iso()
+    try:
+        result = run()
+    except TablekeeperError as err:
+        status = "refused" if err.exit_code == ExitCode.REFUSED else "failed"
+        _emit(
+            JobResult(job, table, status, bool(args.dry_run), started, 0, error=err.message),  # type: ignore[arg-type]
+            args.result_file,
+        )
+        raise
+    _emit(result, args.result_file)
+    return 0
+
+
+def _convert_delta(args: argparse.Namespace) -> int:
+    from tablekeeper.catalog import catalog_for
+    from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
+
+    def run() -> JobResult:
+        options = ConvertOptions(
+            source=args.source,
+            target=args.target,
+            mode=args.mode,
+            history=args.history,
+            format_version=args.format_version,
+            dry_run=args.dry_run,
+        )
+        return run_convert(options, catalog_for(_catalogs(args).get(args.catalog)))
+
+    return _run_job(args, "convert-delta", args.target, run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

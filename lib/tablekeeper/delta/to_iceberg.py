@@ -1,0 +1,284 @@
+"""Delta -> Iceberg mapping (pure): schema with field ids, name mapping, partition spec, and data
+files whose metrics come from Delta stats, with bounds that stay safe.
+
+Field ids: column-mapping ids (and nested ids for list/map children) where the table has them;
+otherwise fresh ids, assigned depth-first. Delta partition columns become identity fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tablekeeper.delta.models import AddFile
+from tablekeeper.delta.schema import (
+    ColumnMapping,
+    DeltaArray,
+    DeltaDecimal,
+    DeltaField,
+    DeltaMap,
+    DeltaPrimitive,
+    DeltaStruct,
+    DeltaType,
+)
+from tablekeeper.delta.values import (
+    FileStats,
+    parse_partition_value,
+    parse_stats,
+    stats_value,
+    timestamp_upper_bound,
+)
+from tablekeeper.errors import UnsupportedFeatureError
+from tablekeeper.iceberg import types as it
+from tablekeeper.iceberg.conversions import to_bytes
+from tablekeeper.iceberg.manifest import DATA, DataFile
+from tablekeeper.iceberg.name_mapping import MappedField, NameMapping
+from tablekeeper.iceberg.partitioning import PARTITION_DATA_ID_START, PartitionField, PartitionSpec
+
+_PRIMITIVES: Mapping[str, it.IcebergType] = {
+    "string": it.STRING,
+    "long": it.LONG,
+    "integer": it.INT,
+    "short": it.INT,
+    "byte": it.INT,
+    "float": it.FLOAT,
+    "double": it.DOUBLE,
+    "boolean": it.BOOLEAN,
+    "binary": it.BINARY,
+    "date": it.DATE,
+    "timestamp": it.TIMESTAMPTZ,  # Delta timestamps are instants (UTC-adjusted)
+    "timestamp_ntz": it.TIMESTAMP,
+}
+
+
+@dataclass(frozen=True)
+class MappedSchema:
+    schema: it.Schema
+    name_mapping: NameMapping
+    # logical top-level path -> Iceberg field id, for partition columns and stats
+    ids_by_path: Mapping[tuple[str, ...], int]
+    # logical path -> physical path (the names stats and files use)
+    physical_by_path: Mapping[tuple[str, ...], tuple[str, ...]]
+
+
+class _Ids:
+    def __init__(self, start: int) -> None:
+        self.next = start
+
+    def take(self) -> int:
+        value = self.next
+        self.next += 1
+        return value
+
+
+def _max_column_id(struct: DeltaStruct, configuration: Mapping[str, str]) -> int:
+    best = int(configuration.get("delta.columnMapping.maxColumnId", "0") or 0)
+    stack: list[DeltaType] = [struct]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, DeltaStruct):
+            for f in t.fields:
+                best = max(best, f.column_id or 0, *(f.nested_ids.values() or [0]))
+                stack.append(f.type)
+        elif isinstance(t, DeltaArray):
+            stack.append(t.element)
+        elif isinstance(t, DeltaMap):
+            stack.extend((t.key, t.value))
+    return best
+
+
+def map_schema(struct: DeltaStruct, mapping: ColumnMapping, configuration: Mapping[str, str]) -> MappedSchema:
+    ids = _Ids(_max_column_id(struct, configuration) + 1 if mapping.enabled else 1)
+    ids_by_path: dict[tuple[str, ...], int] = {}
+    physical_by_path: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def convert_type(
+        t: DeltaType, path: tuple[str, ...], phys: tuple[str, ...], owner: DeltaField | None, nested_key: str
+    ) -> tuple[it.IcebergType, list[MappedField]]:
+        if isinstance(t, DeltaPrimitive):
+            if t.name in ("variant", "void"):
+                raise UnsupportedFeatureError(
+                    f"Delta column {'.'.join(path)!r} of type {t.name} cannot be converted"
+                )
+            return _PRIMITIVES[t.name], []
+        if isinstance(t, DeltaDecimal):
+            return it.DecimalType(t.precision, t.scale), []
+        if isinstance(t, DeltaStruct):
+            fields, mapped = convert_fields(t.fields, path, phys)
+            return it.StructType(tuple(fields)), mapped
+        nested = owner.nested_ids if owner is not None else {}
+        if isinstance(t, DeltaArray):
+            eid = nested.get(f"{nested_key}.element") or ids.take()
+            etype, emapped = convert_type(
+                t.element, (*path, "element"), (*phys, "element"), owner, f"{nested_key}.element"
+            )
+            return it.ListType(eid, etype, not t.contains_null), [
+                MappedField(("element",), eid, tuple(emapped))
+            ]
+        assert isinstance(t, DeltaMap)
+        kid = nested.get(f"{nested_key}.key") or ids.take()
+        vid = nested.get(f"{nested_key}.value") or ids.take()
+        ktype, kmapped = convert_type(t.key, (*path, "key"), (*phys, "key"), owner, f"{nested_key}.key")
+        vtype, vmapped = convert_type(
+            t.value, (*path, "value"), (*phys, "value"), owner, f"{nested_key}.value"
+        )
+        return it.MapType(kid, ktype, vid, vtype, not t.value_contains_null), [
+            MappedField(("key",), kid, tuple(kmapped)),
+            MappedField(("value",), vid, tuple(vmapped)),
+        ]
+
+    def convert_fields(
+        fields: tuple[DeltaField, ...], path: tuple[str, ...], phys: tuple[str, ...]
+    ) -> tuple[list[it.NestedField], list[MappedField]]:
+        out: list[it.NestedField] = []
+        mapped: list[MappedField] = []
+        # Ids of a struct's own fields first, so top-level columns get the lowest fresh ids.
+        own = [(f.column_id if mapping.enabled and f.column_id else ids.take()) for f in fields]
+        for f, fid in zip(fields, own, strict=True):
+            physical = mapping.physical_name(f)
+            fpath, fphys = (*path, f.name), (*phys, physical)
+            ids_by_path[fpath] = fid
+            physical_by_path[fpath] = fphys
+            ftype, children = convert_type(f.type, fpath, fphys, f, physical)
+            doc = f.metadata.get("comment")
+            out.append(
+                it.NestedField(
+                    fid, f.name, ftype, required=not f.nullable, doc=None if doc is None else str(doc)
+                )
+            )
+            # Files carry physical names (logical ones without column mapping); list both.
+            names = (physical,) if physical == f.name else (physical, f.name)
+            mapped.append(MappedField(names, fid, tuple(children)))
+        return out, mapped
+
+    fields, mapped = convert_fields(struct.fields, (), ())
+    return MappedSchema(
+        it.Schema(0, tuple(fields)), NameMapping(tuple(mapped)), ids_by_path, physical_by_path
+    )
+
+
+def partition_spec(mapped: MappedSchema, partition_columns: tuple[str, ...]) -> PartitionSpec:
+    fields = []
+    for i, name in enumerate(partition_columns):
+        fid = mapped.ids_by_path.get((name,))
+        if fid is None:
+            match = next(
+                (p for p in mapped.ids_by_path if len(p) == 1 and p[0].lower() == name.lower()), None
+            )
+            if match is None:
+                raise UnsupportedFeatureError(f"partition column {name!r} is not a top-level column")
+            fid = mapped.ids_by_path[match]
+        fields.append(PartitionField(fid, PARTITION_DATA_ID_START + i, name, "identity"))
+    return PartitionSpec(0, tuple(fields))
+
+
+def partition_tuple(
+    add: AddFile, struct: DeltaStruct, mapping: ColumnMapping, partition_columns: tuple[str, ...]
+) -> tuple[Any, ...]:
+    physical = mapping.physical_partition_columns(struct, partition_columns)
+    values = []
+    for name in partition_columns:
+        field = struct.field(name)
+        assert field is not None
+        values.append(parse_partition_value(field.type, add.partition_values.get(physical[name])))
+    return tuple(values)
+
+
+def _lookup(stats: Mapping[str, Any], phys: tuple[str, ...]) -> Any:
+    node: Any = stats
+    for part in phys:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
+
+
+def metrics_from_stats(
+    stats: FileStats | None, struct: DeltaStruct, mapped: MappedSchema, has_dv: bool
+) -> dict[str, dict[int, Any]]:
+    """Iceberg metric maps from Delta stats, keeping only bounds that stay safe."""
+    lower: dict[int, bytes] = {}
+    upper: dict[int, bytes] = {}
+    nulls: dict[int, int] = {}
+    if stats is None:
+        return {"lower": lower, "upper": upper, "nulls": nulls}
+    schema = mapped.schema
+    for path, fid in mapped.ids_by_path.items():
+        field = schema.find_field(fid)
+        if field is None or not it.is_primitive(field.type):
+            continue
+        delta_field = _delta_field(struct, path)
+        if delta_field is None:
+            continue
+        phys = mapped.physical_by_path[path]
+        lo = stats_value(delta_field.type, _lookup(stats.min_values, phys))
+        hi = stats_value(delta_field.type, _lookup(stats.max_values, phys))
+        nc = _lookup(stats.null_count, phys)
+        t = field.type
+        if lo is not None:
+            lower[fid] = to_bytes(t, lo)
+        if hi is not None:
+            upper_value = _safe_upper(delta_field.type, hi)
+            if upper_value is not None:
+                upper[fid] = to_bytes(t, upper_value)
+        if (
+            isinstance(nc, int)
+            and not isinstance(nc, bool)
+            and ((not has_dv and stats.tight_bounds) or nc == 0)
+        ):
+            nulls[fid] = nc
+    return {"lower": lower, "upper": upper, "nulls": nulls}
+
+
+def _safe_upper(t: DeltaType, value: Any) -> Any | None:
+    if isinstance(t, DeltaPrimitive) and t.name in ("timestamp", "timestamp_ntz"):
+        return timestamp_upper_bound(value)  # Delta writes maxima truncated to milliseconds
+    if (
+        isinstance(t, DeltaPrimitive)
+        and t.name == "string"
+        and isinstance(value, str)
+        and value.endswith("\ufffd")
+    ):
+        return None  # old writers' truncation marker is not an upper bound in UTF-8 order
+    return value
+
+
+def _delta_field(struct: DeltaStruct, path: tuple[str, ...]) -> DeltaField | None:
+    node: DeltaType = struct
+    found: DeltaField | None = None
+    for part in path:
+        if not isinstance(node, DeltaStruct):
+            return None
+        found = node.field(part)
+        if found is None:
+            return None
+        node = found.type
+    return found
+
+
+def data_file(
+    add: AddFile,
+    *,
+    struct: DeltaStruct,
+    mapping: ColumnMapping,
+    mapped: MappedSchema,
+    partition_columns: tuple[str, ...],
+    record_count: int | None = None,
+) -> DataFile:
+    stats = parse_stats(add.stats)
+    count = record_count if record_count is not None else (stats.num_records if stats else None)
+    if count is None:
+        raise ValueError(f"{add.absolute_path}: no numRecords in the log; read its footer first")
+    m = metrics_from_stats(stats, struct, mapped, add.deletion_vector is not None)
+    return DataFile(
+        content=DATA,
+        file_path=add.absolute_path,
+        file_format="PARQUET",
+        partition=partition_tuple(add, struct, mapping, partition_columns),
+        record_count=count,
+        file_size_in_bytes=add.size,
+        null_value_counts=m["nulls"] or None,
+        lower_bounds=m["lower"] or None,
+        upper_bounds=m["upper"] or None,
+    )

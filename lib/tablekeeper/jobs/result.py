@@ -1,0 +1,50 @@
+"""The one result every job prints: a JSON object, the last line of stdout (and --result-file)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tablekeeper import __version__
+
+Status = Literal["ok", "dry_run", "refused", "failed"]
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job: str
+    table: str
+    status: Status
+    dry_run: bool
+    started_at: str
+    duration_ms: int
+    metrics: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    files: Sequence[str] | None = None
+    error: str | None = None
+    tablekeeper_version: str = __version__
+
+    def to_json(self) -> str:
+        body: dict[str, Any] = {
+            "job": self.job,
+            "table": self.table,
+            "status": self.status,
+            "dry_run": self.dry_run,
+            "metrics": dict(self.metrics),
+        }
+        if self.files is not None:
+            body["files"] = list(self.files)
+        if self.error is not None:
+            body["error"] = self.error
+        body.update(
+            started_at=self.started_at,
+            duration_ms=self.duration_ms,
+            tablekeeper_version=self.tablekeeper_version,
+        )
+        return json.dumps(body, default=str, separators=(",", ":"))
+
+
+def utc_now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
