@@ -52,8 +52,9 @@ lint: setup ## ruff on everything, mypy --strict on lib/
 	$(VENV)/bin/ruff check lib tests jobs bench airflow_dags
 	$(VENV)/bin/mypy --strict
 
-demo: setup ## set up, then run the main job on embedded defaults
+demo: setup ## set up, then run the main job on embedded defaults (Delta -> Iceberg, read back)
 	$(VENV)/bin/tablekeeper doctor
+	$(PY) -m tablekeeper.demo
 
 bench: setup ## run the benchmarks (prints tables, writes bench/out/*.json)
 	$(PY) -m bench.delta_replay $(BENCH_ARGS)
