@@ -51,15 +51,15 @@ def main() -> int:
     table = f"{catalog_name}.{TARGET}"
     iceberg_rows = spark.table(table).count()
     spark.sql(
-        f"SELECT region, count(*) AS rows, round(sum(amount), 1) AS amount FROM {table} GROUP BY region ORDER BY region"
+        f"SELECT region, count(*) AS rows, round(sum(amount), 1) AS amount FROM {table} "
+        "GROUP BY region ORDER BY region"
     ).show()
     spark.sql(f"SELECT content, file_format, record_count FROM {table}.all_files ORDER BY content").show(
         truncate=False
     )
     same = iceberg_rows == delta_rows
-    print(
-        f"rows: delta-spark {delta_rows}, Iceberg Spark {iceberg_rows} -> {'identical counts' if same else 'MISMATCH'}"
-    )
+    verdict = "identical counts" if same else "MISMATCH"
+    print(f"rows: delta-spark {delta_rows}, Iceberg Spark {iceberg_rows} -> {verdict}")
     spark.stop()
     return 0 if same else 1
 
