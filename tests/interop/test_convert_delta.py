@@ -84,3 +84,22 @@ def test_converted_table_reads_like_delta(spark, catalogs, tmp_path: Path, name:
     assert meta.properties["gc.enabled"] == "false"
     assert meta.properties["tablekeeper.delta.version"] == str(metrics["delta_version"])
     assert_same_rows(spark, f"{SQL_CATALOG}.{target}", source)
+
+
+def test_manifests_written_by_executors(spark, catalogs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    source = tmp_path / "wide"
+    spark.range(0, 400).selectExpr("id", "CAST(id % 5 AS STRING) AS p").repartition(20).write.format(
+        "delta"
+    ).partitionBy("p").option("delta.enableDeletionVectors", "true").save(str(source))
+    spark.sql(f"DELETE FROM delta.`{source}` WHERE id % 9 = 0")
+    catalog = catalog_for(catalogs.get(SQL_CATALOG))
+    options = ConvertOptions(source=str(source), target="conv.executors", format_version=3, engine="spark")
+    result = run_convert(options, catalog, spark)
+    assert result.metrics["manifest_writer"] == "executors"
+    assert result.metrics["data_files"] == spark.read.format("delta").load(str(source)).inputFiles().__len__()
+    assert result.metrics["delete_files"] > 0
+    assert_same_rows(spark, f"{SQL_CATALOG}.conv.executors", source)
+    # The snapshot's manifests are the ones the executors wrote, with full counts in the summary.
+    snap = spark.sql(f"SELECT summary FROM {SQL_CATALOG}.conv.executors.snapshots").first()[0]
+    assert int(snap["total-data-files"]) == result.metrics["data_files"]
+    assert int(snap["added-dvs"]) == result.metrics["delete_files"]

@@ -131,3 +131,52 @@ def test_inspect_bad_input_is_one_line_with_its_exit_code(tmp_path: Path) -> Non
     assert corrupt.returncode == 3
     last = corrupt.stderr.strip().splitlines()[-1]
     assert "is not valid JSON" in last and "Traceback" not in corrupt.stderr
+
+
+def test_convert_delta_prints_one_json_result_and_writes_the_result_file(tmp_path: Path) -> None:
+    conf = tmp_path / "catalogs.yaml"
+    conf.write_text(
+        "default: c\ncatalogs:\n"
+        "  c: {type: sql, uri: 'sqlite:///${warehouse}/c.db', warehouse: '${warehouse}'}\n"
+    )
+    source = REPO_ROOT.parent / "shared" / "delta-tables" / "delta-rs" / "table-with-dv-small"
+    common = ["--conf-file", str(conf), "--warehouse", str(tmp_path)]
+    dry = run("convert-delta", "--source", str(source), "--target", "db.t", *common, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    planned = json.loads(dry.stdout.strip().splitlines()[-1])
+    assert planned["status"] == "dry_run" and planned["metrics"]["files_with_deletion_vectors"] == 1
+    out = tmp_path / "result.json"
+    real = run(
+        "convert-delta",
+        "--source",
+        str(source),
+        "--target",
+        "db.t",
+        *common,
+        "--format-version",
+        "3",
+        "--result-file",
+        str(out),
+    )
+    assert real.returncode == 0, real.stderr
+    result = json.loads(real.stdout.strip().splitlines()[-1])
+    assert result == json.loads(out.read_text())
+    assert result["status"] == "ok" and result["metrics"]["delete_files"] == 1
+    assert result["metrics"]["manifest_writer"] == "driver"
+    again = run("convert-delta", "--source", str(source), "--target", "db.t", *common)
+    assert again.returncode == 2
+    assert json.loads(again.stdout.strip().splitlines()[-1])["status"] == "failed"
+    assert again.stderr.strip().splitlines()[-1].startswith("tablekeeper: target db.t already exists")
+
+
+def test_convert_delta_refuses_unsupported_options_and_tables(tmp_path: Path) -> None:
+    source = REPO_ROOT.parent / "shared" / "delta-tables" / "delta-rs"
+    conf = tmp_path / "catalogs.yaml"
+    conf.write_text("catalogs:\n  c: {type: filesystem, warehouse: '${warehouse}'}\n")
+    common = ["--target", "db.t", "--conf-file", str(conf), "--warehouse", str(tmp_path)]
+    inc = run("convert-delta", "--source", str(source / "simple_table"), *common, "--mode", "incremental")
+    assert inc.returncode == 2 and "incremental and full history are not available yet" in inc.stderr
+    refused = run("convert-delta", "--source", str(source / "simple_table_features"), *common)
+    assert refused.returncode == 3
+    assert json.loads(refused.stdout.strip().splitlines()[-1])["status"] == "refused"
+    assert "Delta reader version 5" in refused.stderr.strip().splitlines()[-1]

@@ -17,6 +17,8 @@ from tablekeeper import __version__
 from tablekeeper.errors import ExitCode, TablekeeperError, exit_code
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from tablekeeper.catalog import LoadedTable
     from tablekeeper.catalog.config import CatalogsConfig
     from tablekeeper.jobs.result import JobResult
@@ -73,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--mode", default="full", choices=["full", "incremental"])
     convert.add_argument("--history", default="latest", choices=["latest", "all"])
     convert.add_argument("--format-version", type=int, default=2, choices=[2, 3])
+    convert.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "driver", "spark"],
+        help="who writes manifests (auto: the executors of a spark-submit session for large tables)",
+    )
     _job_options(convert)
     return parser
 
@@ -174,6 +182,17 @@ def _run_job(args: argparse.Namespace, job: str, table: str, run: Callable[[], J
     return 0
 
 
+def _session(engine: str, catalogs: CatalogsConfig) -> SparkSession | None:
+    """spark: start or reuse a session; auto: only the one spark-submit already made."""
+    from pyspark.sql import SparkSession
+
+    if engine == "spark":
+        from tablekeeper.spark import get_spark
+
+        return get_spark("tablekeeper", catalogs=catalogs)
+    return SparkSession.getActiveSession() if engine == "auto" else None
+
+
 def _convert_delta(args: argparse.Namespace) -> int:
     from tablekeeper.catalog import catalog_for
     from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
@@ -186,8 +205,10 @@ def _convert_delta(args: argparse.Namespace) -> int:
             history=args.history,
             format_version=args.format_version,
             dry_run=args.dry_run,
+            engine=args.engine,
         )
-        return run_convert(options, catalog_for(_catalogs(args).get(args.catalog)))
+        catalogs = _catalogs(args)
+        return run_convert(options, catalog_for(catalogs.get(args.catalog)), _session(args.engine, catalogs))
 
     return _run_job(args, "convert-delta", args.target, run)
 

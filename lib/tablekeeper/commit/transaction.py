@@ -105,8 +105,13 @@ class Committer:
                 self.sleep(wait / 1000)
                 attempt += 1
 
-    def commit_snapshot(self, change: SnapshotChange) -> CommitResult:
-        snapshot_id = new_snapshot_id()
+    def commit_snapshot(self, change: SnapshotChange, snapshot_id: int | None = None) -> CommitResult:
+        """Commit one snapshot. Manifests written elsewhere (on executors) for this commit come in
+        ``change.added_manifests`` and must have been written for ``snapshot_id``."""
+        snapshot_id = new_snapshot_id() if snapshot_id is None else snapshot_id
+        stray = [m.manifest_path for m in change.added_manifests if m.added_snapshot_id != snapshot_id]
+        if stray:
+            raise ValueError(f"{stray[0]} was written for another snapshot than {snapshot_id}")
         commit_uuid = new_commit_uuid()
         counter = itertools.count()
         first = self.catalog.require(self.identifier)

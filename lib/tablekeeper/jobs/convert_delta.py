@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
 
 from tablekeeper.catalog import Catalog
-from tablekeeper.commit import Committer, SnapshotChange
+from tablekeeper.commit import Committer, SnapshotChange, SummaryDelta
 from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.to_iceberg import MappedSchema, data_file, map_schema, partition_spec
@@ -31,7 +32,7 @@ from tablekeeper.iceberg.manifest import POSITION_DELETES, DataFile
 from tablekeeper.iceberg.name_mapping import name_mapping_to_json
 from tablekeeper.iceberg.partitioning import PartitionSpec
 from tablekeeper.iceberg.puffin import PuffinWriter
-from tablekeeper.iceberg.updates import new_table_metadata
+from tablekeeper.iceberg.updates import new_snapshot_id, new_table_metadata
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.result import JobResult, utc_now_iso
 
@@ -41,6 +42,7 @@ JOB = "convert-delta"
 SOURCE_PROPERTY = "tablekeeper.delta.source"
 VERSION_PROPERTY = "tablekeeper.delta.version"
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545
+DISTRIBUTE_ABOVE = 50_000
 
 
 @dataclass(frozen=True)
@@ -51,12 +53,17 @@ class ConvertOptions:
     history: str = "latest"
     format_version: int = 2
     dry_run: bool = False
+    # driver: manifests written by this process; spark: by the executors; auto: spark above
+    # DISTRIBUTE_ABOVE files when a session is at hand.
+    engine: str = "auto"
 
     def __post_init__(self) -> None:
         if self.mode not in ("full", "incremental"):
             raise ConfigError(f"--mode {self.mode!r} is not full or incremental")
         if self.history not in ("latest", "all"):
             raise ConfigError(f"--history {self.history!r} is not latest or all")
+        if self.engine not in ("auto", "driver", "spark"):
+            raise ConfigError(f"--engine {self.engine!r} is not auto, driver or spark")
         if self.format_version not in (2, 3):
             raise ConfigError(f"--format-version {self.format_version} is not 2 or 3")
         if self.mode != "full" or self.history != "latest":
@@ -185,7 +192,17 @@ def _delete_files(
     return out
 
 
-def execute_convert(plan: ConvertPlan, options: ConvertOptions, catalog: Catalog) -> dict[str, object]:
+def _uses_spark(options: ConvertOptions, files: int, spark: object) -> bool:
+    if options.engine == "spark":
+        if spark is None:
+            raise ConfigError("--engine spark needs a Spark session")
+        return True
+    return options.engine == "auto" and spark is not None and files > DISTRIBUTE_ABOVE
+
+
+def execute_convert(
+    plan: ConvertPlan, options: ConvertOptions, catalog: Catalog, spark: SparkSession | None = None
+) -> dict[str, object]:
     snap = plan.snapshot
     if catalog.table_exists(options.target):
         raise ConfigError(
@@ -211,16 +228,39 @@ def execute_convert(plan: ConvertPlan, options: ConvertOptions, catalog: Catalog
     io = FileIO.for_location(snap.root)
     files = _data_files(plan, io)
     deletes = _delete_files(plan, files, io, location, options.format_version)
-    change = SnapshotChange(
-        "overwrite" if deletes else "append",
-        added_files=(*files, *deletes),
-        summary={
-            "tablekeeper.delta-version": str(snap.version),
-            "tablekeeper.delta-timestamp-ms": str(snap.timestamp_ms),
-        },
-    )
-    result = Committer(catalog, options.target).commit_snapshot(change)
-    manifests = 1 + (1 if deletes else 0) if files else 0
+    summary = {
+        "tablekeeper.delta-version": str(snap.version),
+        "tablekeeper.delta-timestamp-ms": str(snap.timestamp_ms),
+    }
+    operation = "overwrite" if deletes else "append"
+    committer = Committer(catalog, options.target)
+    distributed = _uses_spark(options, len(files), spark)
+    if distributed:
+        from tablekeeper.spark.manifests import write_manifests_distributed
+
+        assert spark is not None
+        snapshot_id = new_snapshot_id()
+        written = write_manifests_distributed(
+            spark,
+            [*files, *deletes],
+            table_location=location,
+            format_version=options.format_version,
+            specs=meta.specs_by_id(),
+            schema=meta.schema(),
+            snapshot_id=snapshot_id,
+        )
+        change = SnapshotChange(
+            operation,
+            added_manifests=tuple(written),
+            added_manifests_delta=SummaryDelta.of([*files, *deletes]),
+            summary=summary,
+        )
+        result = committer.commit_snapshot(change, snapshot_id=snapshot_id)
+        manifests = len(written)
+    else:
+        change = SnapshotChange(operation, added_files=(*files, *deletes), summary=summary)
+        result = committer.commit_snapshot(change)
+        manifests = (1 + (1 if deletes else 0)) if files else 0
     return {
         "delta_version": snap.version,
         "versions_converted": 1,
@@ -231,10 +271,11 @@ def execute_convert(plan: ConvertPlan, options: ConvertOptions, catalog: Catalog
         "manifests": manifests,
         "bytes_referenced": plan.bytes_referenced,
         "mode": options.mode,
+        "manifest_writer": "executors" if distributed else "driver",
     }
 
 
-def run_convert(options: ConvertOptions, catalog: Catalog) -> JobResult:
+def run_convert(options: ConvertOptions, catalog: Catalog, spark: SparkSession | None = None) -> JobResult:
     started, t0 = utc_now_iso(), time.perf_counter()
     plan = plan_convert(options)
     if options.dry_run:
@@ -247,7 +288,7 @@ def run_convert(options: ConvertOptions, catalog: Catalog) -> JobResult:
             "mode": options.mode,
         }
     else:
-        metrics = execute_convert(plan, options, catalog)
+        metrics = execute_convert(plan, options, catalog, spark)
     return JobResult(
         job=JOB,
         table=options.target,
