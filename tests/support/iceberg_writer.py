@@ -12,9 +12,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tablekeeper.iceberg.conversions import native_to_value
 from tablekeeper.iceberg.manifest import DataFile
 from tablekeeper.iceberg.metadata import TableMetadata
-from tablekeeper.iceberg.parquet import arrow_value_to_iceberg, data_file_from_footer, to_arrow_schema
+from tablekeeper.iceberg.parquet import data_file_from_footer, to_arrow_schema
 from tablekeeper.iceberg.transforms import parse_transform
 
 
@@ -33,11 +34,7 @@ def write_rows(meta: TableMetadata, rows: list[dict[str, Any]], spec_id: int | N
         for pf in spec.fields:
             source = schema.find_field(pf.source_id)
             assert source is not None
-            value = (
-                arrow_value_to_iceberg(source.type, row[source.name])
-                if row[source.name] is not None
-                else None
-            )
+            value = native_to_value(source.type, row[source.name]) if row[source.name] is not None else None
             key.append(parse_transform(pf.transform).apply(source.type, value))
         groups.setdefault(tuple(key), []).append(row)
     files = []

@@ -29,6 +29,7 @@ Errors: values handed in by our own code that break the convention raise ``TypeE
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 import struct
 import uuid
@@ -471,3 +472,23 @@ def _parse_timestamp(t: IcebergType, text: str, with_zone: bool) -> int:
         shift = int(offset[1:3]) * 3_600 + int(offset[4:6]) * 60
         nanos -= sign * shift * NANOS_PER_SECOND
     return nanos
+
+
+def native_to_value(t: IcebergType, value: object) -> object:
+    """A value as Python libraries hand it over (pyarrow statistics and rows, fastavro logical
+    types: datetime, date, time, uuid bytes or text, unscaled ints) in this module's convention."""
+    if isinstance(value, _dt.datetime):
+        delta = value - _dt.datetime(1970, 1, 1, tzinfo=value.tzinfo)
+        micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        return micros * 1000 if isinstance(t, PrimitiveType) and t.name.endswith("_ns") else micros
+    if isinstance(value, _dt.date):
+        return (value - _dt.date(1970, 1, 1)).days
+    if isinstance(value, _dt.time):
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
+    if isinstance(t, DecimalType) and not isinstance(value, Decimal) and isinstance(value, (int, str)):
+        return Decimal(value).scaleb(-t.scale) if isinstance(value, int) else Decimal(value)
+    if isinstance(t, PrimitiveType) and t.name == "uuid" and isinstance(value, bytes):
+        return uuid.UUID(bytes=value)
+    if isinstance(t, PrimitiveType) and t.name == "uuid" and isinstance(value, str):
+        return uuid.UUID(value)
+    return value

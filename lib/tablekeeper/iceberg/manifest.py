@@ -7,7 +7,6 @@ new manifests are assigned at commit time.
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 import json
 import math
@@ -29,7 +28,7 @@ from tablekeeper.iceberg.avro_schemas import (
     manifest_file_avro,
     manifest_file_struct,
 )
-from tablekeeper.iceberg.conversions import to_bytes
+from tablekeeper.iceberg.conversions import native_to_value, to_bytes
 from tablekeeper.iceberg.partitioning import PartitionSpec, partition_fields_to_json
 from tablekeeper.iceberg.types import (
     DecimalType,
@@ -140,29 +139,6 @@ def _to_avro_value(t: IcebergType, value: Any) -> Any:
         return value.bytes if isinstance(value, uuid.UUID) else bytes(value)
     if isinstance(t, DecimalType) and not isinstance(value, Decimal):
         return Decimal(value)
-    return value
-
-
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-_EPOCH_DATE = dt.date(1970, 1, 1)
-
-
-def _from_avro_value(t: IcebergType, value: Any) -> Any:
-    # fastavro applies logical types on read; the project keeps dates as days and times as micros.
-    if value is None:
-        return None
-    if isinstance(value, dt.datetime):
-        aware = value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
-        delta = aware - _EPOCH
-        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    if isinstance(value, dt.date):
-        return (value - _EPOCH_DATE).days
-    if isinstance(value, dt.time):
-        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
-    if isinstance(t, PrimitiveType) and t.name == "uuid" and isinstance(value, bytes):
-        return uuid.UUID(bytes=value)
-    if isinstance(t, PrimitiveType) and t.name == "uuid" and isinstance(value, str):
-        return uuid.UUID(value)
     return value
 
 
@@ -544,7 +520,7 @@ def read_manifest(
 
             part_rec = raw[df_names[102]] or {}
             partition = tuple(
-                None if name is None else _from_avro_value(pf.type, part_rec.get(name))
+                None if name is None else native_to_value(pf.type, part_rec.get(name))
                 for pf, name in part_fields
             )
             status = int(rec[top[0]])

@@ -6,16 +6,13 @@ decides where bytes come from.
 
 from __future__ import annotations
 
-import datetime as dt
-import uuid
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tablekeeper.iceberg.conversions import to_bytes
+from tablekeeper.iceberg.conversions import native_to_value, to_bytes
 from tablekeeper.iceberg.manifest import DATA, DataFile
 from tablekeeper.iceberg.types import (
     UNKNOWN,
@@ -79,24 +76,6 @@ def to_arrow_type(t: IcebergType) -> pa.DataType:
 def to_arrow_schema(schema: Schema) -> pa.Schema:
     # Columns of type unknown are always null and are not written to data files (v3 spec).
     return pa.schema([_field(f.id, f.name, f.type, f.required) for f in schema.fields if f.type != UNKNOWN])
-
-
-def arrow_value_to_iceberg(t: IcebergType, value: Any) -> Any:
-    """Parquet statistics values (as pyarrow gives them) in the project's value convention."""
-    if isinstance(value, dt.datetime):
-        epoch = dt.datetime(1970, 1, 1, tzinfo=value.tzinfo)
-        delta = value - epoch
-        micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-        return micros * 1000 if isinstance(t, PrimitiveType) and t.name.endswith("_ns") else micros
-    if isinstance(value, dt.date):
-        return (value - dt.date(1970, 1, 1)).days
-    if isinstance(value, dt.time):
-        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
-    if isinstance(t, DecimalType) and not isinstance(value, Decimal):
-        return Decimal(value).scaleb(-t.scale) if isinstance(value, int) else Decimal(value)
-    if isinstance(t, PrimitiveType) and t.name == "uuid" and isinstance(value, bytes):
-        return uuid.UUID(bytes=value)
-    return value
 
 
 def _truncate_upper(t: IcebergType, value: Any, width: int) -> Any | None:
@@ -199,8 +178,8 @@ def data_file_from_footer(
             continue
         if isinstance(t, PrimitiveType) and t.name in ("float", "double"):
             continue  # NaN handling of Parquet float stats is unreliable; omit rather than guess
-        lo = _truncate_lower(t, arrow_value_to_iceberg(t, low), truncate)
-        hi = _truncate_upper(t, arrow_value_to_iceberg(t, highs[fid]), truncate)
+        lo = _truncate_lower(t, native_to_value(t, low), truncate)
+        hi = _truncate_upper(t, native_to_value(t, highs[fid]), truncate)
         lower[fid] = to_bytes(t, lo)
         if hi is not None:
             upper[fid] = to_bytes(t, hi)
