@@ -174,9 +174,19 @@ def test_convert_delta_refuses_unsupported_options_and_tables(tmp_path: Path) ->
     conf = tmp_path / "catalogs.yaml"
     conf.write_text("catalogs:\n  c: {type: filesystem, warehouse: '${warehouse}'}\n")
     common = ["--target", "db.t", "--conf-file", str(conf), "--warehouse", str(tmp_path)]
-    inc = run("convert-delta", "--source", str(source / "simple_table"), *common, "--mode", "incremental")
-    assert inc.returncode == 2 and "incremental and full history are not available yet" in inc.stderr
-    refused = run("convert-delta", "--source", str(source / "simple_table_features"), *common)
+    simple = ["convert-delta", "--source", str(source / "simple_table"), *common]
+    # Incremental into a target that does not exist yet is a full conversion.
+    planned = run(*simple, "--mode", "incremental", "--dry-run")
+    assert planned.returncode == 0, planned.stderr
+    assert json.loads(planned.stdout.strip().splitlines()[-1])["metrics"]["mode"] == "full"
+    assert run(*simple).returncode == 0
+    again = run(*simple)
+    assert again.returncode == 2 and "use --mode incremental" in again.stderr.strip().splitlines()[-1]
+    caught_up = run(*simple, "--mode", "incremental")
+    assert caught_up.returncode == 0
+    assert json.loads(caught_up.stdout.strip().splitlines()[-1])["metrics"]["snapshots_committed"] == 0
+    other = [*common[2:], "--target", "db.other"]
+    refused = run("convert-delta", "--source", str(source / "simple_table_features"), *other)
     assert refused.returncode == 3
     assert json.loads(refused.stdout.strip().splitlines()[-1])["status"] == "refused"
     assert "Delta reader version 5" in refused.stderr.strip().splitlines()[-1]

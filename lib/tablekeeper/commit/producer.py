@@ -48,6 +48,14 @@ class SnapshotChange:
     validate_removed_live: bool = True
     branch: str = MAIN_BRANCH
     summary: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # Data files whose live position deletes and DVs this commit removes (the data files stay):
+    # how a deletion vector is replaced without touching other DVs sharing its Puffin file.
+    removed_deletes_for: frozenset[str] = frozenset()
+    # Schema/spec/property changes made in the same commit, applied to every attempt's base.
+    prepare: Callable[[TableMetadata, int], TableMetadata] | None = field(default=None, hash=False)
+    # The snapshot's own time when it records an event from elsewhere (a Delta commit); the
+    # metadata's last-updated time stays the commit's wall clock.
+    snapshot_timestamp_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -104,8 +112,10 @@ def write_new_manifests(
     return out
 
 
-def _without(entries: Sequence[ManifestEntry], paths: set[str], snapshot_id: int) -> list[ManifestEntry]:
-    """A manifest's entries with ``paths`` marked DELETED by this snapshot and the rest EXISTING.
+def _without(
+    entries: Sequence[ManifestEntry], gone: Callable[[ManifestEntry], bool], snapshot_id: int
+) -> list[ManifestEntry]:
+    """A manifest's entries with the ``gone`` ones marked DELETED by this snapshot, the rest EXISTING.
 
     Sequence numbers (and v3 first_row_id, already inherited on read) are written explicitly, as
     the spec requires for entries that are not ADDED.
@@ -114,11 +124,11 @@ def _without(entries: Sequence[ManifestEntry], paths: set[str], snapshot_id: int
     for e in entries:
         if e.status == DELETED:
             continue  # deletes of older snapshots are not carried forward
-        gone = e.data_file.file_path in paths
+        hit = gone(e)
         out.append(
             ManifestEntry(
-                DELETED if gone else EXISTING,
-                snapshot_id if gone else e.snapshot_id,
+                DELETED if hit else EXISTING,
+                snapshot_id if hit else e.snapshot_id,
                 e.data_file,
                 e.sequence_number,
                 e.file_sequence_number,
@@ -147,12 +157,13 @@ def _apply_change(
     kept: list[ManifestFile] = []
     rewritten: list[ManifestFile] = []
     to_remove = set(change.removed_paths)
+    deletes_of = set(change.removed_deletes_for)
     found: set[str] = set()
     # At most one DV per data file: a new DV must replace (remove) any live one for the same file.
     dv_targets = {f.referenced_data_file for f in change.added_files if f.is_dv and f.referenced_data_file}
     for m in parent_manifests:
         checks_dvs = bool(dv_targets) and m.content == MANIFEST_DELETES
-        if not to_remove and not checks_dvs:
+        if not to_remove and not checks_dvs and not (deletes_of and m.content == MANIFEST_DELETES):
             kept.append(m)
             continue
         entries = read_entries(io, base, m)
@@ -165,6 +176,7 @@ def _apply_change(
                     and e.data_file.is_dv
                     and e.data_file.referenced_data_file in dv_targets
                     and e.data_file.file_path not in to_remove
+                    and e.data_file.referenced_data_file not in deletes_of
                 ),
                 None,
             )
@@ -173,23 +185,23 @@ def _apply_change(
                     f"data file {clash.referenced_data_file} already has a live deletion vector "
                     f"({clash.file_path}); merge it into the new one and remove it in the same commit"
                 )
-        hits = [
-            e
-            for e in entries
-            if e.is_live
-            and (
-                e.data_file.file_path in to_remove
+
+        def gone(e: ManifestEntry) -> bool:
+            f = e.data_file
+            return e.is_live and (
+                f.file_path in to_remove
                 # A removed data file's DVs go with it (spec).
-                or (e.data_file.is_dv and e.data_file.referenced_data_file in to_remove)
+                or (f.is_dv and f.referenced_data_file in to_remove)
+                or (f.content == POSITION_DELETES and f.referenced_data_file in deletes_of)
             )
-        ]
+
+        hits = [e for e in entries if gone(e)]
         if not hits:
             if m.has_live_files():
                 kept.append(m)
             continue
-        hit_paths = {e.data_file.file_path for e in hits}
-        found |= hit_paths
-        new_entries = _without(entries, hit_paths, snapshot_id)
+        found |= {e.data_file.file_path for e in hits}
+        new_entries = _without(entries, gone, snapshot_id)
         removed.extend(e.data_file for e in new_entries if e.status == DELETED)
         path = manifest_location(base.location, commit_uuid, counter())
         data, manifest = write_manifest(
@@ -239,7 +251,7 @@ def _apply_change(
     )
     snapshot = Snapshot(
         snapshot_id=snapshot_id,
-        timestamp_ms=timestamp_ms,
+        timestamp_ms=timestamp_ms if change.snapshot_timestamp_ms is None else change.snapshot_timestamp_ms,
         manifest_list=list_path,
         sequence_number=sequence_number,
         parent_snapshot_id=parent.snapshot_id if parent else None,
@@ -347,6 +359,8 @@ def _apply_rewrite_manifests(
 def apply_change(io: FileIO, base: TableMetadata, change: SnapshotChange, **kwargs: Any) -> Attempt:
     """One attempt of a snapshot change; files it wrote are removed again if it fails before the swap."""
     written: list[str] = []
+    if change.prepare is not None:
+        base = change.prepare(base, kwargs["timestamp_ms"])
     try:
         return _apply_change(written, io, base, change, **kwargs)
     except BaseException:

@@ -92,6 +92,8 @@ class Committer:
             new, written, extra = step(base, attempt)
             try:
                 return self._swap(base, new), extra, attempt + 1
+            except CommitStateUnknown:
+                raise  # the new metadata may be live: what it references must stay
             except CommitFailed as err:
                 base.io.delete_many(list(written))
                 out_of_time = self._now_ms() - started > policy.total_timeout_ms
@@ -104,6 +106,10 @@ class Committer:
                 log.info("commit attempt %d lost (%s); retrying in %.0f ms", attempt + 1, err.message, wait)
                 self.sleep(wait / 1000)
                 attempt += 1
+            except BaseException:
+                # Any other failure is known to have left the pointer where it was.
+                base.io.delete_many(list(written))
+                raise
 
     def commit_snapshot(self, change: SnapshotChange, snapshot_id: int | None = None) -> CommitResult:
         """Commit one snapshot. Manifests written elsewhere (on executors) for this commit come in
@@ -116,8 +122,9 @@ class Committer:
         counter = itertools.count()
         first = self.catalog.require(self.identifier)
         # Manifests of new files do not depend on the base, so every attempt reuses them.
+        planned = first.metadata if change.prepare is None else change.prepare(first.metadata, self._now_ms())
         driver_manifests = write_new_manifests(
-            first.io, first.metadata, change.added_files, snapshot_id, commit_uuid, lambda: next(counter)
+            first.io, planned, change.added_files, snapshot_id, commit_uuid, lambda: next(counter)
         )
         new_manifests = [*driver_manifests, *change.added_manifests]
 

@@ -207,3 +207,24 @@ def sidecar_location(log_dir: str, sidecar: str) -> str:
     if sidecar.startswith("/") or re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*:", sidecar):
         return decoded
     return f"{log_dir}/_sidecars/{decoded}"
+
+
+def oldest_reconstructable(entries: Sequence[LogEntry], table: str = "the table") -> int:
+    """The oldest version from which every later version can be rebuilt commit by commit: the
+    start of the last unbroken run of commits, or the first checkpoint inside it."""
+    commits, checkpoints = parse_listing(entries)
+    if not commits:
+        raise CorruptMetadataError(f"{table} has no commit files in its _delta_log")
+    low = max(commits)
+    while low - 1 in commits:
+        low -= 1
+    candidates = sorted({low, *(c.version for c in checkpoints if c.version >= low)})
+    for version in candidates:
+        try:
+            build_segment(entries, version=version, table=table)
+        except (ConfigError, CorruptMetadataError):
+            continue
+        return version
+    raise CorruptMetadataError(
+        f"{table}: no version from {low} on can be reconstructed (no checkpoint inside the kept commits)"
+    )

@@ -68,7 +68,13 @@ class DeltaSnapshot:
         return frozenset(zip(paths, dvs, strict=True))
 
     def add_files(self) -> Iterator[AddFile]:
-        for row in self.files.to_pylist():
+        return add_files_of(self.files)
+
+
+def add_files_of(files: pa.Table) -> Iterator[AddFile]:
+    """Rows of a live-files table as AddFile models, a batch at a time."""
+    for batch in files.to_batches(max_chunksize=65_536):
+        for row in batch.to_pylist():
             yield _add_file(row)
 
 

@@ -88,8 +88,51 @@ def _max_column_id(struct: DeltaStruct, configuration: Mapping[str, str]) -> int
     return best
 
 
-def map_schema(struct: DeltaStruct, mapping: ColumnMapping, configuration: Mapping[str, str]) -> MappedSchema:
-    ids = _Ids(_max_column_id(struct, configuration) + 1 if mapping.enabled else 1)
+def ids_by_name_path(schema: it.Schema) -> dict[tuple[str, ...], int]:
+    """Field id of every field and list/map child, by name path (children as element/key/value)."""
+    out: dict[tuple[str, ...], int] = {}
+
+    def visit(t: it.IcebergType, path: tuple[str, ...]) -> None:
+        if isinstance(t, it.StructType):
+            for f in t.fields:
+                child = (*path, f.name)
+                out[child] = f.id
+                visit(f.type, child)
+        elif isinstance(t, it.ListType):
+            element = (*path, "element")
+            out[element] = t.element_id
+            visit(t.element, element)
+        elif isinstance(t, it.MapType):
+            key, value = (*path, "key"), (*path, "value")
+            out[key] = t.key_id
+            out[value] = t.value_id
+            visit(t.key, key)
+            visit(t.value, value)
+
+    visit(it.StructType(schema.fields), ())
+    return out
+
+
+def map_schema(
+    struct: DeltaStruct,
+    mapping: ColumnMapping,
+    configuration: Mapping[str, str],
+    *,
+    previous: it.Schema | None = None,
+    last_column_id: int = 0,
+) -> MappedSchema:
+    """``previous``: the Iceberg schema this one evolves. Without column-mapping ids, a field keeps
+    the id its name path had there; new fields take ids above ``last_column_id``."""
+    start = _max_column_id(struct, configuration) + 1 if mapping.enabled else 1
+    ids = _Ids(max(start, last_column_id + 1))
+    reuse = ids_by_name_path(previous) if previous is not None else {}
+    # With column mapping, a name's previous id is only reused for children Delta gives no id.
+    taken = {f.column_id for f in _all_fields(struct) if mapping.enabled and f.column_id}
+
+    def fresh(path: tuple[str, ...]) -> int:
+        old = reuse.get(path)
+        return old if old is not None and old not in taken else ids.take()
+
     ids_by_path: dict[tuple[str, ...], int] = {}
     physical_by_path: dict[tuple[str, ...], tuple[str, ...]] = {}
 
@@ -108,8 +151,24 @@ def map_schema(struct: DeltaStruct, mapping: ColumnMapping, configuration: Mappi
             fields, mapped = convert_fields(t.fields, path, phys)
             return it.StructType(tuple(fields)), mapped
         nested = owner.nested_ids if owner is not None else {}
+        if mapping.enabled:
+            children = (
+                [("element", t.element)]
+                if isinstance(t, DeltaArray)
+                else [("key", t.key), ("value", t.value)]
+            )
+            for part, child in children:
+                if not isinstance(child, DeltaStruct) and f"{nested_key}.{part}" not in nested:
+                    # The files carry field ids for columns but none for this child, and Iceberg
+                    # readers resolve a file with ids by id only: they would not find it.
+                    raise UnsupportedFeatureError(
+                        f"Delta column {'.'.join(path)!r}: its {part}s have no column-mapping id, so "
+                        "Iceberg readers cannot find them in the data files; enable "
+                        "delta.enableIcebergCompatV2 on the Delta table (it assigns nested ids) and "
+                        "rewrite its files, then convert"
+                    )
         if isinstance(t, DeltaArray):
-            eid = nested.get(f"{nested_key}.element") or ids.take()
+            eid = nested.get(f"{nested_key}.element") or fresh((*path, "element"))
             etype, emapped = convert_type(
                 t.element, (*path, "element"), (*phys, "element"), owner, f"{nested_key}.element"
             )
@@ -117,8 +176,8 @@ def map_schema(struct: DeltaStruct, mapping: ColumnMapping, configuration: Mappi
                 MappedField(("element",), eid, tuple(emapped))
             ]
         assert isinstance(t, DeltaMap)
-        kid = nested.get(f"{nested_key}.key") or ids.take()
-        vid = nested.get(f"{nested_key}.value") or ids.take()
+        kid = nested.get(f"{nested_key}.key") or fresh((*path, "key"))
+        vid = nested.get(f"{nested_key}.value") or fresh((*path, "value"))
         ktype, kmapped = convert_type(t.key, (*path, "key"), (*phys, "key"), owner, f"{nested_key}.key")
         vtype, vmapped = convert_type(
             t.value, (*path, "value"), (*phys, "value"), owner, f"{nested_key}.value"
@@ -134,7 +193,7 @@ def map_schema(struct: DeltaStruct, mapping: ColumnMapping, configuration: Mappi
         out: list[it.NestedField] = []
         mapped: list[MappedField] = []
         # Ids of a struct's own fields first, so top-level columns get the lowest fresh ids.
-        own = [(f.column_id if mapping.enabled and f.column_id else ids.take()) for f in fields]
+        own = [(f.column_id if mapping.enabled and f.column_id else fresh((*path, f.name))) for f in fields]
         for f, fid in zip(fields, own, strict=True):
             physical = mapping.physical_name(f)
             fpath, fphys = (*path, f.name), (*phys, physical)
@@ -156,6 +215,21 @@ def map_schema(struct: DeltaStruct, mapping: ColumnMapping, configuration: Mappi
     return MappedSchema(
         it.Schema(0, tuple(fields)), NameMapping(tuple(mapped)), ids_by_path, physical_by_path
     )
+
+
+def _all_fields(struct: DeltaStruct) -> list[DeltaField]:
+    out: list[DeltaField] = []
+    stack: list[DeltaType] = [struct]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, DeltaStruct):
+            out.extend(t.fields)
+            stack.extend(f.type for f in t.fields)
+        elif isinstance(t, DeltaArray):
+            stack.append(t.element)
+        elif isinstance(t, DeltaMap):
+            stack.extend((t.key, t.value))
+    return out
 
 
 def partition_spec(mapped: MappedSchema, partition_columns: tuple[str, ...]) -> PartitionSpec:

@@ -206,3 +206,34 @@ def _field_to_json(f: MappedField) -> dict[str, Any]:
 def name_mapping_to_json(mapping: NameMapping) -> str:
     """Compact JSON with keys in the order names, field-id, fields; empty parts omitted."""
     return json.dumps([_field_to_json(f) for f in mapping.fields], separators=(",", ":"), ensure_ascii=False)
+
+
+def merge_name_mappings(newer: NameMapping, older: NameMapping) -> NameMapping:
+    """``newer`` plus the fields only ``older`` has, so files written under an earlier schema still
+    resolve after a column was dropped or renamed. On a clash (a name or id at one level taken
+    by both) the newer field wins; fields with the same id merge their children."""
+    taken_ids = {f.field_id for f in _walk(newer.fields) if f.field_id is not None}
+
+    def merge(new: tuple[MappedField, ...], old: tuple[MappedField, ...]) -> tuple[MappedField, ...]:
+        by_id = {f.field_id: f for f in old if f.field_id is not None}
+        out = []
+        for f in new:
+            prior = by_id.get(f.field_id) if f.field_id is not None else None
+            if prior is None:
+                out.append(f)
+                continue
+            # Former names of the field are kept as aliases unless a sibling now uses them.
+            sibling_names = {n for g in new if g is not f for n in g.names}
+            extra = tuple(n for n in prior.names if n not in f.names and n not in sibling_names)
+            out.append(MappedField(f.names + extra, f.field_id, merge(f.fields, prior.fields)))
+        used = {n for f in out for n in f.names}
+        for f in old:
+            if f.field_id is not None and f.field_id in taken_ids:
+                continue
+            names = tuple(n for n in f.names if n not in used)
+            if names and not any(g.field_id in taken_ids for g in _walk(f.fields) if g.field_id is not None):
+                out.append(MappedField(names, f.field_id, f.fields))
+                used.update(names)
+        return tuple(out)
+
+    return NameMapping(merge(newer.fields, older.fields))

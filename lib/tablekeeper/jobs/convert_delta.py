@@ -1,48 +1,59 @@
-"""convert-delta: a Delta table's current version as an Iceberg snapshot, by log replay.
+"""convert-delta: Delta versions as Iceberg snapshots, by log replay.
 
 Data files stay where they are: the Iceberg table references the Delta table's Parquet files, so
 its ``gc.enabled`` is false (no Iceberg maintenance may delete Delta's files). Deletion vectors
 become v3 DVs (the Delta bytes are Iceberg's blob format: copied into a Puffin file) or v2
 position delete files; none is ever dropped.
 
-This first version converts the latest Delta version in full (``--history latest``) into a new
-Iceberg table, with manifests written on the driver.
+Each converted version is one snapshot, built from the difference between two Delta states (by
+data file path) and committed together with the schema, spec and the ``tablekeeper.delta.version``
+property it reaches: the property is the resume point of ``--mode incremental`` and can never be
+ahead of or behind the snapshots. ``--history all`` records every version from the oldest that
+can still be reconstructed; ``latest`` one snapshot for the newest.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from tablekeeper.catalog import Catalog
+from tablekeeper.catalog import Catalog, LoadedTable
 from tablekeeper.commit import Committer, SnapshotChange, SummaryDelta
-from tablekeeper.delta.models import AddFile
+from tablekeeper.delta.diff import FileDiff, diff_files
+from tablekeeper.delta.segment import build_segment, oldest_reconstructable
 from tablekeeper.delta.snapshot import DeltaSnapshot
-from tablekeeper.delta.to_iceberg import MappedSchema, data_file, map_schema, partition_spec
-from tablekeeper.delta_table import load_snapshot, read_deletion_vector
-from tablekeeper.errors import ConfigError
-from tablekeeper.iceberg.manifest import POSITION_DELETES, DataFile
-from tablekeeper.iceberg.name_mapping import name_mapping_to_json
-from tablekeeper.iceberg.partitioning import PartitionSpec
-from tablekeeper.iceberg.puffin import PuffinWriter
-from tablekeeper.iceberg.updates import new_snapshot_id, new_table_metadata
+from tablekeeper.delta.to_iceberg import MappedSchema, map_schema, partition_spec
+from tablekeeper.delta_table import history, list_log, load_snapshot, normalise_root
+from tablekeeper.errors import CommitStateUnknown, ConfigError, UnsupportedFeatureError
+from tablekeeper.iceberg.manifest import DATA
+from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.iceberg.name_mapping import merge_name_mappings, name_mapping_to_json, parse_name_mapping
+from tablekeeper.iceberg.updates import (
+    add_partition_spec,
+    add_schema,
+    new_snapshot_id,
+    new_table_metadata,
+    set_properties,
+)
 from tablekeeper.io import FileIO
+from tablekeeper.jobs.delta_files import data_files, delete_files
 from tablekeeper.jobs.result import JobResult, utc_now_iso
+from tablekeeper.table import iter_live_entries
 
 log = logging.getLogger(__name__)
 
 JOB = "convert-delta"
 SOURCE_PROPERTY = "tablekeeper.delta.source"
 VERSION_PROPERTY = "tablekeeper.delta.version"
-FILE_PATH_ID, POS_ID = 2147483546, 2147483545
+NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 DISTRIBUTE_ABOVE = 50_000
+# A DV id no Delta DV has: files the target already deletes from compare as "DV changed".
+_ICEBERG_DELETES = "iceberg-deletes"
 
 
 @dataclass(frozen=True)
@@ -66,130 +77,182 @@ class ConvertOptions:
             raise ConfigError(f"--engine {self.engine!r} is not auto, driver or spark")
         if self.format_version not in (2, 3):
             raise ConfigError(f"--format-version {self.format_version} is not 2 or 3")
-        if self.mode != "full" or self.history != "latest":
-            raise ConfigError(
-                "this version converts --mode full --history latest only; incremental and full history "
-                "are not available yet"
-            )
 
 
 @dataclass(frozen=True)
 class ConvertPlan:
-    snapshot: DeltaSnapshot
-    mapped: MappedSchema
-    spec: PartitionSpec
-    adds: tuple[AddFile, ...]
-    dv_files: int
-    bytes_referenced: int
+    root: str
+    mode: str  # full (new target) or incremental (existing target)
+    latest_version: int
+    versions: tuple[int, ...]  # Delta versions that become snapshots, ascending
+    base_version: int | None  # converted version the first snapshot is diffed from
+    resync: bool  # the log after base_version is gone: diff against the target's own files
+    format_version: int
+    target_exists: bool
+    note: str | None = None
 
 
-def plan_convert(options: ConvertOptions) -> ConvertPlan:
-    snapshot = load_snapshot(options.source, engine="auto")
-    mapping = snapshot.column_mapping
-    mapped = map_schema(snapshot.schema, mapping, snapshot.metadata.configuration)
-    spec = partition_spec(mapped, snapshot.partition_columns)
-    adds = tuple(snapshot.add_files())
-    return ConvertPlan(
-        snapshot=snapshot,
-        mapped=mapped,
-        spec=spec,
-        adds=adds,
-        dv_files=sum(1 for a in adds if a.deletion_vector is not None),
-        bytes_referenced=sum(a.size for a in adds),
+def _existing(catalog: Catalog, target: str) -> LoadedTable | None:
+    return catalog.load_table(target) if catalog.table_exists(target) else None
+
+
+def plan_convert(options: ConvertOptions, catalog: Catalog) -> ConvertPlan:
+    root = normalise_root(options.source)
+    io = FileIO.for_location(root)
+    entries = list_log(io, root)
+    # The latest version's segment, checked as any read would check it (gaps, missing commits).
+    latest = build_segment(entries, table=root).version
+    oldest = oldest_reconstructable(entries, root) if options.history == "all" else latest
+    table = _existing(catalog, options.target)
+
+    def every(first: int) -> tuple[int, ...]:
+        return tuple(range(first, latest + 1)) if options.history == "all" else (latest,)
+
+    if table is None or VERSION_PROPERTY not in table.metadata.properties:
+        if table is not None and table.metadata.properties.get(SOURCE_PROPERTY) != root:
+            raise ConfigError(
+                f"target {options.target} already exists and was not converted from {root}: "
+                "pick another target or drop it"
+            )
+        # A target this job created but never committed to (a failed first run) is reused.
+        return ConvertPlan(
+            root, "full", latest, every(oldest), None, False, options.format_version, table is not None
+        )
+    props = table.metadata.properties
+    if props.get(SOURCE_PROPERTY) != root:
+        raise ConfigError(
+            f"target {options.target} was converted from {props.get(SOURCE_PROPERTY)}, not {root}: "
+            "pick the matching source or another target"
+        )
+    if options.mode == "full":
+        raise ConfigError(
+            f"target {options.target} already exists: use --mode incremental to bring it up to date, "
+            "or drop it for a full conversion"
+        )
+    last = int(props[VERSION_PROPERTY])
+    fv = table.metadata.format_version
+    if last > latest:
+        raise ConfigError(
+            f"target {options.target} is at Delta version {last} but {root} only has up to {latest}: "
+            "the source was replaced; convert it into a new target"
+        )
+    if last == latest:
+        return ConvertPlan(root, "incremental", latest, (), last, False, fv, True, "already up to date")
+    first_kept = oldest_reconstructable(entries, root)
+    if first_kept <= last:
+        versions = every(last + 1)
+        return ConvertPlan(root, "incremental", latest, versions, last, False, fv, True)
+    note = (
+        f"the Delta log before version {first_kept} was cleaned up, so version {last} can no longer be "
+        "read: re-synced from the target's own files"
+    )
+    return ConvertPlan(root, "incremental", latest, every(first_kept), last, True, fv, True, note)
+
+
+# -----------------------------------------------------------------------------------------------
+# Metadata evolution
+
+
+def evolve(meta: TableMetadata, snap: DeltaSnapshot, timestamp_ms: int) -> tuple[MappedSchema, TableMetadata]:
+    """The target's metadata with the Delta version's schema, partitioning and version recorded."""
+    mapping, config = snap.column_mapping, snap.metadata.configuration
+    mapped = map_schema(
+        snap.schema, mapping, config, previous=meta.schema(), last_column_id=meta.last_column_id
+    )
+    try:
+        updated = add_schema(meta, mapped.schema, timestamp_ms=timestamp_ms)
+    except ConfigError:
+        # An overwrite replaced a column by name with another type: only the name is shared.
+        mapped = map_schema(snap.schema, mapping, config, last_column_id=meta.last_column_id)
+        try:
+            updated = add_schema(meta, mapped.schema, timestamp_ms=timestamp_ms)
+        except ConfigError as err:
+            raise UnsupportedFeatureError(
+                f"Delta version {snap.version} changes the schema in a way Iceberg cannot record "
+                f"({err.message})"
+            ) from err
+    updated = add_partition_spec(
+        updated, partition_spec(mapped, snap.partition_columns), timestamp_ms=timestamp_ms
+    )
+    names = mapped.name_mapping
+    known = meta.properties.get(NAME_MAPPING_PROPERTY)
+    if known:
+        # Files of earlier versions keep the names they were written with.
+        names = merge_name_mappings(names, parse_name_mapping(known))
+    props = {NAME_MAPPING_PROPERTY: name_mapping_to_json(names), VERSION_PROPERTY: str(snap.version)}
+    return mapped, set_properties(updated, props, timestamp_ms=timestamp_ms)
+
+
+def _create_target(
+    options: ConvertOptions, plan: ConvertPlan, catalog: Catalog, first: DeltaSnapshot
+) -> None:
+    mapped = map_schema(first.schema, first.column_mapping, first.metadata.configuration)
+    meta = new_table_metadata(
+        schema=mapped.schema,
+        location=catalog.default_table_location(options.target),
+        timestamp_ms=int(time.time() * 1000),
+        spec=partition_spec(mapped, first.partition_columns),
+        properties={
+            "gc.enabled": "false",
+            NAME_MAPPING_PROPERTY: name_mapping_to_json(mapped.name_mapping),
+            SOURCE_PROPERTY: plan.root,
+        },
+        format_version=plan.format_version,
+    )
+    catalog.create_table(options.target, meta)
+
+
+# -----------------------------------------------------------------------------------------------
+# Execution
+
+
+@dataclass
+class _Totals:
+    snapshots: int = 0
+    data_files: int = 0
+    removed_data_files: int = 0
+    delete_files: int = 0
+    manifests: int = 0
+    executors_used: bool = False
+    last_snapshot_id: int | None = None
+
+
+def _target_state(table: LoadedTable) -> pa.Table:
+    """The target's live data files as a Delta-like state; any file with deletes gets a DV id no
+    Delta DV matches, so its deletes are replaced by the source's."""
+    meta = table.metadata
+    deleted: set[str] = set()
+    paths: list[str] = []
+    for e in iter_live_entries(table.io, meta, meta.current_snapshot()):
+        if e.data_file.content == DATA:
+            paths.append(e.data_file.file_path)
+        elif e.data_file.referenced_data_file:
+            deleted.add(e.data_file.referenced_data_file)
+        else:
+            raise UnsupportedFeatureError(
+                f"target {table.identifier} has a delete file without a referenced data file "
+                f"({e.data_file.file_path}), which convert-delta did not write: cannot re-sync it"
+            )
+    return pa.table(
+        {
+            "absolute_path": pa.array(paths, pa.string()),
+            "dv_id": pa.array([_ICEBERG_DELETES if p in deleted else None for p in paths], pa.string()),
+        }
     )
 
 
-def _record_count(io: FileIO, add: AddFile) -> int | None:
-    from tablekeeper.delta.values import parse_stats
-
-    stats = parse_stats(add.stats)
-    if stats is not None and stats.num_records is not None:
-        return None  # the log has it
-    with io.open_input(add.absolute_path) as stream:
-        return int(pq.ParquetFile(stream).metadata.num_rows)
-
-
-def _data_files(plan: ConvertPlan, io: FileIO) -> list[DataFile]:
-    snap = plan.snapshot
-    return [
-        data_file(
-            add,
-            struct=snap.schema,
-            mapping=snap.column_mapping,
-            mapped=plan.mapped,
-            partition_columns=snap.partition_columns,
-            record_count=_record_count(io, add),
-        )
-        for add in plan.adds
-    ]
-
-
-def _delete_files(
-    plan: ConvertPlan, files: Sequence[DataFile], io: FileIO, location: str, format_version: int
-) -> list[DataFile]:
-    with_dv = [(add, f) for add, f in zip(plan.adds, files, strict=True) if add.deletion_vector is not None]
-    if not with_dv:
-        return []
-    root = plan.snapshot.root
-    out: list[DataFile] = []
-    if format_version >= 3:
-        writer = PuffinWriter(created_by="tablekeeper convert-delta")
-        blobs = []
-        for add, f in with_dv:
-            assert add.deletion_vector is not None
-            _, blob = read_deletion_vector(io, root, add.deletion_vector)
-            blobs.append((f, writer.add_dv(f.file_path, blob)))
-        puffin = writer.finish()
-        path = f"{location}/data/{uuid.uuid4()}-deletes.puffin"
-        FileIO.for_location(path).create_if_absent(path, puffin.data)
-        for f, blob_location in blobs:
-            out.append(
-                DataFile(
-                    content=POSITION_DELETES,
-                    file_path=path,
-                    file_format="PUFFIN",
-                    partition=f.partition,
-                    record_count=blob_location.cardinality,
-                    file_size_in_bytes=puffin.file_size,
-                    referenced_data_file=f.file_path,
-                    content_offset=blob_location.offset,
-                    content_size_in_bytes=blob_location.length,
-                )
-            )
-        return out
-    schema = pa.schema(
-        [
-            pa.field(
-                "file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(FILE_PATH_ID)}
-            ),
-            pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_ID)}),
-        ]
-    )
-    for add, f in with_dv:
-        assert add.deletion_vector is not None
-        bitmap, _ = read_deletion_vector(io, root, add.deletion_vector)
-        positions = bitmap.to_array()
-        table = pa.table(
-            {"file_path": pa.array([f.file_path] * len(positions)), "pos": pa.array(positions, pa.int64())},
-            schema=schema,
-        )
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink)
-        data = sink.getvalue().to_pybytes()
-        path = f"{location}/data/{uuid.uuid4()}-pos-deletes.parquet"
-        FileIO.for_location(path).create_if_absent(path, data)
-        out.append(
-            DataFile(
-                content=POSITION_DELETES,
-                file_path=path,
-                file_format="PARQUET",
-                partition=f.partition,
-                record_count=len(positions),
-                file_size_in_bytes=len(data),
-                referenced_data_file=f.file_path,
-            )
-        )
-    return out
+def _states(
+    plan: ConvertPlan, options: ConvertOptions, spark: SparkSession | None
+) -> Iterator[DeltaSnapshot]:
+    engine = "spark" if options.engine == "spark" and spark is not None else "auto"
+    if options.history == "all":
+        # From the base (when readable) so each version is one commit applied to the one before.
+        start = plan.base_version if plan.base_version is not None and not plan.resync else plan.versions[0]
+        yield from history(plan.root, start=start, end=plan.latest_version, engine=engine)
+        return
+    if plan.base_version is not None and not plan.resync:
+        yield load_snapshot(plan.root, version=plan.base_version, engine=engine, spark=spark)
+    yield load_snapshot(plan.root, version=plan.latest_version, engine=engine, spark=spark)
 
 
 def _uses_spark(options: ConvertOptions, files: int, spark: object) -> bool:
@@ -200,93 +263,166 @@ def _uses_spark(options: ConvertOptions, files: int, spark: object) -> bool:
     return options.engine == "auto" and spark is not None and files > DISTRIBUTE_ABOVE
 
 
-def execute_convert(
-    plan: ConvertPlan, options: ConvertOptions, catalog: Catalog, spark: SparkSession | None = None
-) -> dict[str, object]:
-    snap = plan.snapshot
-    if catalog.table_exists(options.target):
-        raise ConfigError(
-            f"target {options.target} already exists: this version only creates new tables; "
-            "drop it or pick another name"
-        )
-    location = catalog.default_table_location(options.target)
-    properties = {
-        "gc.enabled": "false",
-        "schema.name-mapping.default": name_mapping_to_json(plan.mapped.name_mapping),
-        SOURCE_PROPERTY: snap.root,
-        VERSION_PROPERTY: str(snap.version),
-    }
-    meta = new_table_metadata(
-        schema=plan.mapped.schema,
-        location=location,
-        timestamp_ms=int(time.time() * 1000),
-        spec=plan.spec,
-        properties=properties,
-        format_version=options.format_version,
-    )
-    catalog.create_table(options.target, meta)
+def _commit_version(
+    snap: DeltaSnapshot,
+    diff: FileDiff,
+    options: ConvertOptions,
+    catalog: Catalog,
+    spark: SparkSession | None,
+    totals: _Totals,
+) -> None:
+    table = catalog.require(options.target)
+    meta = table.metadata
+    now = int(time.time() * 1000)
+    mapped, preview = evolve(meta, snap, now)
     io = FileIO.for_location(snap.root)
-    files = _data_files(plan, io)
-    deletes = _delete_files(plan, files, io, location, options.format_version)
+    added = data_files(diff.added, snap, mapped, preview.default_spec_id, io)
+    changed = data_files(
+        [a for a in diff.dv_changed if a.deletion_vector], snap, mapped, preview.default_spec_id, io
+    )
+    with_dv = [
+        *zip(diff.added, added, strict=True),
+        *zip([a for a in diff.dv_changed if a.deletion_vector], changed, strict=True),
+    ]
+    deletes = delete_files(with_dv, snap.root, io, meta.location, meta.format_version)
+    current = meta.current_snapshot()
+    # Snapshot times follow the Delta commits but never go back, nor past the commit's own clock
+    # (Java refuses metadata whose last update precedes its newest snapshot).
+    stamp = min(max(snap.timestamp_ms, current.timestamp_ms if current else 0), now)
     summary = {
         "tablekeeper.delta-version": str(snap.version),
         "tablekeeper.delta-timestamp-ms": str(snap.timestamp_ms),
     }
-    operation = "overwrite" if deletes else "append"
+    if snap.commit_info is not None and snap.commit_info.operation:
+        summary["tablekeeper.delta-operation"] = snap.commit_info.operation
+    new_files = [*added, *deletes.files]
+    base_change = SnapshotChange(
+        diff.operation(),
+        removed_paths=frozenset(diff.removed),
+        removed_deletes_for=frozenset([*diff.removed, *(a.absolute_path for a in diff.dv_changed)]),
+        prepare=lambda base, ts: evolve(base, snap, ts)[1],
+        snapshot_timestamp_ms=stamp,
+        summary=summary,
+    )
     committer = Committer(catalog, options.target)
-    distributed = _uses_spark(options, len(files), spark)
-    if distributed:
-        from tablekeeper.spark.manifests import write_manifests_distributed
+    distributed = _uses_spark(options, len(new_files), spark)
+    try:
+        if distributed:
+            from tablekeeper.spark.manifests import write_manifests_distributed
 
-        assert spark is not None
-        snapshot_id = new_snapshot_id()
-        written = write_manifests_distributed(
-            spark,
-            [*files, *deletes],
-            table_location=location,
-            format_version=options.format_version,
-            specs=meta.specs_by_id(),
-            schema=meta.schema(),
-            snapshot_id=snapshot_id,
-        )
-        change = SnapshotChange(
-            operation,
-            added_manifests=tuple(written),
-            added_manifests_delta=SummaryDelta.of([*files, *deletes]),
-            summary=summary,
-        )
-        result = committer.commit_snapshot(change, snapshot_id=snapshot_id)
-        manifests = len(written)
-    else:
-        change = SnapshotChange(operation, added_files=(*files, *deletes), summary=summary)
-        result = committer.commit_snapshot(change)
-        manifests = (1 + (1 if deletes else 0)) if files else 0
+            assert spark is not None
+            snapshot_id = new_snapshot_id()
+            written = write_manifests_distributed(
+                spark,
+                new_files,
+                table_location=meta.location,
+                format_version=meta.format_version,
+                specs=preview.specs_by_id(),
+                schema=preview.schema(),
+                snapshot_id=snapshot_id,
+            )
+            change = replace(
+                base_change, added_manifests=tuple(written), added_manifests_delta=SummaryDelta.of(new_files)
+            )
+            result = committer.commit_snapshot(change, snapshot_id=snapshot_id)
+            totals.manifests += len(written)
+            totals.executors_used = True
+        else:
+            result = committer.commit_snapshot(replace(base_change, added_files=tuple(new_files)))
+            totals.manifests += len({(f.content == DATA, f.spec_id) for f in new_files})
+    except CommitStateUnknown:
+        raise  # the snapshot may be live and reference the delete files: keep them
+    except BaseException:
+        FileIO.for_location(meta.location).delete_many(list(deletes.paths))
+        raise
+    totals.snapshots += 1
+    totals.data_files += len(added)
+    totals.removed_data_files += len(diff.removed)
+    totals.delete_files += len(deletes.files)
+    totals.last_snapshot_id = result.snapshot.snapshot_id if result.snapshot else None
+    log.info(
+        "Delta version %d committed as snapshot %s (%s)",
+        snap.version,
+        totals.last_snapshot_id,
+        diff.operation(),
+    )
+
+
+def _columns(files: pa.Table) -> pa.Table:
+    return files.select(["absolute_path", "dv_id"])
+
+
+def execute_convert(
+    plan: ConvertPlan, options: ConvertOptions, catalog: Catalog, spark: SparkSession | None = None
+) -> dict[str, object]:
+    totals = _Totals()
+    latest: DeltaSnapshot | None = None
+    if plan.versions:
+        previous: pa.Table | None = None
+        if plan.resync:
+            previous = _target_state(catalog.require(options.target))
+        wanted = set(plan.versions)
+        prev_version: int | None = None
+        for snap in _states(plan, options, spark):
+            if snap.version not in wanted:
+                previous, prev_version = _columns(snap.files), snap.version
+                continue
+            if latest is None and not plan.target_exists:
+                _create_target(options, plan, catalog, snap)
+            # Tombstones describe one commit only when this state is one commit after the last.
+            stepwise = prev_version is not None and snap.version == prev_version + 1
+            diff = diff_files(previous, snap.files, snap.tombstones if stepwise else None)
+            _commit_version(snap, diff, options, catalog, spark, totals)
+            previous, prev_version, latest = _columns(snap.files), snap.version, snap
     return {
-        "delta_version": snap.version,
-        "versions_converted": 1,
-        "snapshots_committed": 1,
-        "snapshot_id": result.snapshot.snapshot_id if result.snapshot else None,
-        "data_files": len(files),
-        "delete_files": len(deletes),
-        "manifests": manifests,
-        "bytes_referenced": plan.bytes_referenced,
-        "mode": options.mode,
-        "manifest_writer": "executors" if distributed else "driver",
+        "delta_version": plan.latest_version,
+        "from_delta_version": plan.base_version,
+        "versions_converted": (plan.latest_version - plan.base_version)
+        if plan.base_version is not None
+        else len(plan.versions),
+        "snapshots_committed": totals.snapshots,
+        "snapshot_id": totals.last_snapshot_id,
+        "data_files": totals.data_files,
+        "data_files_removed": totals.removed_data_files,
+        "delete_files": totals.delete_files,
+        "manifests": totals.manifests,
+        "bytes_referenced": _bytes(latest.files) if latest is not None else None,
+        "mode": plan.mode,
+        "history": options.history,
+        "resynced": plan.resync,
+        "note": plan.note,
+        "format_version": plan.format_version,
+        "manifest_writer": "executors" if totals.executors_used else "driver",
     }
+
+
+def _bytes(files: pa.Table) -> int:
+    sizes: Iterable[int | None] = files.column("size").to_pylist()
+    return sum(s or 0 for s in sizes)
 
 
 def run_convert(options: ConvertOptions, catalog: Catalog, spark: SparkSession | None = None) -> JobResult:
     started, t0 = utc_now_iso(), time.perf_counter()
-    plan = plan_convert(options)
+    plan = plan_convert(options, catalog)
     if options.dry_run:
         metrics: dict[str, object] = {
-            "delta_version": plan.snapshot.version,
-            "data_files": len(plan.adds),
-            "files_with_deletion_vectors": plan.dv_files,
-            "bytes_referenced": plan.bytes_referenced,
-            "partition_columns": list(plan.snapshot.partition_columns),
-            "mode": options.mode,
+            "delta_version": plan.latest_version,
+            "from_delta_version": plan.base_version,
+            "versions_to_convert": list(plan.versions),
+            "mode": plan.mode,
+            "resync": plan.resync,
+            "note": plan.note,
+            "format_version": plan.format_version,
         }
+        if plan.versions:
+            snap = load_snapshot(plan.root, version=plan.latest_version)
+            dvs = snap.files.column("dv_id").null_count
+            metrics |= {
+                "data_files": snap.num_files,
+                "files_with_deletion_vectors": snap.num_files - dvs,
+                "bytes_referenced": _bytes(snap.files),
+                "partition_columns": list(snap.partition_columns),
+            }
     else:
         metrics = execute_convert(plan, options, catalog, spark)
     return JobResult(
