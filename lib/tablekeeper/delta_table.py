@@ -163,6 +163,16 @@ def _hint(io: FileIO, root: str) -> object:
         return None
 
 
+def commit_time(io: FileIO, snapshot: DeltaSnapshot, entries: Sequence[LogEntry]) -> int:
+    """The snapshot's commit time (in-commit timestamp where enabled), as time travel sees it."""
+    return _timestamp(io, snapshot, entries)
+
+
+def segment_bytes(entries: Sequence[LogEntry], segment: LogSegment) -> int:
+    """Bytes of checkpoint and commits a replay of ``segment`` reads."""
+    return _log_bytes(entries, segment)
+
+
 def _timestamp(io: FileIO, snapshot: DeltaSnapshot, entries: Sequence[LogEntry]) -> int:
     if snapshot.metadata.configuration.get("delta.enableInCommitTimestamps") == "true":
         return commit_times(io, snapshot.root, entries, snapshot).get(snapshot.version, 0)

@@ -92,9 +92,14 @@ def parse_jar_specs(text: str, source: str = JARS_FILE) -> tuple[JarSpec, ...]:
     return tuple(specs)
 
 
-def jar_specs() -> tuple[JarSpec, ...]:
+BENCH_ROLE = "bench"
+
+
+def jar_specs(*, include_bench: bool = False) -> tuple[JarSpec, ...]:
+    """The runtime jars; ``include_bench`` adds the reference engines only benchmarks load."""
     path = conf_dir() / JARS_FILE
-    return parse_jar_specs(path.read_text(encoding="utf-8"), str(path))
+    specs = parse_jar_specs(path.read_text(encoding="utf-8"), str(path))
+    return specs if include_bench else tuple(s for s in specs if s.role != BENCH_ROLE)
 
 
 def parse_properties(text: str) -> dict[str, str]:

@@ -71,10 +71,12 @@ def diff_files(previous: pa.Table | None, current: pa.Table, tombstones: pa.Tabl
         # no one commit's flags to go by, so it counts as a data change.
         rewrite = False
     else:
-        if removed and tombstones.num_rows:
-            gone = pc.is_in(tombstones.column("absolute_path"), value_set=pa.array(removed, pa.string()))
-            flags.extend(tombstones.filter(gone).column("data_change").to_pylist())
-        elif removed:
+        # The removes that ended a previously live (path, DV): older tombstones of the same path
+        # (e.g. the no-DV key a DELETE replaced) say nothing about this commit.
+        ended = tombstones.filter(pc.is_in(_keys(tombstones), value_set=_keys(previous)))
+        flags.extend(ended.column("data_change").to_pylist())
+        if removed and ended.num_rows == 0:
             flags.append(True)  # no record of how they went: treat as a data change
-        rewrite = bool(flags) and not any(f is None or f for f in flags)
+        # A rewrite replaces files: adds alone are never one, even when flagged dataChange=false.
+        rewrite = bool(removed) and bool(flags) and not any(f is None or f for f in flags)
     return FileDiff(tuple(add_files_of(added_rows)), removed, tuple(add_files_of(changed_rows)), rewrite)

@@ -84,6 +84,11 @@ def _pairs(value: Any) -> dict[str, Any] | None:
     return dict(value)
 
 
+def add_file_from_row(row: Mapping[str, Any]) -> AddFile:
+    """One live-files row (as a dict: Arrow ``to_pylist`` or Spark ``asDict``) as an AddFile."""
+    return _add_file(row)
+
+
 def _add_file(row: Mapping[str, Any]) -> AddFile:
     dv = row.get("dv")
     return AddFile(

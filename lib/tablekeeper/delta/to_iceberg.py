@@ -127,7 +127,11 @@ def map_schema(
     ids = _Ids(max(start, last_column_id + 1))
     reuse = ids_by_name_path(previous) if previous is not None else {}
     # With column mapping, a name's previous id is only reused for children Delta gives no id.
-    taken = {f.column_id for f in _all_fields(struct) if mapping.enabled and f.column_id}
+    taken = (
+        {i for f in _all_fields(struct) for i in (f.column_id, *f.nested_ids.values()) if i}
+        if mapping.enabled
+        else set()
+    )
 
     def fresh(path: tuple[str, ...]) -> int:
         old = reuse.get(path)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
@@ -28,7 +29,14 @@ from tablekeeper.delta.diff import FileDiff, diff_files
 from tablekeeper.delta.segment import build_segment, oldest_reconstructable
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.to_iceberg import MappedSchema, map_schema, partition_spec
-from tablekeeper.delta_table import history, list_log, load_snapshot, normalise_root
+from tablekeeper.delta_table import (
+    commit_time,
+    history,
+    list_log,
+    load_snapshot,
+    normalise_root,
+    segment_bytes,
+)
 from tablekeeper.errors import CommitStateUnknown, ConfigError, UnsupportedFeatureError
 from tablekeeper.iceberg.manifest import DATA
 from tablekeeper.iceberg.metadata import TableMetadata
@@ -52,6 +60,9 @@ SOURCE_PROPERTY = "tablekeeper.delta.source"
 VERSION_PROPERTY = "tablekeeper.delta.version"
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 DISTRIBUTE_ABOVE = 50_000
+# Above this much log (checkpoint + commits) a full conversion keeps the Delta state in Spark and
+# builds data files on the executors, so the driver never holds one object per file.
+DISTRIBUTE_LOG_BYTES = 16 * 1024 * 1024
 # A DV id no Delta DV has: files the target already deletes from compare as "DV changed".
 _ICEBERG_DELETES = "iceberg-deletes"
 
@@ -255,6 +266,16 @@ def _states(
     yield load_snapshot(plan.root, version=plan.latest_version, engine=engine, spark=spark)
 
 
+def _summary(snap: DeltaSnapshot) -> dict[str, str]:
+    summary = {
+        "tablekeeper.delta-version": str(snap.version),
+        "tablekeeper.delta-timestamp-ms": str(snap.timestamp_ms),
+    }
+    if snap.commit_info is not None and snap.commit_info.operation:
+        summary["tablekeeper.delta-operation"] = snap.commit_info.operation
+    return summary
+
+
 def _uses_spark(options: ConvertOptions, files: int, spark: object) -> bool:
     if options.engine == "spark":
         if spark is None:
@@ -289,12 +310,7 @@ def _commit_version(
     # Snapshot times follow the Delta commits but never go back, nor past the commit's own clock
     # (Java refuses metadata whose last update precedes its newest snapshot).
     stamp = min(max(snap.timestamp_ms, current.timestamp_ms if current else 0), now)
-    summary = {
-        "tablekeeper.delta-version": str(snap.version),
-        "tablekeeper.delta-timestamp-ms": str(snap.timestamp_ms),
-    }
-    if snap.commit_info is not None and snap.commit_info.operation:
-        summary["tablekeeper.delta-operation"] = snap.commit_info.operation
+    summary = _summary(snap)
     new_files = [*added, *deletes.files]
     base_change = SnapshotChange(
         diff.operation(),
@@ -352,12 +368,99 @@ def _columns(files: pa.Table) -> pa.Table:
     return files.select(["absolute_path", "dv_id"])
 
 
+def _distributed_full(plan: ConvertPlan, options: ConvertOptions, spark: SparkSession | None) -> bool:
+    """A full, latest-only conversion whose files are built on the executors."""
+    if spark is None or options.engine == "driver" or options.history != "latest":
+        return False
+    if plan.base_version is not None or plan.resync or not plan.versions:
+        return False
+    if options.engine == "spark":
+        return True
+    entries = list_log(FileIO.for_location(plan.root), plan.root)
+    segment = build_segment(entries, version=plan.latest_version, table=plan.root)
+    return segment_bytes(entries, segment) > DISTRIBUTE_LOG_BYTES
+
+
+def _convert_on_executors(
+    plan: ConvertPlan, options: ConvertOptions, catalog: Catalog, spark: SparkSession, totals: _Totals
+) -> int:
+    """The latest version as one snapshot, data files built and their manifests written by the
+    executors; returns the bytes the data files hold."""
+    from tablekeeper.spark.convert_files import DataFileContext, write_data_manifests
+    from tablekeeper.spark.delta_replay import spark_state
+
+    io = FileIO.for_location(plan.root)
+    entries = list_log(io, plan.root)
+    segment = build_segment(entries, version=plan.latest_version, table=plan.root)
+    state = spark_state(spark, plan.root, segment)
+    snap = state.snapshot_without_files(0)
+    snap = replace(snap, timestamp_ms=commit_time(io, snap, entries))
+    if not plan.target_exists:
+        _create_target(options, plan, catalog, snap)
+    meta = catalog.require(options.target).metadata
+    now = int(time.time() * 1000)
+    mapped, preview = evolve(meta, snap, now)
+    snapshot_id, commit_uuid = new_snapshot_id(), str(uuid.uuid4())
+    ctx = DataFileContext(
+        struct=snap.schema,
+        mapping=snap.column_mapping,
+        mapped=mapped,
+        partition_columns=snap.partition_columns,
+        spec=preview.spec(preview.default_spec_id),
+        schema=preview.schema(),
+        format_version=meta.format_version,
+        table_location=meta.location,
+        snapshot_id=snapshot_id,
+        commit_uuid=commit_uuid,
+    )
+    table_io = FileIO.for_location(meta.location)
+    live = state.live_files()
+    try:
+        manifests, counts, with_dv, size = (
+            write_data_manifests(spark, live, ctx) if live is not None else ([], SummaryDelta(), [], 0)
+        )
+    except BaseException:
+        # Tasks that finished left manifests behind; they all carry this commit's id.
+        staged = [i.location for i in table_io.list(f"{meta.location}/metadata") if commit_uuid in i.location]
+        table_io.delete_many(staged)
+        raise
+    deletes = delete_files(with_dv, plan.root, io, meta.location, meta.format_version)
+    current = meta.current_snapshot()
+    change = SnapshotChange(
+        "overwrite" if deletes.files else "append",
+        added_files=deletes.files,
+        added_manifests=tuple(manifests),
+        added_manifests_delta=counts,
+        prepare=lambda base, ts: evolve(base, snap, ts)[1],
+        snapshot_timestamp_ms=min(max(snap.timestamp_ms, current.timestamp_ms if current else 0), now),
+        summary=_summary(snap),
+    )
+    try:
+        result = Committer(catalog, options.target).commit_snapshot(change, snapshot_id=snapshot_id)
+    except CommitStateUnknown:
+        raise
+    except BaseException:
+        table_io.delete_many(list(deletes.paths))
+        raise
+    totals.snapshots += 1
+    totals.data_files += counts.added_data_files
+    totals.delete_files += len(deletes.files)
+    totals.manifests += len(manifests) + (1 if deletes.files else 0)
+    totals.executors_used = True
+    totals.last_snapshot_id = result.snapshot.snapshot_id if result.snapshot else None
+    return size
+
+
 def execute_convert(
     plan: ConvertPlan, options: ConvertOptions, catalog: Catalog, spark: SparkSession | None = None
 ) -> dict[str, object]:
     totals = _Totals()
     latest: DeltaSnapshot | None = None
-    if plan.versions:
+    size: int | None = None
+    if _distributed_full(plan, options, spark):
+        assert spark is not None
+        size = _convert_on_executors(plan, options, catalog, spark, totals)
+    elif plan.versions:
         previous: pa.Table | None = None
         if plan.resync:
             previous = _target_state(catalog.require(options.target))
@@ -386,7 +489,9 @@ def execute_convert(
         "data_files_removed": totals.removed_data_files,
         "delete_files": totals.delete_files,
         "manifests": totals.manifests,
-        "bytes_referenced": _bytes(latest.files) if latest is not None else None,
+        "bytes_referenced": size
+        if size is not None
+        else (_bytes(latest.files) if latest is not None else None),
         "mode": plan.mode,
         "history": options.history,
         "resynced": plan.resync,

@@ -8,7 +8,7 @@ Arrow. Non-file actions are few and are applied with the pure code.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import unquote
 
 import orjson
@@ -159,6 +159,16 @@ class SparkDeltaState:
 
     def live_files(self) -> DataFrame | None:
         return None if self.winners is None else self.winners.where(F.col("is_add"))
+
+    def snapshot_without_files(self, timestamp_ms: int) -> DeltaSnapshot:
+        """Protocol, metadata and the rest, with empty file tables: the files stay in Spark."""
+        empty = FILE_ACTIONS.empty_table()
+        empty = empty.append_column("absolute_path", pa.array([], pa.string()))
+        empty = empty.append_column("dv_id", pa.array([], pa.string()))
+        snapshot = snapshot_from_replay(
+            self.root, self.segment, self.state, Reconciled(empty, empty), "spark"
+        )
+        return replace(snapshot, timestamp_ms=timestamp_ms)
 
 
 def spark_state(spark: SparkSession, root: str, segment: LogSegment) -> SparkDeltaState:

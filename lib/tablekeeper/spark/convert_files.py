@@ -1,0 +1,156 @@
+"""convert-delta's large path: data files built and manifests written on the executors.
+
+The Delta state stays a Spark DataFrame (``spark_state``); each task turns its share of live adds
+into Iceberg data files (metrics from the Delta stats, footers read where the log has no record
+count) and writes their manifests. Only manifest-list rows, summary counts and the few adds that
+carry deletion vectors come back to the driver, so its memory does not grow with the file count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from tablekeeper.commit.summary import SummaryDelta
+from tablekeeper.delta.models import AddFile
+from tablekeeper.delta.schema import ColumnMapping, DeltaStruct
+from tablekeeper.delta.snapshot import add_file_from_row
+from tablekeeper.delta.to_iceberg import MappedSchema, data_file
+from tablekeeper.iceberg.manifest import (
+    ADDED,
+    MANIFEST_DATA,
+    DataFile,
+    ManifestEntry,
+    ManifestFile,
+    write_manifest,
+)
+from tablekeeper.iceberg.partitioning import PartitionSpec
+from tablekeeper.iceberg.types import Schema
+from tablekeeper.io import FileIO
+
+
+@dataclass(frozen=True)
+class DataFileContext:
+    """What a task needs to turn adds into data files and manifests (pickled to executors)."""
+
+    struct: DeltaStruct
+    mapping: ColumnMapping
+    mapped: MappedSchema
+    partition_columns: tuple[str, ...]
+    spec: PartitionSpec
+    schema: Schema
+    format_version: int
+    table_location: str
+    snapshot_id: int
+    commit_uuid: str
+
+
+@dataclass(frozen=True)
+class TaskOutput:
+    manifests: tuple[ManifestFile, ...]
+    delta: SummaryDelta
+    with_dv: tuple[tuple[AddFile, DataFile], ...]  # deletes are written by the driver
+
+
+def _record_count(add: AddFile) -> int | None:
+    import pyarrow.parquet as pq
+
+    from tablekeeper.delta.values import parse_stats
+
+    stats = parse_stats(add.stats)
+    if stats is not None and stats.num_records is not None:
+        return None
+    io = FileIO.for_location(add.absolute_path)
+    with io.open_input(add.absolute_path) as stream:
+        return int(pq.ParquetFile(stream).metadata.num_rows)
+
+
+def _flush(ctx: DataFileContext, files: list[DataFile], task: int, n: int) -> ManifestFile:
+    path = f"{ctx.table_location.rstrip('/')}/metadata/{ctx.commit_uuid}-t{task}-m{n}.avro"
+    data, manifest = write_manifest(
+        path,
+        [ManifestEntry(ADDED, ctx.snapshot_id, f) for f in files],
+        format_version=ctx.format_version,
+        spec=ctx.spec,
+        schema=ctx.schema,
+        snapshot_id=ctx.snapshot_id,
+        content=MANIFEST_DATA,
+    )
+    FileIO.for_location(path).create_if_absent(path, data)
+    return manifest
+
+
+def build_task(
+    ctx: DataFileContext, task: int, rows: Iterable[dict[str, Any]], per_manifest: int
+) -> Iterator[TaskOutput]:
+    """One task's adds as data files in manifests of at most ``per_manifest`` entries."""
+    files: list[DataFile] = []
+    manifests: list[ManifestFile] = []
+    with_dv: list[tuple[AddFile, DataFile]] = []
+    delta = SummaryDelta()
+    for row in rows:
+        add = add_file_from_row(row)
+        f = data_file(
+            add,
+            struct=ctx.struct,
+            mapping=ctx.mapping,
+            mapped=ctx.mapped,
+            partition_columns=ctx.partition_columns,
+            record_count=_record_count(add),
+        )
+        if ctx.spec.spec_id:
+            from dataclasses import replace
+
+            f = replace(f, spec_id=ctx.spec.spec_id)
+        files.append(f)
+        if add.deletion_vector is not None:
+            with_dv.append((add, f))
+        if len(files) >= per_manifest:
+            manifests.append(_flush(ctx, files, task, len(manifests)))
+            delta = delta + SummaryDelta.of(files)
+            files = []
+    if files:
+        manifests.append(_flush(ctx, files, task, len(manifests)))
+        delta = delta + SummaryDelta.of(files)
+    yield TaskOutput(tuple(manifests), delta, tuple(with_dv))
+
+
+def write_data_manifests(
+    spark: SparkSession, live: DataFrame, ctx: DataFileContext, per_manifest: int = 20_000
+) -> tuple[list[ManifestFile], SummaryDelta, list[tuple[AddFile, DataFile]], int]:
+    """Manifests for every live add in ``live``; returns them, their summary counts, the adds with
+    DVs (with their data files) and the bytes the data files hold."""
+    columns = [
+        "path",
+        "absolute_path",
+        "partition_values",
+        "size",
+        "modification_time",
+        "data_change",
+        "stats",
+        "tags",
+        "dv",
+        "base_row_id",
+        "default_row_commit_version",
+        "clustering_provider",
+    ]
+    live = live.select(*columns)
+    count, size = live.agg(F.count(F.lit(1)), F.coalesce(F.sum("size"), F.lit(0))).first()  # type: ignore[misc]
+    if not count:
+        return [], SummaryDelta(), [], 0
+    parts = max(1, min(spark.sparkContext.defaultParallelism * 4, -(-int(count) // per_manifest)))
+
+    def task(index: int, part: Iterable[Any]) -> Iterable[TaskOutput]:
+        return build_task(ctx, index, (r.asDict(recursive=True) for r in part), per_manifest)
+
+    outputs = live.repartition(parts).rdd.mapPartitionsWithIndex(task).collect()
+    manifests = [m for o in outputs for m in o.manifests]
+    delta = SummaryDelta()
+    for o in outputs:
+        delta = delta + o.delta
+    with_dv = [pair for o in outputs for pair in o.with_dv]
+    return manifests, delta, with_dv, int(size)
