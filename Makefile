@@ -57,7 +57,8 @@ demo: setup ## set up, then run the main job on embedded defaults (Delta -> Iceb
 	$(PY) -m tablekeeper.demo
 
 bench: setup ## run the benchmarks (prints tables, writes bench/out/*.json)
-	$(PY) -m bench.delta_replay $(BENCH_ARGS)
+	$(PY) -m bench.delta_replay $(REPLAY_ARGS)
+	$(PY) -m bench.convert_delta $(CONVERT_ARGS)
 
 clean: ## remove the venv, the jars and local warehouses
 	rm -rf $(VENV) $(JARS) warehouse dist build

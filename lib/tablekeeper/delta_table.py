@@ -13,8 +13,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from tablekeeper.delta.models import DeletionVector
+from tablekeeper.delta.models import AddFile, DeletionVector
 from tablekeeper.delta.replay import (
     CommitActions,
     NonFileState,
@@ -25,6 +26,7 @@ from tablekeeper.delta.replay import (
     parse_json_checkpoint,
     reconcile,
 )
+from tablekeeper.delta.schema import ColumnMapping, DeltaStruct
 from tablekeeper.delta.segment import (
     Checkpoint,
     LogEntry,
@@ -38,6 +40,7 @@ from tablekeeper.delta.segment import (
     sidecar_location,
 )
 from tablekeeper.delta.snapshot import DeltaSnapshot, snapshot_from_replay
+from tablekeeper.delta.to_iceberg import MappedSchema, MissingRecordCount, data_file
 from tablekeeper.errors import (
     ConfigError,
     CorruptMetadataError,
@@ -46,6 +49,7 @@ from tablekeeper.errors import (
     StorageError,
     UnsupportedFeatureError,
 )
+from tablekeeper.iceberg.manifest import DataFile
 from tablekeeper.iceberg.puffin import delta_dv_relative_path, read_delta_dv, read_delta_inline_dv
 from tablekeeper.iceberg.roaring import RoaringBitmap64
 from tablekeeper.io import FileIO
@@ -360,3 +364,24 @@ def oldest_version(location: str, io: FileIO | None = None) -> int:
     root = normalise_root(location)
     io = io or FileIO.for_location(root)
     return oldest_reconstructable(list_log(io, root), root)
+
+
+def footer_record_count(io: FileIO, add: AddFile) -> int:
+    with io.open_input(add.absolute_path) as stream:
+        return int(pq.ParquetFile(stream).metadata.num_rows)
+
+
+def build_data_file(
+    add: AddFile,
+    struct: DeltaStruct,
+    mapping: ColumnMapping,
+    mapped: MappedSchema,
+    partition_columns: tuple[str, ...],
+    io: FileIO,
+) -> DataFile:
+    """The data file from the log's stats; only a file the log has no record count for is opened."""
+    kwargs = {"struct": struct, "mapping": mapping, "mapped": mapped, "partition_columns": partition_columns}
+    try:
+        return data_file(add, **kwargs)  # type: ignore[arg-type]
+    except MissingRecordCount:
+        return data_file(add, record_count=footer_record_count(io, add), **kwargs)  # type: ignore[arg-type]

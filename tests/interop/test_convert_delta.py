@@ -18,6 +18,7 @@ from tablekeeper.errors import TablekeeperError
 from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
 from tests.conftest import SQL_CATALOG
 from tests.support.delta_tables import SHARED_TABLES, copy_table
+from tests.support.pyiceberg_check import assert_pyiceberg_latest
 
 pytestmark = pytest.mark.spark
 
@@ -38,6 +39,36 @@ REFUSED = {
     "spark-shredded-variant-preview-delta": "of type variant cannot be converted",
 }
 WITH_DVS = {"table-with-dv-small", "cdf-table-with-cdc-and-dvs", "table_with_deletion_logs"}
+# PyIceberg 0.12 cannot read these conversions, which Iceberg Spark reads exactly; each reason is
+# PyIceberg's own limit, not the converter's output:
+PYICEBERG_CANNOT_READ = {
+    # Data files carry a `_change_type` column the table schema does not have: PyIceberg fails
+    # instead of ignoring the extra column.
+    **dict.fromkeys(
+        [
+            "cdc_ict_table",
+            "cdf-table",
+            "cdf-table-non-partitioned",
+            "checkpoint-cdf-table",
+            "simple_table_with_cdc",
+        ],
+        "Could not find field with name: _change_type",
+    ),
+    # INT96 timestamps in the data files: PyIceberg refuses to project them.
+    **dict.fromkeys(
+        [
+            "table_with_edge_timestamps",
+            "delta-1.2.1-only-struct-stats",
+            "checkpoint-v2-table",
+            "delta-checkpoint-stats-optional",
+            "delta-stats-optional",
+        ],
+        r"projection from timestamp\[ns\] to timestamp\[us",
+    ),
+    # PyIceberg's manifest reader returns the double partition value 9.9 as 9.899999618530273
+    # (float precision); the manifest holds the double, and Iceberg Spark returns 9.9.
+    "delta-0.8.0-numeric-partition": "PyIceberg's rows differ",
+}
 
 
 def ident(name: str, version: int) -> str:
@@ -84,6 +115,12 @@ def test_converted_table_reads_like_delta(spark, catalogs, tmp_path: Path, name:
     assert meta.properties["gc.enabled"] == "false"
     assert meta.properties["tablekeeper.delta.version"] == str(metrics["delta_version"])
     assert_same_rows(spark, f"{SQL_CATALOG}.{target}", source)
+    if version == 3 and name in PYICEBERG_CANNOT_READ:
+        # Kept as a check: when PyIceberg learns to read these, the list must shrink.
+        with pytest.raises(Exception, match=PYICEBERG_CANNOT_READ[name]):
+            assert_pyiceberg_latest(spark, catalogs, target, source)
+    elif version == 3:
+        assert_pyiceberg_latest(spark, catalogs, target, source)
 
 
 def test_manifests_written_by_executors(spark, catalogs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

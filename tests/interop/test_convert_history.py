@@ -12,7 +12,6 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -21,6 +20,7 @@ from tablekeeper.catalog import catalog_for
 from tablekeeper.errors import CommitStateUnknown, StorageError, UnsupportedFeatureError
 from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
 from tests.conftest import SQL_CATALOG
+from tests.support.pyiceberg_check import assert_pyiceberg_latest
 
 pytestmark = pytest.mark.spark
 
@@ -58,23 +58,6 @@ def assert_every_version(spark: SparkSession, table: str, source: Path, versions
         iceberg = spark.sql(f"SELECT * FROM {table} VERSION AS OF {by_version[v]}")
         delta = spark.read.format("delta").option("versionAsOf", v).load(str(source))
         assert_same(iceberg, delta, f"{table} at Delta version {v}")
-
-
-def assert_pyiceberg_latest(spark: SparkSession, catalogs: Any, ident: str, source: Path) -> None:
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    conf = catalogs.get(SQL_CATALOG)
-    got = SqlCatalog(SQL_CATALOG, uri=conf.uri, warehouse=conf.warehouse).load_table(ident).scan().to_arrow()
-    iceberg_schema = spark.table(f"{SQL_CATALOG}.{ident}").schema
-    delta = spark.read.format("delta").load(str(source))
-    delta = delta.select([F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in iceberg_schema])
-    want = delta.toArrow()
-
-    def rows(t: pa.Table) -> list[str]:
-        return sorted(repr(sorted(r.items())) for r in t.to_pylist())
-
-    assert got.column_names == want.column_names
-    assert rows(got) == rows(want)
 
 
 def convert(catalogs: Any, source: Path, target: str, spark: SparkSession | None = None, **kw: Any):  # type: ignore[no-untyped-def]
@@ -322,3 +305,28 @@ def test_failed_commit_leaves_target_unchanged_and_rerun_converges(spark, catalo
     assert len(_files_under(location)) > len(files)
     convert(catalogs, source, ident, mode="incremental", history="all")
     assert_every_version(spark, f"{SQL_CATALOG}.{ident}", source, range(2, 7))
+
+
+def test_executor_path_cleans_up_on_failure_and_auto_picks_it_for_large_logs(  # type: ignore[no-untyped-def]
+    spark, catalogs, tmp_path: Path, monkeypatch
+) -> None:
+    import tablekeeper.jobs.convert_delta as job
+
+    source = tmp_path / "exec"
+    write_plain(spark, source)
+    catalog = catalog_for(catalogs.get(SQL_CATALOG))
+    ident = f"{NS}.exec"
+    failing = _FailingCommits(catalog, StorageError("injected: the catalog is down"))
+    with pytest.raises(StorageError):
+        convert(catalogs, source, ident, spark, catalog=failing, engine="spark", format_version=3)
+    loaded = catalog.load_table(ident)
+    location = Path(loaded.metadata.location)
+    # Manifests the executors wrote, the driver's Puffin file and the manifest list are all gone.
+    assert _files_under(location) == {str(Path(loaded.metadata_location).relative_to(location))}
+    # auto: a log above the threshold goes to the executors without being asked.
+    monkeypatch.setattr(job, "DISTRIBUTE_LOG_BYTES", 0)
+    result = convert(catalogs, source, ident, spark, format_version=3)
+    assert result.metrics["manifest_writer"] == "executors" and result.metrics["delete_files"] > 0
+    spark.sql(f"REFRESH TABLE {SQL_CATALOG}.{ident}")
+    assert_same(spark.table(f"{SQL_CATALOG}.{ident}"), spark.read.format("delta").load(str(source)), ident)
+    assert_pyiceberg_latest(spark, catalogs, ident, source)

@@ -335,6 +335,10 @@ def _delta_field(struct: DeltaStruct, path: tuple[str, ...]) -> DeltaField | Non
     return found
 
 
+class MissingRecordCount(ValueError):
+    """The log has no record count for a file: the caller reads the Parquet footer and retries."""
+
+
 def data_file(
     add: AddFile,
     *,
@@ -347,7 +351,7 @@ def data_file(
     stats = parse_stats(add.stats)
     count = record_count if record_count is not None else (stats.num_records if stats else None)
     if count is None:
-        raise ValueError(f"{add.absolute_path}: no numRecords in the log; read its footer first")
+        raise MissingRecordCount(f"{add.absolute_path}: no numRecords in the log; read its footer first")
     m = metrics_from_stats(stats, struct, mapped, add.deletion_vector is not None)
     return DataFile(
         content=DATA,

@@ -16,9 +16,8 @@ import pyarrow.parquet as pq
 
 from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.snapshot import DeltaSnapshot
-from tablekeeper.delta.to_iceberg import MappedSchema, data_file
-from tablekeeper.delta.values import parse_stats
-from tablekeeper.delta_table import read_deletion_vector
+from tablekeeper.delta.to_iceberg import MappedSchema
+from tablekeeper.delta_table import build_data_file, read_deletion_vector
 from tablekeeper.iceberg.manifest import POSITION_DELETES, DataFile
 from tablekeeper.iceberg.puffin import PuffinWriter
 from tablekeeper.io import FileIO
@@ -38,26 +37,13 @@ class WrittenDeletes:
     paths: tuple[str, ...]  # what was written, to remove again if the commit fails
 
 
-def _footer_record_count(io: FileIO, add: AddFile) -> int | None:
-    stats = parse_stats(add.stats)
-    if stats is not None and stats.num_records is not None:
-        return None  # the log has it
-    with io.open_input(add.absolute_path) as stream:
-        return int(pq.ParquetFile(stream).metadata.num_rows)
-
-
 def data_files(
     adds: Sequence[AddFile], snapshot: DeltaSnapshot, mapped: MappedSchema, spec_id: int, io: FileIO
 ) -> list[DataFile]:
     out = []
     for add in adds:
-        f = data_file(
-            add,
-            struct=snapshot.schema,
-            mapping=snapshot.column_mapping,
-            mapped=mapped,
-            partition_columns=snapshot.partition_columns,
-            record_count=_footer_record_count(io, add),
+        f = build_data_file(
+            add, snapshot.schema, snapshot.column_mapping, mapped, snapshot.partition_columns, io
         )
         out.append(f if spec_id == 0 else replace(f, spec_id=spec_id))
     return out

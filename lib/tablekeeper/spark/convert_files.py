@@ -19,7 +19,8 @@ from tablekeeper.commit.summary import SummaryDelta
 from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.schema import ColumnMapping, DeltaStruct
 from tablekeeper.delta.snapshot import add_file_from_row
-from tablekeeper.delta.to_iceberg import MappedSchema, data_file
+from tablekeeper.delta.to_iceberg import MappedSchema
+from tablekeeper.delta_table import build_data_file
 from tablekeeper.iceberg.manifest import (
     ADDED,
     MANIFEST_DATA,
@@ -56,19 +57,6 @@ class TaskOutput:
     with_dv: tuple[tuple[AddFile, DataFile], ...]  # deletes are written by the driver
 
 
-def _record_count(add: AddFile) -> int | None:
-    import pyarrow.parquet as pq
-
-    from tablekeeper.delta.values import parse_stats
-
-    stats = parse_stats(add.stats)
-    if stats is not None and stats.num_records is not None:
-        return None
-    io = FileIO.for_location(add.absolute_path)
-    with io.open_input(add.absolute_path) as stream:
-        return int(pq.ParquetFile(stream).metadata.num_rows)
-
-
 def _flush(ctx: DataFileContext, files: list[DataFile], task: int, n: int) -> ManifestFile:
     path = f"{ctx.table_location.rstrip('/')}/metadata/{ctx.commit_uuid}-t{task}-m{n}.avro"
     data, manifest = write_manifest(
@@ -94,14 +82,8 @@ def build_task(
     delta = SummaryDelta()
     for row in rows:
         add = add_file_from_row(row)
-        f = data_file(
-            add,
-            struct=ctx.struct,
-            mapping=ctx.mapping,
-            mapped=ctx.mapped,
-            partition_columns=ctx.partition_columns,
-            record_count=_record_count(add),
-        )
+        io = FileIO.for_location(add.absolute_path)
+        f = build_data_file(add, ctx.struct, ctx.mapping, ctx.mapped, ctx.partition_columns, io)
         if ctx.spec.spec_id:
             from dataclasses import replace
 

@@ -1,0 +1,34 @@
+"""PyIceberg as the second reference reader: the latest snapshot's rows against delta-spark's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from tests.conftest import SQL_CATALOG
+
+
+def assert_pyiceberg_latest(spark: SparkSession, catalogs: Any, ident: str, source: Path) -> None:
+    """PyIceberg's scan of ``ident`` (in the SQL catalog) equals delta-spark's latest rows, cast
+    to the Iceberg table's types and compared as Python values (Arrow on both sides)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    conf = catalogs.get(SQL_CATALOG)
+    got = SqlCatalog(SQL_CATALOG, uri=conf.uri, warehouse=conf.warehouse).load_table(ident).scan().to_arrow()
+    iceberg_schema = spark.table(f"{SQL_CATALOG}.{ident}").schema
+    delta = spark.read.format("delta").load(str(source))
+    delta = delta.select([F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in iceberg_schema])
+    want = delta.toArrow()
+
+    def rows(t: pa.Table) -> list[str]:
+        return sorted(repr(sorted(r.items())) for r in t.to_pylist())
+
+    assert got.column_names == want.column_names
+    assert got.num_rows == want.num_rows, (
+        f"{ident}: PyIceberg {got.num_rows} rows, delta-spark {want.num_rows}"
+    )
+    assert rows(got) == rows(want), f"{ident}: PyIceberg's rows differ from delta-spark's"
