@@ -258,7 +258,7 @@ def main() -> None:
             )
             curve.append({"files": n, "results": results})
         report["log"] = curve
-    out = OUT / "convert_delta.json"
+    out = OUT / f"convert_delta_{'_'.join(cases)}.json"
     out.write_text(json.dumps(report, indent=2))
     print(f"\nwrote {out}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -176,8 +177,9 @@ class Metadata:
         except (KeyError, TypeError) as err:
             raise CorruptMetadataError(f"malformed metaData action ({err})") from err
 
-    @property
+    @functools.cached_property
     def schema(self) -> DeltaStruct:
+        # Parsed once: converting a million files asks for it once per file.
         if not self.schema_string:
             raise CorruptMetadataError(
                 "the table's metaData has no schemaString: the table has no schema yet"

