@@ -272,6 +272,41 @@ def _lookup(stats: Mapping[str, Any], phys: tuple[str, ...]) -> Any:
     return node
 
 
+@dataclass(frozen=True)
+class _MetricColumn:
+    field_id: int
+    iceberg_type: it.IcebergType
+    delta_type: DeltaType
+    physical: tuple[str, ...]
+
+
+# (mapped, struct) -> the columns that get metrics; both kept so their ids stay unique.
+_PLANS: dict[tuple[int, int], tuple[MappedSchema, DeltaStruct, tuple[_MetricColumn, ...], bool]] = {}
+
+
+def _metric_plan(struct: DeltaStruct, mapped: MappedSchema) -> tuple[tuple[_MetricColumn, ...], bool]:
+    """The primitive columns that get metrics, and whether any is a decimal (exact parsing)."""
+    key = (id(mapped), id(struct))
+    cached = _PLANS.get(key)
+    if cached is not None and cached[0] is mapped and cached[1] is struct:
+        return cached[2], cached[3]
+    columns = []
+    for path, fid in mapped.ids_by_path.items():
+        field = mapped.schema.find_field(fid)
+        if field is None or not it.is_primitive(field.type):
+            continue
+        delta_field = _delta_field(struct, path)
+        if delta_field is None:
+            continue
+        columns.append(_MetricColumn(fid, field.type, delta_field.type, mapped.physical_by_path[path]))
+    plan = tuple(columns)
+    decimals = any(isinstance(c.delta_type, DeltaDecimal) for c in plan)
+    if len(_PLANS) > 64:
+        _PLANS.clear()
+    _PLANS[key] = (mapped, struct, plan, decimals)
+    return plan, decimals
+
+
 def metrics_from_stats(
     stats: FileStats | None, struct: DeltaStruct, mapped: MappedSchema, has_dv: bool
 ) -> dict[str, dict[int, Any]]:
@@ -281,31 +316,23 @@ def metrics_from_stats(
     nulls: dict[int, int] = {}
     if stats is None:
         return {"lower": lower, "upper": upper, "nulls": nulls}
-    schema = mapped.schema
-    for path, fid in mapped.ids_by_path.items():
-        field = schema.find_field(fid)
-        if field is None or not it.is_primitive(field.type):
-            continue
-        delta_field = _delta_field(struct, path)
-        if delta_field is None:
-            continue
-        phys = mapped.physical_by_path[path]
-        lo = stats_value(delta_field.type, _lookup(stats.min_values, phys))
-        hi = stats_value(delta_field.type, _lookup(stats.max_values, phys))
-        nc = _lookup(stats.null_count, phys)
-        t = field.type
+    plan, _ = _metric_plan(struct, mapped)
+    for c in plan:
+        lo = stats_value(c.delta_type, _lookup(stats.min_values, c.physical))
+        hi = stats_value(c.delta_type, _lookup(stats.max_values, c.physical))
+        nc = _lookup(stats.null_count, c.physical)
         if lo is not None:
-            lower[fid] = to_bytes(t, lo)
+            lower[c.field_id] = to_bytes(c.iceberg_type, lo)
         if hi is not None:
-            upper_value = _safe_upper(delta_field.type, hi)
+            upper_value = _safe_upper(c.delta_type, hi)
             if upper_value is not None:
-                upper[fid] = to_bytes(t, upper_value)
+                upper[c.field_id] = to_bytes(c.iceberg_type, upper_value)
         if (
             isinstance(nc, int)
             and not isinstance(nc, bool)
             and ((not has_dv and stats.tight_bounds) or nc == 0)
         ):
-            nulls[fid] = nc
+            nulls[c.field_id] = nc
     return {"lower": lower, "upper": upper, "nulls": nulls}
 
 
@@ -348,7 +375,8 @@ def data_file(
     partition_columns: tuple[str, ...],
     record_count: int | None = None,
 ) -> DataFile:
-    stats = parse_stats(add.stats)
+    _, decimals = _metric_plan(struct, mapped)
+    stats = parse_stats(add.stats, exact_decimals=decimals)
     count = record_count if record_count is not None else (stats.num_records if stats else None)
     if count is None:
         raise MissingRecordCount(f"{add.absolute_path}: no numRecords in the log; read its footer first")

@@ -8,12 +8,12 @@ carry deletion vectors come back to the driver, so its memory does not grow with
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from tablekeeper.commit.summary import SummaryDelta
 from tablekeeper.delta.models import AddFile
@@ -57,7 +57,7 @@ class TaskOutput:
     with_dv: tuple[tuple[AddFile, DataFile], ...]  # deletes are written by the driver
 
 
-def _flush(ctx: DataFileContext, files: list[DataFile], task: int, n: int) -> ManifestFile:
+def _flush(ctx: DataFileContext, files: list[DataFile], task: str, n: int) -> ManifestFile:
     path = f"{ctx.table_location.rstrip('/')}/metadata/{ctx.commit_uuid}-t{task}-m{n}.avro"
     data, manifest = write_manifest(
         path,
@@ -73,7 +73,7 @@ def _flush(ctx: DataFileContext, files: list[DataFile], task: int, n: int) -> Ma
 
 
 def build_task(
-    ctx: DataFileContext, task: int, rows: Iterable[dict[str, Any]], per_manifest: int
+    ctx: DataFileContext, task: str, rows: Iterable[dict[str, Any]], per_manifest: int
 ) -> Iterator[TaskOutput]:
     """One task's adds as data files in manifests of at most ``per_manifest`` entries."""
     files: list[DataFile] = []
@@ -121,13 +121,12 @@ def write_data_manifests(
         "clustering_provider",
     ]
     live = live.select(*columns)
-    count, size = live.agg(F.count(F.lit(1)), F.coalesce(F.sum("size"), F.lit(0))).first()  # type: ignore[misc]
-    if not count:
-        return [], SummaryDelta(), [], 0
-    parts = max(1, min(spark.sparkContext.defaultParallelism * 4, -(-int(count) // per_manifest)))
+    # No count first: that would replay the log twice. Every task writes its own manifests.
+    parts = max(1, spark.sparkContext.defaultParallelism * 2)
 
     def task(index: int, part: Iterable[Any]) -> Iterable[TaskOutput]:
-        return build_task(ctx, index, (r.asDict(recursive=True) for r in part), per_manifest)
+        token = f"{index}-{uuid.uuid4().hex[:8]}"
+        return build_task(ctx, token, (r.asDict(recursive=True) for r in part), per_manifest)
 
     outputs = live.repartition(parts).rdd.mapPartitionsWithIndex(task).collect()
     manifests = [m for o in outputs for m in o.manifests]
@@ -135,4 +134,4 @@ def write_data_manifests(
     for o in outputs:
         delta = delta + o.delta
     with_dv = [pair for o in outputs for pair in o.with_dv]
-    return manifests, delta, with_dv, int(size)
+    return manifests, delta, with_dv, delta.added_files_size
