@@ -169,15 +169,6 @@ def _hint(io: FileIO, root: str) -> object:
 
 def commit_time(io: FileIO, snapshot: DeltaSnapshot, entries: Sequence[LogEntry]) -> int:
     """The snapshot's commit time (in-commit timestamp where enabled), as time travel sees it."""
-    return _timestamp(io, snapshot, entries)
-
-
-def segment_bytes(entries: Sequence[LogEntry], segment: LogSegment) -> int:
-    """Bytes of checkpoint and commits a replay of ``segment`` reads."""
-    return _log_bytes(entries, segment)
-
-
-def _timestamp(io: FileIO, snapshot: DeltaSnapshot, entries: Sequence[LogEntry]) -> int:
     if snapshot.metadata.configuration.get("delta.enableInCommitTimestamps") == "true":
         return commit_times(io, snapshot.root, entries, snapshot).get(snapshot.version, 0)
     return commit_timestamps(entries).get(snapshot.version, 0)
@@ -209,9 +200,7 @@ def load_snapshot(
     if timestamp_ms is not None:
         version = version_at(io, root, entries, timestamp_ms)
     segment = build_segment(entries, version=version, hint=hint, table=root)  # type: ignore[arg-type]
-    use_spark = engine == "spark" or (
-        engine == "auto" and _log_bytes(entries, segment) > SPARK_THRESHOLD_BYTES
-    )
+    use_spark = engine == "spark" or (engine == "auto" and segment_bytes(segment) > SPARK_THRESHOLD_BYTES)
     if use_spark:
         from tablekeeper.spark import get_spark
         from tablekeeper.spark.delta_replay import spark_replay
@@ -219,10 +208,11 @@ def load_snapshot(
         snapshot = spark_replay(spark or get_spark("tablekeeper-delta-replay"), root, segment)
     else:
         snapshot = replay_segment(io, root, segment)
-    return replace(snapshot, timestamp_ms=_timestamp(io, snapshot, entries))
+    return replace(snapshot, timestamp_ms=commit_time(io, snapshot, entries))
 
 
-def _log_bytes(entries: Sequence[LogEntry], segment: LogSegment) -> int:
+def segment_bytes(segment: LogSegment) -> int:
+    """Bytes of checkpoint and commits a replay of ``segment`` reads."""
     files = list(segment.commits) + (list(segment.checkpoint.files) if segment.checkpoint else [])
     return sum(f.size for f in files)
 
@@ -360,12 +350,6 @@ def history(
         yield snapshot
 
 
-def oldest_version(location: str, io: FileIO | None = None) -> int:
-    root = normalise_root(location)
-    io = io or FileIO.for_location(root)
-    return oldest_reconstructable(list_log(io, root), root)
-
-
 def footer_record_count(io: FileIO, add: AddFile) -> int:
     with io.open_input(add.absolute_path) as stream:
         return int(pq.ParquetFile(stream).metadata.num_rows)
@@ -377,11 +361,21 @@ def build_data_file(
     mapping: ColumnMapping,
     mapped: MappedSchema,
     partition_columns: tuple[str, ...],
-    io: FileIO,
+    *,
+    spec_id: int = 0,
+    io: FileIO | None = None,
 ) -> DataFile:
-    """The data file from the log's stats; only a file the log has no record count for is opened."""
-    kwargs = {"struct": struct, "mapping": mapping, "mapped": mapped, "partition_columns": partition_columns}
+    """The data file from the log's stats; only a file the log has no record count for is opened
+    (through ``io``, or a FileIO for its location)."""
+    kwargs: dict[str, Any] = {
+        "struct": struct,
+        "mapping": mapping,
+        "mapped": mapped,
+        "partition_columns": partition_columns,
+        "spec_id": spec_id,
+    }
     try:
-        return data_file(add, **kwargs)  # type: ignore[arg-type]
+        return data_file(add, **kwargs)
     except MissingRecordCount:
-        return data_file(add, record_count=footer_record_count(io, add), **kwargs)  # type: ignore[arg-type]
+        count = footer_record_count(io or FileIO.for_location(add.absolute_path), add)
+        return data_file(add, record_count=count, **kwargs)

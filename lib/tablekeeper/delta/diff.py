@@ -60,7 +60,8 @@ def diff_files(previous: pa.Table | None, current: pa.Table, tombstones: pa.Tabl
     cur_paths = current.column("absolute_path").combine_chunks()
     is_new = pc.invert(pc.is_in(cur_paths, value_set=prev_paths))
     is_gone = pc.invert(pc.is_in(prev_paths, value_set=cur_paths))
-    changed_key = pc.invert(pc.is_in(_keys(current), value_set=_keys(previous)))
+    prev_keys = _keys(previous)
+    changed_key = pc.invert(pc.is_in(_keys(current), value_set=prev_keys))
     dv_changed = pc.and_(changed_key, pc.invert(is_new))
     added_rows = current.filter(is_new)
     changed_rows = current.filter(dv_changed)
@@ -73,7 +74,7 @@ def diff_files(previous: pa.Table | None, current: pa.Table, tombstones: pa.Tabl
     else:
         # The removes that ended a previously live (path, DV): older tombstones of the same path
         # (e.g. the no-DV key a DELETE replaced) say nothing about this commit.
-        ended = tombstones.filter(pc.is_in(_keys(tombstones), value_set=_keys(previous)))
+        ended = tombstones.filter(pc.is_in(_keys(tombstones), value_set=prev_keys))
         flags.extend(ended.column("data_change").to_pylist())
         if removed and ended.num_rows == 0:
             flags.append(True)  # no record of how they went: treat as a data change

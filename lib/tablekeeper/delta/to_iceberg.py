@@ -74,17 +74,8 @@ class _Ids:
 
 def _max_column_id(struct: DeltaStruct, configuration: Mapping[str, str]) -> int:
     best = int(configuration.get("delta.columnMapping.maxColumnId", "0") or 0)
-    stack: list[DeltaType] = [struct]
-    while stack:
-        t = stack.pop()
-        if isinstance(t, DeltaStruct):
-            for f in t.fields:
-                best = max(best, f.column_id or 0, *(f.nested_ids.values() or [0]))
-                stack.append(f.type)
-        elif isinstance(t, DeltaArray):
-            stack.append(t.element)
-        elif isinstance(t, DeltaMap):
-            stack.extend((t.key, t.value))
+    for f in _all_fields(struct):
+        best = max(best, f.column_id or 0, *(f.nested_ids.values() or [0]))
     return best
 
 
@@ -374,6 +365,7 @@ def data_file(
     mapped: MappedSchema,
     partition_columns: tuple[str, ...],
     record_count: int | None = None,
+    spec_id: int = 0,
 ) -> DataFile:
     _, decimals = _metric_plan(struct, mapped)
     stats = parse_stats(add.stats, exact_decimals=decimals)
@@ -391,4 +383,5 @@ def data_file(
         null_value_counts=m["nulls"] or None,
         lower_bounds=m["lower"] or None,
         upper_bounds=m["upper"] or None,
+        spec_id=spec_id,
     )

@@ -18,7 +18,9 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -26,7 +28,7 @@ from pyspark.sql import SparkSession
 from tablekeeper.catalog import Catalog, LoadedTable
 from tablekeeper.commit import Committer, SnapshotChange, SummaryDelta
 from tablekeeper.delta.diff import FileDiff, diff_files
-from tablekeeper.delta.segment import build_segment, oldest_reconstructable
+from tablekeeper.delta.segment import LogEntry, LogSegment, build_segment, oldest_reconstructable
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.to_iceberg import MappedSchema, map_schema, partition_spec
 from tablekeeper.delta_table import (
@@ -49,7 +51,7 @@ from tablekeeper.iceberg.updates import (
     set_properties,
 )
 from tablekeeper.io import FileIO
-from tablekeeper.jobs.delta_files import data_files, delete_files
+from tablekeeper.jobs.delta_files import WrittenDeletes, data_files, delete_files
 from tablekeeper.jobs.result import JobResult, utc_now_iso
 from tablekeeper.table import iter_live_entries
 
@@ -102,6 +104,9 @@ class ConvertPlan:
     format_version: int
     target_exists: bool
     note: str | None = None
+    # The listing and latest segment the plan was made from, reused rather than listed again.
+    log: tuple[LogEntry, ...] = ()
+    latest_segment: LogSegment | None = None
 
 
 def _existing(catalog: Catalog, target: str) -> LoadedTable | None:
@@ -113,12 +118,26 @@ def plan_convert(options: ConvertOptions, catalog: Catalog) -> ConvertPlan:
     io = FileIO.for_location(root)
     entries = list_log(io, root)
     # The latest version's segment, checked as any read would check it (gaps, missing commits).
-    latest = build_segment(entries, table=root).version
+    segment = build_segment(entries, table=root)
+    latest = segment.version
     oldest = oldest_reconstructable(entries, root) if options.history == "all" else latest
     table = _existing(catalog, options.target)
 
     def every(first: int) -> tuple[int, ...]:
         return tuple(range(first, latest + 1)) if options.history == "all" else (latest,)
+
+    def plan(
+        mode: str,
+        versions: tuple[int, ...],
+        base: int | None,
+        resync: bool,
+        format_version: int,
+        exists: bool,
+        note: str | None = None,
+    ) -> ConvertPlan:
+        return ConvertPlan(
+            root, mode, latest, versions, base, resync, format_version, exists, note, tuple(entries), segment
+        )
 
     if table is None or VERSION_PROPERTY not in table.metadata.properties:
         if table is not None and table.metadata.properties.get(SOURCE_PROPERTY) != root:
@@ -127,9 +146,7 @@ def plan_convert(options: ConvertOptions, catalog: Catalog) -> ConvertPlan:
                 "pick another target or drop it"
             )
         # A target this job created but never committed to (a failed first run) is reused.
-        return ConvertPlan(
-            root, "full", latest, every(oldest), None, False, options.format_version, table is not None
-        )
+        return plan("full", every(oldest), None, False, options.format_version, table is not None)
     props = table.metadata.properties
     if props.get(SOURCE_PROPERTY) != root:
         raise ConfigError(
@@ -149,16 +166,16 @@ def plan_convert(options: ConvertOptions, catalog: Catalog) -> ConvertPlan:
             "the source was replaced; convert it into a new target"
         )
     if last == latest:
-        return ConvertPlan(root, "incremental", latest, (), last, False, fv, True, "already up to date")
+        return plan("incremental", (), last, False, fv, True, "already up to date")
     first_kept = oldest_reconstructable(entries, root)
     if first_kept <= last:
         versions = every(last + 1)
-        return ConvertPlan(root, "incremental", latest, versions, last, False, fv, True)
+        return plan("incremental", versions, last, False, fv, True)
     note = (
         f"the Delta log before version {first_kept} was cleaned up, so version {last} can no longer be "
         "read: re-synced from the target's own files"
     )
-    return ConvertPlan(root, "incremental", latest, every(first_kept), last, True, fv, True, note)
+    return plan("incremental", every(first_kept), last, True, fv, True, note)
 
 
 # -----------------------------------------------------------------------------------------------
@@ -267,6 +284,35 @@ def _states(
     yield load_snapshot(plan.root, version=plan.latest_version, engine=engine, spark=spark)
 
 
+def _version_change(
+    snap: DeltaSnapshot, meta: TableMetadata, now: int, operation: str, **fields: Any
+) -> SnapshotChange:
+    """The snapshot change recording Delta version ``snap``: its metadata (schema, spec, name
+    mapping, converted version) is applied in the same commit, on every attempt's base."""
+    current = meta.current_snapshot()
+    # Snapshot times follow the Delta commits but never go back, nor past the commit's own clock
+    # (Java refuses metadata whose last update precedes its newest snapshot).
+    stamp = min(max(snap.timestamp_ms, current.timestamp_ms if current else 0), now)
+    return SnapshotChange(
+        operation,
+        prepare=lambda base, ts: evolve(base, snap, ts)[1],
+        snapshot_timestamp_ms=stamp,
+        summary=_summary(snap),
+        **fields,
+    )
+
+
+@contextmanager
+def _deletes_removed_on_failure(deletes: WrittenDeletes, location: str) -> Iterator[None]:
+    try:
+        yield
+    except CommitStateUnknown:
+        raise  # the snapshot may be live and reference the delete files: keep them
+    except BaseException:
+        FileIO.for_location(location).delete_many(list(deletes.paths))
+        raise
+
+
 def _summary(snap: DeltaSnapshot) -> dict[str, str]:
     summary = {
         "tablekeeper.delta-version": str(snap.version),
@@ -307,23 +353,18 @@ def _commit_version(
         *zip([a for a in diff.dv_changed if a.deletion_vector], changed, strict=True),
     ]
     deletes = delete_files(with_dv, snap.root, io, meta.location, meta.format_version)
-    current = meta.current_snapshot()
-    # Snapshot times follow the Delta commits but never go back, nor past the commit's own clock
-    # (Java refuses metadata whose last update precedes its newest snapshot).
-    stamp = min(max(snap.timestamp_ms, current.timestamp_ms if current else 0), now)
-    summary = _summary(snap)
     new_files = [*added, *deletes.files]
-    base_change = SnapshotChange(
+    base_change = _version_change(
+        snap,
+        meta,
+        now,
         diff.operation(),
         removed_paths=frozenset(diff.removed),
         removed_deletes_for=frozenset([*diff.removed, *(a.absolute_path for a in diff.dv_changed)]),
-        prepare=lambda base, ts: evolve(base, snap, ts)[1],
-        snapshot_timestamp_ms=stamp,
-        summary=summary,
     )
     committer = Committer(catalog, options.target)
     distributed = _uses_spark(options, len(new_files), spark)
-    try:
+    with _deletes_removed_on_failure(deletes, meta.location):
         if distributed:
             from tablekeeper.spark.manifests import write_manifests_distributed
 
@@ -347,11 +388,6 @@ def _commit_version(
         else:
             result = committer.commit_snapshot(replace(base_change, added_files=tuple(new_files)))
             totals.manifests += len({(f.content == DATA, f.spec_id) for f in new_files})
-    except CommitStateUnknown:
-        raise  # the snapshot may be live and reference the delete files: keep them
-    except BaseException:
-        FileIO.for_location(meta.location).delete_many(list(deletes.paths))
-        raise
     totals.snapshots += 1
     totals.data_files += len(added)
     totals.removed_data_files += len(diff.removed)
@@ -377,9 +413,8 @@ def _distributed_full(plan: ConvertPlan, options: ConvertOptions, spark: SparkSe
         return False
     if options.engine == "spark":
         return True
-    entries = list_log(FileIO.for_location(plan.root), plan.root)
-    segment = build_segment(entries, version=plan.latest_version, table=plan.root)
-    return segment_bytes(entries, segment) > DISTRIBUTE_LOG_BYTES
+    assert plan.latest_segment is not None
+    return segment_bytes(plan.latest_segment) > DISTRIBUTE_LOG_BYTES
 
 
 def _convert_on_executors(
@@ -391,11 +426,10 @@ def _convert_on_executors(
     from tablekeeper.spark.delta_replay import spark_state
 
     io = FileIO.for_location(plan.root)
-    entries = list_log(io, plan.root)
-    segment = build_segment(entries, version=plan.latest_version, table=plan.root)
-    state = spark_state(spark, plan.root, segment)
+    assert plan.latest_segment is not None
+    state = spark_state(spark, plan.root, plan.latest_segment)
     snap = state.snapshot_without_files(0)
-    snap = replace(snap, timestamp_ms=commit_time(io, snap, entries))
+    snap = replace(snap, timestamp_ms=commit_time(io, snap, plan.log))
     if not plan.target_exists:
         _create_target(options, plan, catalog, snap)
     meta = catalog.require(options.target).metadata
@@ -426,23 +460,17 @@ def _convert_on_executors(
         table_io.delete_many(staged)
         raise
     deletes = delete_files(with_dv, plan.root, io, meta.location, meta.format_version)
-    current = meta.current_snapshot()
-    change = SnapshotChange(
+    change = _version_change(
+        snap,
+        meta,
+        now,
         "overwrite" if deletes.files else "append",
         added_files=deletes.files,
         added_manifests=tuple(manifests),
         added_manifests_delta=counts,
-        prepare=lambda base, ts: evolve(base, snap, ts)[1],
-        snapshot_timestamp_ms=min(max(snap.timestamp_ms, current.timestamp_ms if current else 0), now),
-        summary=_summary(snap),
     )
-    try:
+    with _deletes_removed_on_failure(deletes, meta.location):
         result = Committer(catalog, options.target).commit_snapshot(change, snapshot_id=snapshot_id)
-    except CommitStateUnknown:
-        raise
-    except BaseException:
-        table_io.delete_many(list(deletes.paths))
-        raise
     totals.snapshots += 1
     totals.data_files += counts.added_data_files
     totals.delete_files += len(deletes.files)
@@ -522,10 +550,10 @@ def run_convert(options: ConvertOptions, catalog: Catalog, spark: SparkSession |
         }
         if plan.versions:
             snap = load_snapshot(plan.root, version=plan.latest_version)
-            dvs = snap.files.column("dv_id").null_count
+            without_dv = snap.files.column("dv_id").null_count
             metrics |= {
                 "data_files": snap.num_files,
-                "files_with_deletion_vectors": snap.num_files - dvs,
+                "files_with_deletion_vectors": snap.num_files - without_dv,
                 "bytes_referenced": _bytes(snap.files),
                 "partition_columns": list(snap.partition_columns),
             }

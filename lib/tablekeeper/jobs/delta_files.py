@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,13 +40,11 @@ class WrittenDeletes:
 def data_files(
     adds: Sequence[AddFile], snapshot: DeltaSnapshot, mapped: MappedSchema, spec_id: int, io: FileIO
 ) -> list[DataFile]:
-    out = []
-    for add in adds:
-        f = build_data_file(
-            add, snapshot.schema, snapshot.column_mapping, mapped, snapshot.partition_columns, io
-        )
-        out.append(f if spec_id == 0 else replace(f, spec_id=spec_id))
-    return out
+    struct, mapping, partition_columns = snapshot.schema, snapshot.column_mapping, snapshot.partition_columns
+    return [
+        build_data_file(add, struct, mapping, mapped, partition_columns, spec_id=spec_id, io=io)
+        for add in adds
+    ]
 
 
 def delete_files(

@@ -8,7 +8,6 @@ carry deletion vectors come back to the driver, so its memory does not grow with
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,16 +21,12 @@ from tablekeeper.delta.snapshot import add_file_from_row
 from tablekeeper.delta.to_iceberg import MappedSchema
 from tablekeeper.delta_table import build_data_file
 from tablekeeper.iceberg.manifest import (
-    ADDED,
-    MANIFEST_DATA,
     DataFile,
-    ManifestEntry,
     ManifestFile,
-    write_manifest,
 )
 from tablekeeper.iceberg.partitioning import PartitionSpec
 from tablekeeper.iceberg.types import Schema
-from tablekeeper.io import FileIO
+from tablekeeper.spark.manifests import write_manifest_group
 
 
 @dataclass(frozen=True)
@@ -57,23 +52,8 @@ class TaskOutput:
     with_dv: tuple[tuple[AddFile, DataFile], ...]  # deletes are written by the driver
 
 
-def _flush(ctx: DataFileContext, files: list[DataFile], task: str, n: int) -> ManifestFile:
-    path = f"{ctx.table_location.rstrip('/')}/metadata/{ctx.commit_uuid}-t{task}-m{n}.avro"
-    data, manifest = write_manifest(
-        path,
-        [ManifestEntry(ADDED, ctx.snapshot_id, f) for f in files],
-        format_version=ctx.format_version,
-        spec=ctx.spec,
-        schema=ctx.schema,
-        snapshot_id=ctx.snapshot_id,
-        content=MANIFEST_DATA,
-    )
-    FileIO.for_location(path).create_if_absent(path, data)
-    return manifest
-
-
 def build_task(
-    ctx: DataFileContext, task: str, rows: Iterable[dict[str, Any]], per_manifest: int
+    ctx: DataFileContext, rows: Iterable[dict[str, Any]], per_manifest: int
 ) -> Iterator[TaskOutput]:
     """One task's adds as data files in manifests of at most ``per_manifest`` entries."""
     files: list[DataFile] = []
@@ -82,23 +62,32 @@ def build_task(
     delta = SummaryDelta()
     for row in rows:
         add = add_file_from_row(row)
-        io = FileIO.for_location(add.absolute_path)
-        f = build_data_file(add, ctx.struct, ctx.mapping, ctx.mapped, ctx.partition_columns, io)
-        if ctx.spec.spec_id:
-            from dataclasses import replace
-
-            f = replace(f, spec_id=ctx.spec.spec_id)
+        f = build_data_file(
+            add, ctx.struct, ctx.mapping, ctx.mapped, ctx.partition_columns, spec_id=ctx.spec.spec_id
+        )
         files.append(f)
         if add.deletion_vector is not None:
             with_dv.append((add, f))
         if len(files) >= per_manifest:
-            manifests.append(_flush(ctx, files, task, len(manifests)))
+            manifests.extend(_write(ctx, files))
             delta = delta + SummaryDelta.of(files)
             files = []
     if files:
-        manifests.append(_flush(ctx, files, task, len(manifests)))
+        manifests.extend(_write(ctx, files))
         delta = delta + SummaryDelta.of(files)
     yield TaskOutput(tuple(manifests), delta, tuple(with_dv))
+
+
+def _write(ctx: DataFileContext, files: list[DataFile]) -> list[ManifestFile]:
+    return write_manifest_group(
+        files,
+        table_location=ctx.table_location,
+        format_version=ctx.format_version,
+        specs={ctx.spec.spec_id: ctx.spec},
+        schema=ctx.schema,
+        snapshot_id=ctx.snapshot_id,
+        name_prefix=f"{ctx.commit_uuid}-",
+    )
 
 
 def write_data_manifests(
@@ -124,11 +113,10 @@ def write_data_manifests(
     # No count first: that would replay the log twice. Every task writes its own manifests.
     parts = max(1, spark.sparkContext.defaultParallelism * 2)
 
-    def task(index: int, part: Iterable[Any]) -> Iterable[TaskOutput]:
-        token = f"{index}-{uuid.uuid4().hex[:8]}"
-        return build_task(ctx, token, (r.asDict(recursive=True) for r in part), per_manifest)
+    def task(part: Iterable[Any]) -> Iterable[TaskOutput]:
+        return build_task(ctx, (r.asDict(recursive=True) for r in part), per_manifest)
 
-    outputs = live.repartition(parts).rdd.mapPartitionsWithIndex(task).collect()
+    outputs = live.repartition(parts).rdd.mapPartitions(task).collect()
     manifests = [m for o in outputs for m in o.manifests]
     delta = SummaryDelta()
     for o in outputs:

@@ -27,7 +27,7 @@ from tablekeeper.iceberg.types import Schema
 from tablekeeper.io import FileIO
 
 
-def _write_group(
+def write_manifest_group(
     group: Sequence[DataFile],
     *,
     table_location: str,
@@ -35,7 +35,10 @@ def _write_group(
     specs: dict[int, PartitionSpec],
     schema: Schema,
     snapshot_id: int,
+    name_prefix: str = "",
 ) -> list[ManifestFile]:
+    """One manifest per (content kind, spec) of ``group``, written where the task runs; names
+    start with ``name_prefix`` (e.g. a commit id, so a failed commit's manifests can be found)."""
     out: list[ManifestFile] = []
     by_kind: dict[tuple[int, int], list[DataFile]] = {}
     for f in group:
@@ -43,7 +46,7 @@ def _write_group(
             f
         )
     for (kind, spec_id), files in sorted(by_kind.items()):
-        path = f"{table_location.rstrip('/')}/metadata/{uuid.uuid4()}-m0.avro"
+        path = f"{table_location.rstrip('/')}/metadata/{name_prefix}{uuid.uuid4()}-m0.avro"
         data, manifest = write_manifest(
             path,
             [ManifestEntry(ADDED, snapshot_id, f) for f in files],
@@ -76,7 +79,7 @@ def write_manifests_distributed(
 
     def task(part: Iterable[list[DataFile]]) -> Iterable[ManifestFile]:
         for group in part:
-            yield from _write_group(
+            yield from write_manifest_group(
                 group,
                 table_location=table_location,
                 format_version=format_version,
