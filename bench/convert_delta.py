@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -28,20 +26,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bench.child import run_child
+from bench.delta_log_gen import PROTOCOL, SCHEMA_STRING
+
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
 REAL_ENGINES = ("tablekeeper-driver", "tablekeeper-spark", "iceberg-delta-lake")
 LOG_ENGINES = ("tablekeeper-driver", "tablekeeper-spark")
-SCHEMA_STRING = json.dumps(
-    {
-        "type": "struct",
-        "fields": [
-            {"name": "id", "type": "long", "nullable": True, "metadata": {}},
-            {"name": "value", "type": "double", "nullable": True, "metadata": {}},
-            {"name": "part", "type": "string", "nullable": True, "metadata": {}},
-        ],
-    }
-)
 
 
 def write_real_table(root: Path, files: int, rows: int = 20) -> Path:
@@ -82,7 +73,7 @@ def write_real_table(root: Path, files: int, rows: int = 20) -> Path:
         )
     first = [
         {"commitInfo": {"timestamp": 1_700_000_000_000, "operation": "CREATE TABLE"}},
-        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+        {"protocol": PROTOCOL},
         {
             "metaData": {
                 "id": "00000000-0000-0000-0000-000000000002",
@@ -171,29 +162,7 @@ def run_engine(engine: str, table: str, work: Path) -> dict[str, object]:
 
 
 def _child(engine: str, table: Path, work: Path) -> dict[str, object]:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.convert_delta",
-            "--child",
-            engine,
-            "--table",
-            str(table),
-            "--work",
-            str(work),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=False,
-    )
-    if proc.returncode != 0:
-        lines = (proc.stderr.strip() or "no output").splitlines()
-        return {"engine": engine, "error": lines[-1][:300]}
-    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+    return run_child("bench.convert_delta", engine, "--table", str(table), "--work", str(work))
 
 
 def _print(title: str, results: list[dict[str, object]], baseline: str) -> None:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench.child import run_child
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
@@ -95,18 +95,7 @@ def main() -> None:
     print(f"log ready in {time.perf_counter() - t:.1f}s: {table}", file=sys.stderr)
     results = []
     for engine in args.engines.split(","):
-        proc = subprocess.run(
-            [sys.executable, "-m", "bench.delta_replay", "--child", engine, "--table", str(table)],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            check=False,
-        )
-        if proc.returncode != 0:
-            results.append({"engine": engine, "error": proc.stderr.strip().splitlines()[-1][:200]})
-            continue
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        results.append(run_child("bench.delta_replay", engine, "--table", str(table)))
     pure = next((r for r in results if r.get("engine") == "pure" and "seconds" in r), None)
     print(f"\nDelta log replay: {args.files:,} live files, checkpoint + {args.commits} commits\n")
     print(f"{'engine':<12} {'replay s':>9} {'vs pure':>8} {'setup s':>8} {'files':>10} {'peak MiB':>9}")
