@@ -222,14 +222,20 @@ def test_append_plus_dv_change_is_an_overwrite() -> None:
     assert diff.operation() == "overwrite"
 
 
-def test_optimize_is_a_replace_when_the_commit_tombstones_are_known() -> None:
+def _compaction(p2_data_change: bool = False) -> tuple[Any, Any]:
+    """p1 and p2 rewritten into big (OPTIMIZE: every action dataChange=false, unless asked)."""
     log = Log()
     before = log.commit(a(add("p1.parquet")), a(add("p2.parquet")))
     after = log.commit(
         r(remove("p1.parquet", data_change=False)),
-        r(remove("p2.parquet", data_change=False)),
+        r(remove("p2.parquet", data_change=p2_data_change)),
         a(add("big.parquet", data_change=False)),
     )
+    return before, after
+
+
+def test_optimize_is_a_replace_when_the_commit_tombstones_are_known() -> None:
+    before, after = _compaction()
     diff = diff_files(before.files, after.files, after.tombstones)
     assert paths(diff.added) == [abs_path("big.parquet")]
     assert sorted(diff.removed) == [abs_path("p1.parquet"), abs_path("p2.parquet")]
@@ -238,26 +244,14 @@ def test_optimize_is_a_replace_when_the_commit_tombstones_are_known() -> None:
 
 
 def test_optimize_several_commits_apart_is_not_a_replace() -> None:
-    log = Log()
-    before = log.commit(a(add("p1.parquet")), a(add("p2.parquet")))
-    after = log.commit(
-        r(remove("p1.parquet", data_change=False)),
-        r(remove("p2.parquet", data_change=False)),
-        a(add("big.parquet", data_change=False)),
-    )
+    before, after = _compaction()
     diff = diff_files(before.files, after.files, None)
     assert not diff.rewrite
     assert diff.operation() == "overwrite"
 
 
 def test_rewrite_with_one_data_changing_remove_is_not_a_replace() -> None:
-    log = Log()
-    before = log.commit(a(add("p1.parquet")), a(add("p2.parquet")))
-    after = log.commit(
-        r(remove("p1.parquet", data_change=False)),
-        r(remove("p2.parquet", data_change=True)),
-        a(add("big.parquet", data_change=False)),
-    )
+    before, after = _compaction(p2_data_change=True)
     diff = diff_files(before.files, after.files, after.tombstones)
     assert not diff.rewrite
     assert diff.operation() == "overwrite"
