@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from tablekeeper.delta.models import AddFile, DeletionVector
 from tablekeeper.delta.replay import (
+    NON_FILE_COLUMNS,
     CommitActions,
     NonFileState,
     checkpoint_file_actions,
@@ -126,6 +127,14 @@ def _read_checkpoint(io: FileIO, root: str, checkpoint: Checkpoint, state: NonFi
                 f"checkpoint {checkpoint.version} names sidecar {sidecar}, which is missing"
             ) from None
     return tables
+
+
+def read_checkpoint_non_file_actions(io: FileIO, location: str, state: NonFileState) -> None:
+    """Protocol, metadata, transactions, domains and sidecars of one Parquet checkpoint part, read
+    without its file-action columns (for replays that keep the files out of this process)."""
+    with io.open_input(location) as stream:
+        for chunk in iter_parquet(stream, NON_FILE_COLUMNS):
+            checkpoint_non_file_actions(chunk, state)
 
 
 def _commit_info_only(io: FileIO, root: str, version: int, state: NonFileState) -> None:

@@ -7,8 +7,10 @@ otherwise fresh ids, assigned depth-first. Delta partition columns become identi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from struct import Struct
 from typing import Any
 
 from tablekeeper.delta.models import AddFile
@@ -23,6 +25,7 @@ from tablekeeper.delta.schema import (
     DeltaType,
 )
 from tablekeeper.delta.values import (
+    INTEGER_TYPES,
     FileStats,
     parse_partition_value,
     parse_stats,
@@ -242,25 +245,78 @@ def partition_spec(mapped: MappedSchema, partition_columns: tuple[str, ...]) -> 
     return PartitionSpec(0, tuple(fields))
 
 
-def partition_tuple(
-    add: AddFile, struct: DeltaStruct, mapping: ColumnMapping, partition_columns: tuple[str, ...]
-) -> tuple[Any, ...]:
+# (struct, mapping, partition columns) -> (partitionValues key, Delta type) per column.
+_PartitionPlan = tuple[tuple[str, DeltaType], ...]
+_PARTITION_PLANS: dict[
+    tuple[int, int, tuple[str, ...]], tuple[DeltaStruct, ColumnMapping, _PartitionPlan]
+] = {}
+
+
+def _partition_plan(
+    struct: DeltaStruct, mapping: ColumnMapping, partition_columns: tuple[str, ...]
+) -> _PartitionPlan:
+    key = (id(struct), id(mapping), partition_columns)
+    cached = _PARTITION_PLANS.get(key)
+    if cached is not None and cached[0] is struct and cached[1] is mapping:
+        return cached[2]
     physical = mapping.physical_partition_columns(struct, partition_columns)
-    values = []
+    plan = []
     for name in partition_columns:
         field = struct.field(name)
         assert field is not None
-        values.append(parse_partition_value(field.type, add.partition_values.get(physical[name])))
-    return tuple(values)
+        plan.append((physical[name], field.type))
+    if len(_PARTITION_PLANS) > 64:
+        _PARTITION_PLANS.clear()
+    _PARTITION_PLANS[key] = (struct, mapping, tuple(plan))
+    return tuple(plan)
 
 
-def _lookup(stats: Mapping[str, Any], phys: tuple[str, ...]) -> Any:
-    node: Any = stats
-    for part in phys:
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(part)
-    return node
+def partition_tuple(
+    add: AddFile, struct: DeltaStruct, mapping: ColumnMapping, partition_columns: tuple[str, ...]
+) -> tuple[Any, ...]:
+    values = add.partition_values
+    plan = _partition_plan(struct, mapping, partition_columns)
+    return tuple(parse_partition_value(t, values.get(key)) for key, t in plan)
+
+
+_PACK_I32 = Struct("<i").pack
+_PACK_I64 = Struct("<q").pack
+_PACK_F64 = Struct("<d").pack
+_I32 = (-(2**31), 2**31 - 1)
+_I64 = (-(2**63), 2**63 - 1)
+
+
+_Encoder = Callable[[Any], bytes | None]
+
+
+def _fast_encoder(delta_type: DeltaType, iceberg_type: it.IcebergType) -> _Encoder | None:
+    """For the common column types, the bound bytes straight from the JSON value; ``None`` from the
+    encoder sends the value down the general path (which owns every rule and error)."""
+    if not isinstance(delta_type, DeltaPrimitive) or not isinstance(iceberg_type, it.PrimitiveType):
+        return None
+    kind = iceberg_type.name
+    if delta_type.name in INTEGER_TYPES and kind in ("int", "long"):
+        lo, hi = _I32 if kind == "int" else _I64
+        pack = _PACK_I32 if kind == "int" else _PACK_I64
+
+        def integer(raw: Any) -> bytes | None:
+            return pack(raw) if type(raw) is int and lo <= raw <= hi else None
+
+        return integer
+    if delta_type.name == "double" and kind == "double":
+
+        def double(raw: Any) -> bytes | None:
+            return _PACK_F64(raw) if type(raw) is float and math.isfinite(raw) else None
+
+        return double
+    if delta_type.name == "string" and kind == "string":
+
+        def string(raw: Any) -> bytes | None:
+            # A value ending in U+FFFD may be a truncation marker: the general path decides.
+            return raw.encode("utf-8") if type(raw) is str and not raw.endswith("\ufffd") else None
+
+        return string
+    return None
 
 
 @dataclass(frozen=True)
@@ -269,6 +325,7 @@ class _MetricColumn:
     iceberg_type: it.IcebergType
     delta_type: DeltaType
     physical: tuple[str, ...]
+    fast: _Encoder | None = None
 
 
 # (mapped, struct) -> the columns that get metrics; both kept so their ids stay unique.
@@ -289,13 +346,30 @@ def _metric_plan(struct: DeltaStruct, mapped: MappedSchema) -> tuple[tuple[_Metr
         delta_field = _delta_field(struct, path)
         if delta_field is None:
             continue
-        columns.append(_MetricColumn(fid, field.type, delta_field.type, mapped.physical_by_path[path]))
+        columns.append(
+            _MetricColumn(
+                fid,
+                field.type,
+                delta_field.type,
+                mapped.physical_by_path[path],
+                _fast_encoder(delta_field.type, field.type),
+            )
+        )
     plan = tuple(columns)
     decimals = any(isinstance(c.delta_type, DeltaDecimal) for c in plan)
     if len(_PLANS) > 64:
         _PLANS.clear()
     _PLANS[key] = (mapped, struct, plan, decimals)
     return plan, decimals
+
+
+def _lookup(stats: Any, phys: tuple[str, ...]) -> Any:
+    node: Any = stats
+    for part in phys:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
 
 
 def metrics_from_stats(
@@ -308,22 +382,35 @@ def metrics_from_stats(
     if stats is None:
         return {"lower": lower, "upper": upper, "nulls": nulls}
     plan, _ = _metric_plan(struct, mapped)
+    exact_nulls = not has_dv and stats.tight_bounds
+    mins, maxes, null_counts = (
+        m if isinstance(m, Mapping) else {} for m in (stats.min_values, stats.max_values, stats.null_count)
+    )
     for c in plan:
-        lo = stats_value(c.delta_type, _lookup(stats.min_values, c.physical))
-        hi = stats_value(c.delta_type, _lookup(stats.max_values, c.physical))
-        nc = _lookup(stats.null_count, c.physical)
-        if lo is not None:
-            lower[c.field_id] = to_bytes(c.iceberg_type, lo)
-        if hi is not None:
-            upper_value = _safe_upper(c.delta_type, hi)
-            if upper_value is not None:
-                upper[c.field_id] = to_bytes(c.iceberg_type, upper_value)
-        if (
-            isinstance(nc, int)
-            and not isinstance(nc, bool)
-            and ((not has_dv and stats.tight_bounds) or nc == 0)
-        ):
-            nulls[c.field_id] = nc
+        fid = c.field_id
+        top = c.physical[0] if len(c.physical) == 1 else None
+        raw = mins.get(top) if top is not None else _lookup(mins, c.physical)
+        if raw is not None:
+            b = c.fast(raw) if c.fast is not None else None
+            if b is None:
+                lo = stats_value(c.delta_type, raw)
+                if lo is not None:
+                    b = to_bytes(c.iceberg_type, lo)
+            if b is not None:
+                lower[fid] = b
+        raw = maxes.get(top) if top is not None else _lookup(maxes, c.physical)
+        if raw is not None:
+            b = c.fast(raw) if c.fast is not None else None
+            if b is None:
+                hi = stats_value(c.delta_type, raw)
+                upper_value = _safe_upper(c.delta_type, hi) if hi is not None else None
+                if upper_value is not None:
+                    b = to_bytes(c.iceberg_type, upper_value)
+            if b is not None:
+                upper[fid] = b
+        nc = null_counts.get(top) if top is not None else _lookup(null_counts, c.physical)
+        if type(nc) is int and (exact_nulls or nc == 0):
+            nulls[fid] = nc
     return {"lower": lower, "upper": upper, "nulls": nulls}
 
 

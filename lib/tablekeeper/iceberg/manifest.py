@@ -20,6 +20,7 @@ from typing import Any
 import fastavro
 
 from tablekeeper.errors import CorruptMetadataError
+from tablekeeper.iceberg.avro_encoder import write_container
 from tablekeeper.iceberg.avro_schemas import (
     avro_name,
     iceberg_schema_json,
@@ -152,10 +153,12 @@ def _int_map(values: Mapping[int, Any] | None) -> list[dict[str, Any]] | None:
     return [{"key": k, "value": v} for k, v in sorted(values.items())]
 
 
-def _data_file_record(f: DataFile, partition_type: StructType, format_version: int) -> dict[str, Any]:
+def _data_file_record(
+    f: DataFile, partition_fields: Sequence[tuple[str, IcebergType]], format_version: int
+) -> dict[str, Any]:
     partition = {}
-    for pf, value in zip(partition_type.fields, f.partition, strict=True):
-        partition[avro_name(pf.name)] = _to_avro_value(pf.type, value)
+    for (name, t), value in zip(partition_fields, f.partition, strict=True):
+        partition[name] = _to_avro_value(t, value)
     rec: dict[str, Any] = {
         "content": f.content,
         "file_path": f.file_path,
@@ -242,6 +245,7 @@ def write_manifest(
     struct = manifest_entry_struct(format_version, partition_type)
     avro_schema = manifest_entry_avro(format_version, partition_type)
     summaries = _SummaryBuilder(partition_type)
+    partition_fields = [(avro_name(pf.name), pf.type) for pf in partition_type.fields]
     counts = {ADDED: [0, 0], EXISTING: [0, 0], DELETED: [0, 0]}
     min_seq: int | None = None
     records = []
@@ -260,7 +264,7 @@ def write_manifest(
         rec: dict[str, Any] = {
             "status": e.status,
             "snapshot_id": e.snapshot_id,
-            "data_file": _data_file_record(e.data_file, partition_type, format_version),
+            "data_file": _data_file_record(e.data_file, partition_fields, format_version),
         }
         if format_version >= 2:
             rec["sequence_number"] = e.sequence_number
@@ -275,9 +279,11 @@ def write_manifest(
     if format_version >= 2:
         metadata["content"] = "deletes" if content == MANIFEST_DELETES else "data"
     metadata["iceberg.schema"] = json.dumps(iceberg_schema_json(struct), separators=(",", ":"))
-    buf = io.BytesIO()
-    fastavro.writer(buf, avro_schema, records, codec=AVRO_CODEC, metadata=metadata)
-    data = buf.getvalue()
+    data = write_container(avro_schema, records, metadata=metadata, codec=AVRO_CODEC)
+    if data is None:
+        buf = io.BytesIO()
+        fastavro.writer(buf, avro_schema, records, codec=AVRO_CODEC, metadata=metadata)
+        data = buf.getvalue()
     manifest = ManifestFile(
         manifest_path=path,
         manifest_length=len(data),

@@ -422,12 +422,12 @@ def _convert_on_executors(
 ) -> int:
     """The latest version as one snapshot, data files built and their manifests written by the
     executors; returns the bytes the data files hold."""
-    from tablekeeper.spark.convert_files import DataFileContext, write_data_manifests
+    from tablekeeper.spark.convert_files import DataFileContext, task_count, write_data_manifests
     from tablekeeper.spark.delta_replay import spark_state
 
     io = FileIO.for_location(plan.root)
     assert plan.latest_segment is not None
-    state = spark_state(spark, plan.root, plan.latest_segment)
+    state = spark_state(spark, plan.root, plan.latest_segment, partitions=task_count(spark))
     snap = state.snapshot_without_files(0)
     snap = replace(snap, timestamp_ms=commit_time(io, snap, plan.log))
     if not plan.target_exists:
@@ -452,7 +452,7 @@ def _convert_on_executors(
     live = state.live_files()
     try:
         manifests, counts, with_dv, size = (
-            write_data_manifests(spark, live, ctx) if live is not None else ([], SummaryDelta(), [], 0)
+            write_data_manifests(live, ctx) if live is not None else ([], SummaryDelta(), [], 0)
         )
     except BaseException:
         # Tasks that finished left manifests behind; they all carry this commit's id.

@@ -17,10 +17,12 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from tablekeeper.delta.replay import FILE_ACTIONS, NON_FILE_COLUMNS, NonFileState, Reconciled
+from tablekeeper.delta.replay import FILE_ACTIONS, NonFileState, Reconciled
 from tablekeeper.delta.segment import LogSegment, sidecar_location
 from tablekeeper.delta.snapshot import DeltaSnapshot, snapshot_from_replay
+from tablekeeper.delta_table import read_checkpoint_non_file_actions
 from tablekeeper.errors import CorruptMetadataError
+from tablekeeper.io import FileIO
 
 log = logging.getLogger(__name__)
 
@@ -99,20 +101,6 @@ def _dv_id() -> Column:
     )
 
 
-def _non_file_from_checkpoint(df: DataFrame, state: NonFileState) -> None:
-    present = [c for c in NON_FILE_COLUMNS if c in df.columns]
-    if not present:
-        return
-    cond = F.col(present[0]).isNotNull()
-    for c in present[1:]:
-        cond = cond | F.col(c).isNotNull()
-    for row in df.select(*present).where(cond).collect():
-        for c in present:
-            value = row[c]
-            if value is not None:
-                state.apply(c, value.asDict(recursive=True), None)
-
-
 def _non_file_from_json(
     spark: SparkSession, paths: list[str], state: NonFileState, versions: dict[str, int]
 ) -> None:
@@ -171,8 +159,13 @@ class SparkDeltaState:
         return replace(snapshot, timestamp_ms=timestamp_ms)
 
 
-def spark_state(spark: SparkSession, root: str, segment: LogSegment) -> SparkDeltaState:
-    """Replay in Spark without collecting files: jobs that write manifests on executors use this."""
+def spark_state(
+    spark: SparkSession, root: str, segment: LogSegment, partitions: int | None = None
+) -> SparkDeltaState:
+    """Replay in Spark without collecting files: jobs that write manifests on executors use this.
+
+    ``partitions``: the number of partitions the winners come in (hashed by path, which also
+    serves the reconciliation, so there is one shuffle); otherwise Spark's choice."""
     log_dir = f"{root}/{LOG_DIR}"
     _skip_local_crc(spark, root)
     state = NonFileState()
@@ -185,7 +178,10 @@ def spark_state(spark: SparkSession, root: str, segment: LogSegment) -> SparkDel
             ck = spark.read.schema(f"add struct<{_struct_ddl()}>, remove struct<{_struct_ddl()}>").json(parts)
         else:
             ck = spark.read.parquet(*parts)
-            _non_file_from_checkpoint(ck, state)
+            # Read here, not as a Spark scan: only these columns, and no job over every file row.
+            io = FileIO.for_location(root)
+            for part in parts:
+                read_checkpoint_non_file_actions(io, part, state)
         for column, is_add in (("add", True), ("remove", False)):
             if column in ck.columns:
                 frames.append(_normalise(ck, column, is_add, F.lit(-1).cast("bigint")))
@@ -225,6 +221,8 @@ def spark_state(spark: SparkSession, root: str, segment: LogSegment) -> SparkDel
     for f in frames[1:]:
         union = union.unionByName(f)
     keyed = union.withColumn("absolute_path", _absolute(root)).withColumn("dv_id", _dv_id())
+    if partitions is not None:
+        keyed = keyed.repartition(partitions, "absolute_path")
     w = Window.partitionBy("absolute_path", F.coalesce(F.col("dv_id"), F.lit(""))).orderBy(
         F.col("order").desc()
     )

@@ -1,0 +1,206 @@
+"""The compiled Avro encoder writes exactly the bytes fastavro writes, or hands the file back."""
+
+from __future__ import annotations
+
+import io
+import random
+from decimal import Decimal
+from typing import Any
+
+import fastavro
+import pytest
+
+from tablekeeper.iceberg import avro_encoder
+from tablekeeper.iceberg.avro_encoder import compile_encoder, write_container
+from tablekeeper.iceberg.avro_schemas import manifest_entry_avro
+from tablekeeper.iceberg.manifest import AVRO_CODEC, DataFile, ManifestEntry, read_manifest, write_manifest
+from tablekeeper.iceberg.partitioning import PartitionField, PartitionSpec
+from tablekeeper.iceberg.types import (
+    BINARY,
+    BOOLEAN,
+    DATE,
+    DOUBLE,
+    FLOAT,
+    INT,
+    LONG,
+    STRING,
+    TIMESTAMP,
+    DecimalType,
+    NestedField,
+    Schema,
+    StructType,
+)
+
+PRIMITIVES = {
+    "int": INT,
+    "long": LONG,
+    "string": STRING,
+    "date": DATE,
+    "timestamp": TIMESTAMP,
+    "boolean": BOOLEAN,
+    "float": FLOAT,
+    "double": DOUBLE,
+    "binary": BINARY,
+}
+
+
+def _partition_type(kinds: list[str]) -> tuple[Schema, PartitionSpec, StructType]:
+    schema = Schema(0, tuple(NestedField(i + 1, f"c{i}", PRIMITIVES[k]) for i, k in enumerate(kinds)))
+    spec = PartitionSpec(
+        0, tuple(PartitionField(i + 1, 1000 + i, f"c{i}", "identity") for i in range(len(kinds)))
+    )
+    return schema, spec, spec.partition_type(schema)
+
+
+def _value(kind: str, rng: random.Random) -> Any:
+    if rng.random() < 0.2:
+        return None
+    return {
+        "int": lambda: rng.randint(-(2**31), 2**31 - 1),
+        "long": lambda: rng.choice([0, 1, 63, 64, -1, -64, -65, 2**63 - 1, -(2**63), rng.getrandbits(40)]),
+        "string": lambda: rng.choice(["", "a", "é/ü?x", "x" * 200]),
+        "date": lambda: rng.randint(-100_000, 100_000),
+        "timestamp": lambda: rng.randint(-(2**62), 2**62),
+        "boolean": lambda: rng.random() < 0.5,
+        "float": lambda: rng.choice([0.0, -1.5, 3.25]),
+        "double": lambda: rng.uniform(-1e300, 1e300),
+        "binary": lambda: rng.randbytes(rng.choice([0, 5, 70])),
+    }[kind]()
+
+
+def _records(
+    version: int, ptype: StructType, kinds: list[str], rng: random.Random, n: int
+) -> list[dict[str, Any]]:
+    out = []
+    for i in range(n):
+        df: dict[str, Any] = {
+            "content": rng.choice([0, 1, 2]),
+            "file_path": f"s3://b/t/data/{i}-{'ü' * rng.randint(0, 40)}.parquet",
+            "file_format": "PARQUET",
+            "partition": {f.name: _value(k, rng) for f, k in zip(ptype.fields, kinds, strict=True)},
+            "record_count": rng.randint(0, 2**40),
+            "file_size_in_bytes": rng.randint(0, 2**40),
+            "block_size_in_bytes": 67108864,
+            "column_sizes": rng.choice([None, [], [{"key": 1, "value": 5}, {"key": 300, "value": 2**33}]]),
+            "value_counts": None,
+            "null_value_counts": [{"key": k, "value": rng.randint(0, 100)} for k in range(rng.randint(0, 5))],
+            "nan_value_counts": None,
+            "lower_bounds": [{"key": 2, "value": rng.randbytes(8)}],
+            "upper_bounds": rng.choice([None, [{"key": 2**31 - 1, "value": b"z" * 100}]]),
+            "key_metadata": rng.choice([None, b"\x00k"]),
+            "split_offsets": rng.choice([None, [4], [4, 2**34]]),
+            "equality_ids": rng.choice([None, [1, 2]]),
+            "sort_order_id": rng.choice([None, 0, 7]),
+            "referenced_data_file": rng.choice([None, "s3://b/t/data/x.parquet"]),
+            "first_row_id": rng.choice([None, 0, 2**50]),
+            "content_offset": rng.choice([None, 4]),
+            "content_size_in_bytes": rng.choice([None, 40]),
+        }
+        out.append(
+            {
+                "status": rng.choice([0, 1, 2]),
+                "snapshot_id": rng.choice([None, 8_000_000_000_000_000_001]),
+                "sequence_number": rng.choice([None, 0, 12]),
+                "file_sequence_number": rng.choice([None, 3]),
+                "data_file": df,
+            }
+        )
+    return out
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("kinds", [[], ["string"], list(PRIMITIVES), ["long", "date", "boolean"]])
+def test_datum_bytes_equal_fastavro(version: int, kinds: list[str]) -> None:
+    _, _, ptype = _partition_type(kinds)
+    schema = manifest_entry_avro(version, ptype)
+    encoder = compile_encoder(schema)
+    assert encoder is not None
+    parsed = fastavro.parse_schema(schema)
+    rng = random.Random(version * 100 + len(kinds))
+    for record in _records(version, ptype, kinds, rng, 300):
+        ours = bytearray()
+        encoder(ours, record)
+        theirs = io.BytesIO()
+        fastavro.schemaless_writer(theirs, parsed, record)
+        assert bytes(ours) == theirs.getvalue()
+
+
+@pytest.mark.parametrize("codec", ["deflate", "null"])
+def test_container_reads_back_across_blocks(codec: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    kinds = ["long", "string"]
+    _, _, ptype = _partition_type(kinds)
+    schema = manifest_entry_avro(2, ptype)
+    records = _records(2, ptype, kinds, random.Random(7), 2_000)
+    monkeypatch.setattr(avro_encoder, "_BLOCK_BYTES", 4096)  # many blocks
+    data = write_container(schema, records, metadata={"format-version": "2"}, codec=codec)
+    assert data is not None
+    reader = fastavro.reader(io.BytesIO(data))
+    assert reader.metadata["format-version"] == "2"
+    assert reader.metadata["avro.codec"] == codec
+    assert list(reader) == fastavro_round_trip(schema, records)
+    blocks = list(fastavro.block_reader(io.BytesIO(data)))
+    assert len(blocks) > 10 and sum(b.num_records for b in blocks) == 2_000
+
+
+def fastavro_round_trip(schema: dict[str, Any], records: list[dict[str, Any]]) -> list[Any]:
+    buf = io.BytesIO()
+    fastavro.writer(buf, schema, records, codec="null")
+    return list(fastavro.reader(io.BytesIO(buf.getvalue())))
+
+
+def test_empty_container_has_header_only() -> None:
+    schema = manifest_entry_avro(2, StructType(()))
+    data = write_container(schema, [], metadata={"content": "data"}, codec="deflate")
+    assert data is not None
+    reader = fastavro.reader(io.BytesIO(data))
+    assert list(reader) == [] and reader.metadata["content"] == "data"
+
+
+def test_types_left_to_fastavro_are_not_compiled() -> None:
+    schema = Schema(0, (NestedField(1, "d", DecimalType(10, 2)),))
+    spec = PartitionSpec(0, (PartitionField(1, 1000, "d", "identity"),))
+    assert compile_encoder(manifest_entry_avro(2, spec.partition_type(schema))) is None
+    assert (
+        write_container({"type": "record", "name": "r", "fields": []}, [{}], metadata={}, codec="snappy")
+        is None
+    )
+    assert (
+        compile_encoder({"type": "record", "name": "r", "fields": [{"name": "u", "type": ["int", "string"]}]})
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    "value", ["1", 2**31, True, 1.5, b"x", [1]], ids=["str", "overflow", "bool", "float", "bytes", "list"]
+)
+def test_unexpected_value_hands_the_file_back(value: Any) -> None:
+    schema = {"type": "record", "name": "r", "fields": [{"name": "i", "type": ["null", "int"]}]}
+    assert write_container(schema, [{"i": 1}, {"i": value}], metadata={}, codec=AVRO_CODEC) is None
+
+
+def test_manifest_with_a_decimal_partition_falls_back_and_reads_back() -> None:
+    schema = Schema(0, (NestedField(1, "d", DecimalType(10, 2)), NestedField(2, "s", STRING)))
+    spec = PartitionSpec(0, (PartitionField(1, 1000, "d", "identity"),))
+    files = [
+        DataFile(
+            content=0,
+            file_path=f"/t/data/{i}.parquet",
+            file_format="PARQUET",
+            partition=(Decimal("12.34") if i % 2 else None,),
+            record_count=i,
+            file_size_in_bytes=100 + i,
+            lower_bounds={2: b"a"},
+        )
+        for i in range(5)
+    ]
+    data, manifest = write_manifest(
+        "/t/metadata/m.avro",
+        [ManifestEntry(1, 9, f) for f in files],
+        format_version=2,
+        spec=spec,
+        schema=schema,
+        snapshot_id=9,
+    )
+    assert manifest.added_files_count == 5
+    back = read_manifest(data, manifest, spec.partition_type(schema), committed=False)
+    assert [e.data_file.partition for e in back] == [f.partition for f in files]
