@@ -12,8 +12,16 @@ import pytest
 
 from tablekeeper.iceberg import avro_encoder
 from tablekeeper.iceberg.avro_encoder import compile_encoder, write_container
-from tablekeeper.iceberg.avro_schemas import manifest_entry_avro
-from tablekeeper.iceberg.manifest import AVRO_CODEC, DataFile, ManifestEntry, read_manifest, write_manifest
+from tablekeeper.iceberg.avro_schemas import avro_name, manifest_entry_avro
+from tablekeeper.iceberg.entry_encoder import compile_entry_encoder
+from tablekeeper.iceberg.manifest import (
+    AVRO_CODEC,
+    DataFile,
+    ManifestEntry,
+    _entry_record,
+    read_manifest,
+    write_manifest,
+)
 from tablekeeper.iceberg.partitioning import PartitionField, PartitionSpec
 from tablekeeper.iceberg.types import (
     BINARY,
@@ -204,3 +212,62 @@ def test_manifest_with_a_decimal_partition_falls_back_and_reads_back() -> None:
     assert manifest.added_files_count == 5
     back = read_manifest(data, manifest, spec.partition_type(schema), committed=False)
     assert [e.data_file.partition for e in back] == [f.partition for f in files]
+
+
+def _entry(version: int, kinds: list[str], rng: random.Random, i: int) -> ManifestEntry:
+    content = rng.choice([0, 1, 2])
+
+    def metric(make: Any) -> dict[int, Any] | None:
+        return rng.choice([None, {}, {k: make() for k in rng.sample(range(1, 400), rng.randint(1, 6))}])
+
+    f = DataFile(
+        content=content,
+        file_path=f"s3://b/t/data/{i}-{'é' * rng.randint(0, 40)}.parquet",
+        file_format=rng.choice(["parquet", "PARQUET", "puffin"]),
+        partition=tuple(_value(k, rng) for k in kinds),
+        record_count=rng.randint(0, 2**40),
+        file_size_in_bytes=rng.randint(0, 2**40),
+        column_sizes=metric(lambda: rng.randint(0, 2**34)),
+        value_counts=metric(lambda: rng.randint(0, 100)),
+        null_value_counts=metric(lambda: rng.randint(0, 100)),
+        nan_value_counts=metric(lambda: 0),
+        lower_bounds=metric(lambda: rng.randbytes(rng.choice([1, 8, 80]))),
+        upper_bounds=metric(lambda: rng.randbytes(8)),
+        key_metadata=rng.choice([None, b"\x00k"]),
+        split_offsets=rng.choice([None, (4,), (4, 2**34)]),
+        equality_ids=rng.choice([None, (1, 2)]) if content == 2 else None,
+        sort_order_id=rng.choice([None, 0, 3]),
+        first_row_id=rng.choice([None, 0, 2**45]),
+        referenced_data_file=rng.choice([None, "s3://b/t/data/x.parquet"]),
+        content_offset=rng.choice([None, 4]),
+        content_size_in_bytes=rng.choice([None, 40]),
+    )
+    seq = rng.choice([None, 0, 9])
+    return ManifestEntry(rng.choice([0, 1, 2]), rng.choice([None, 5, 2**62]), f, seq, rng.choice([None, seq]))
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("kinds", [[], ["string"], list(PRIMITIVES)])
+def test_entry_encoder_writes_what_the_dict_form_writes(version: int, kinds: list[str]) -> None:
+    _, _, ptype = _partition_type(kinds)
+    schema = manifest_entry_avro(version, ptype)
+    encoder = compile_entry_encoder(schema)
+    assert encoder is not None
+    parsed = fastavro.parse_schema(schema)
+    names = [(avro_name(f.name), f.type) for f in ptype.fields]
+    rng = random.Random(version * 10 + len(kinds))
+    for i in range(300):
+        e = _entry(version, kinds, rng, i)
+        if version == 1 and e.snapshot_id is None:
+            continue
+        ours = bytearray()
+        encoder(ours, e)
+        theirs = io.BytesIO()
+        fastavro.schemaless_writer(theirs, parsed, _entry_record(e, names, version))
+        assert bytes(ours) == theirs.getvalue()
+
+
+def test_entry_encoder_declines_schemas_with_unknown_fields() -> None:
+    schema = manifest_entry_avro(2, StructType(()))
+    extra = {**schema, "fields": [*schema["fields"], {"name": "new_field", "type": "int"}]}
+    assert compile_entry_encoder(extra) is None

@@ -143,8 +143,6 @@ def _union(null_index: int, inner: Encoder) -> Encoder:
         if v is None:
             buf.append(null_tag)
             return
-        if type(v) is tuple:  # fastavro's tuple notation names the branch
-            v = v[1]
         buf.append(value_tag)
         inner(buf, v)
 
@@ -227,9 +225,53 @@ def _compile(schema: Any, named: dict[str, Encoder]) -> Encoder | None:
     return None
 
 
-def compile_encoder(schema: Mapping[str, Any]) -> Encoder | None:
-    """The datum encoder for ``schema``, or ``None`` when it uses a type left to fastavro."""
-    return _compile(dict(schema), {})
+def compile_encoder(schema: Any, named: dict[str, Encoder] | None = None) -> Encoder | None:
+    """The datum encoder for ``schema``, or ``None`` when it uses a type left to fastavro.
+    ``named``: types already defined by name (filled in as records and fixed types compile)."""
+    return _compile(dict(schema) if isinstance(schema, Mapping) else schema, {} if named is None else named)
+
+
+def optional(schema: Any) -> tuple[int, Any] | None:
+    """For a ``["null", T]`` union (either order): the null branch's index and ``T``."""
+    if isinstance(schema, list) and len(schema) == 2 and "null" in schema:
+        i = schema.index("null")
+        return i, schema[1 - i]
+    return None
+
+
+def nullable(null_index: int, inner: Encoder) -> Encoder:
+    """The encoder of a ``["null", T]`` union whose null branch is at ``null_index``."""
+    return _union(null_index, inner)
+
+
+def int_map(key: Encoder, value: Encoder) -> Encoder:
+    """An int-keyed map given as a Python mapping, written as Iceberg's array of key/value records
+    in ascending key order (what Java writes)."""
+
+    def encode(buf: bytearray, v: Any) -> None:
+        if not isinstance(v, Mapping):
+            raise Unencodable(v)
+        if v:
+            _write_long(buf, len(v))
+            for k, x in sorted(v.items()):
+                key(buf, k)
+                value(buf, x)
+        buf.append(0)
+
+    return encode
+
+
+def positional(fields: Sequence[Encoder]) -> Encoder:
+    """A record given as a tuple of its field values in schema order."""
+    size = len(fields)
+
+    def encode(buf: bytearray, v: Any) -> None:
+        if type(v) is not tuple or len(v) != size:
+            raise Unencodable(v)
+        for field, x in zip(fields, v, strict=True):
+            field(buf, x)
+
+    return encode
 
 
 def write_container(
@@ -238,11 +280,13 @@ def write_container(
     *,
     metadata: Mapping[str, str],
     codec: str,
+    encoder: Encoder | None = None,
 ) -> bytes | None:
-    """An Avro object container file of ``records``, or ``None`` if fastavro must write it."""
+    """An Avro object container file of ``records``, or ``None`` if fastavro must write it.
+    ``encoder``: one compiled for ``schema`` that takes other objects than dicts (e.g. models)."""
     if codec not in ("null", "deflate"):
         return None
-    encoder = compile_encoder(schema)
+    encoder = encoder or compile_encoder(schema)
     if encoder is None:
         return None
     header = io.BytesIO()

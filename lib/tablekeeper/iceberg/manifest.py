@@ -189,6 +189,20 @@ def _data_file_record(
     return rec
 
 
+def _entry_record(
+    e: ManifestEntry, partition_fields: Sequence[tuple[str, IcebergType]], format_version: int
+) -> dict[str, Any]:
+    rec: dict[str, Any] = {
+        "status": e.status,
+        "snapshot_id": e.snapshot_id,
+        "data_file": _data_file_record(e.data_file, partition_fields, format_version),
+    }
+    if format_version >= 2:
+        rec["sequence_number"] = e.sequence_number
+        rec["file_sequence_number"] = e.file_sequence_number
+    return rec
+
+
 class _SummaryBuilder:
     """Per partition field: nulls, NaNs and min/max of the values, for the manifest list."""
 
@@ -248,7 +262,7 @@ def write_manifest(
     partition_fields = [(avro_name(pf.name), pf.type) for pf in partition_type.fields]
     counts = {ADDED: [0, 0], EXISTING: [0, 0], DELETED: [0, 0]}
     min_seq: int | None = None
-    records = []
+    checked: list[ManifestEntry] = []
     for e in entries:
         if e.status not in counts:
             raise CorruptMetadataError(f"manifest entry status {e.status} is not 0, 1 or 2")
@@ -261,15 +275,7 @@ def write_manifest(
         summaries.update(e.data_file.partition)
         if e.status != DELETED and e.sequence_number is not None:
             min_seq = e.sequence_number if min_seq is None else min(min_seq, e.sequence_number)
-        rec: dict[str, Any] = {
-            "status": e.status,
-            "snapshot_id": e.snapshot_id,
-            "data_file": _data_file_record(e.data_file, partition_fields, format_version),
-        }
-        if format_version >= 2:
-            rec["sequence_number"] = e.sequence_number
-            rec["file_sequence_number"] = e.file_sequence_number
-        records.append(rec)
+        checked.append(e)
     metadata = {
         "schema": json.dumps(schema_to_json(schema), separators=(",", ":")),
         "partition-spec": json.dumps(partition_fields_to_json(spec), separators=(",", ":")),
@@ -279,8 +285,17 @@ def write_manifest(
     if format_version >= 2:
         metadata["content"] = "deletes" if content == MANIFEST_DELETES else "data"
     metadata["iceberg.schema"] = json.dumps(iceberg_schema_json(struct), separators=(",", ":"))
-    data = write_container(avro_schema, records, metadata=metadata, codec=AVRO_CODEC)
+    # Cycle: the entry encoder reads this module's models and constants.
+    from tablekeeper.iceberg.entry_encoder import compile_entry_encoder
+
+    entry_encoder = compile_entry_encoder(avro_schema)
+    data = (
+        write_container(avro_schema, checked, metadata=metadata, codec=AVRO_CODEC, encoder=entry_encoder)
+        if entry_encoder is not None
+        else None
+    )
     if data is None:
+        records = [_entry_record(e, partition_fields, format_version) for e in checked]
         buf = io.BytesIO()
         fastavro.writer(buf, avro_schema, records, codec=AVRO_CODEC, metadata=metadata)
         data = buf.getvalue()
