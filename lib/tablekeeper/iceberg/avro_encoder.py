@@ -47,7 +47,7 @@ class Unencodable(Exception):
     """A value this encoder does not handle: the caller falls back to fastavro."""
 
 
-def _write_long(buf: bytearray, n: int) -> None:
+def write_long(buf: bytearray, n: int) -> None:
     n = (n << 1) ^ (n >> 63)  # zigzag
     while n > 0x7F:
         buf.append((n & 0x7F) | 0x80)
@@ -64,7 +64,7 @@ def _integer(bits: int) -> Encoder:
         if 0 <= v < 64:  # one byte: most ids, counts and statuses
             buf.append(v << 1)
         else:
-            _write_long(buf, v)
+            write_long(buf, v)
 
     return encode
 
@@ -94,7 +94,7 @@ def _bytes(buf: bytearray, v: Any) -> None:
     if n < 64:
         buf.append(n << 1)
     else:
-        _write_long(buf, n)
+        write_long(buf, n)
     buf += v
 
 
@@ -106,7 +106,7 @@ def _string(buf: bytearray, v: Any) -> None:
     if n < 64:
         buf.append(n << 1)
     else:
-        _write_long(buf, n)
+        write_long(buf, n)
     buf += data
 
 
@@ -154,7 +154,7 @@ def _array(item: Encoder) -> Encoder:
         if type(v) is not list and type(v) is not tuple:
             raise Unencodable(v)
         if v:
-            _write_long(buf, len(v))
+            write_long(buf, len(v))
             for x in v:
                 item(buf, x)
         buf.append(0)
@@ -239,41 +239,6 @@ def optional(schema: Any) -> tuple[int, Any] | None:
     return None
 
 
-def nullable(null_index: int, inner: Encoder) -> Encoder:
-    """The encoder of a ``["null", T]`` union whose null branch is at ``null_index``."""
-    return _union(null_index, inner)
-
-
-def int_map(key: Encoder, value: Encoder) -> Encoder:
-    """An int-keyed map given as a Python mapping, written as Iceberg's array of key/value records
-    in ascending key order (what Java writes)."""
-
-    def encode(buf: bytearray, v: Any) -> None:
-        if not isinstance(v, Mapping):
-            raise Unencodable(v)
-        if v:
-            _write_long(buf, len(v))
-            for k, x in sorted(v.items()):
-                key(buf, k)
-                value(buf, x)
-        buf.append(0)
-
-    return encode
-
-
-def positional(fields: Sequence[Encoder]) -> Encoder:
-    """A record given as a tuple of its field values in schema order."""
-    size = len(fields)
-
-    def encode(buf: bytearray, v: Any) -> None:
-        if type(v) is not tuple or len(v) != size:
-            raise Unencodable(v)
-        for field, x in zip(fields, v, strict=True):
-            field(buf, x)
-
-    return encode
-
-
 def write_container(
     schema: Mapping[str, Any],
     records: Iterable[Any],
@@ -305,8 +270,8 @@ def write_container(
             data = compressor.compress(bytes(block)) + compressor.flush()
         else:
             data = bytes(block)
-        _write_long(out, count)
-        _write_long(out, len(data))
+        write_long(out, count)
+        write_long(out, len(data))
         out.extend(data)
         out.extend(sync)
         block, count = bytearray(), 0
