@@ -82,7 +82,54 @@ def build_parser() -> argparse.ArgumentParser:
         help="who writes manifests (auto: the executors of a spark-submit session for large tables)",
     )
     _job_options(convert)
+    expire = sub.add_parser(
+        "expire-snapshots", help="drop old snapshots, then delete the files only they reached"
+    )
+    _table_options(expire)
+    expire.add_argument(
+        "--older-than",
+        help="expire snapshots older than this: ISO-8601 time (UTC unless zoned), epoch ms, or a "
+        "duration like 5d (default: history.expire.max-snapshot-age-ms, else 5 days)",
+    )
+    expire.add_argument(
+        "--retain-last",
+        type=_positive,
+        help="keep at least this many ancestors of each branch "
+        "(default: history.expire.min-snapshots-to-keep, else 1)",
+    )
+    expire.add_argument(
+        "--snapshot-ids", type=_int_list, default=(), help="also expire these ids (comma-separated)"
+    )
+    expire.add_argument(
+        "--clean-expired-metadata",
+        action="store_true",
+        help="also remove partition specs and schemas no retained snapshot uses",
+    )
+    expire.add_argument(
+        "--max-concurrent-deletes", type=_positive, help="delete tasks at once (default: 2 per core)"
+    )
+    expire.add_argument(
+        "--file-list", help="dry run: write every file it would delete here instead of the JSON"
+    )
+    _job_options(expire)
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of snapshot ids") from None
 
 
 def _job_options(parser: argparse.ArgumentParser) -> None:
@@ -106,6 +153,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _inspect(args)
     if args.command == "convert-delta":
         return _convert_delta(args)
+    if args.command == "expire-snapshots":
+        return _expire_snapshots(args)
     raise AssertionError(f"unhandled command {args.command}")
 
 
@@ -211,6 +260,30 @@ def _convert_delta(args: argparse.Namespace) -> int:
         return run_convert(options, catalog_for(catalogs.get(args.catalog)), _session(args.engine, catalogs))
 
     return _run_job(args, "convert-delta", args.target, run)
+
+
+def _expire_snapshots(args: argparse.Namespace) -> int:
+    from tablekeeper.catalog import resolve_table
+    from tablekeeper.jobs.expire_snapshots import ExpireOptions, run_expire
+
+    def run() -> JobResult:
+        options = ExpireOptions(
+            table=args.table,
+            older_than=args.older_than,
+            retain_last=args.retain_last,
+            snapshot_ids=tuple(args.snapshot_ids),
+            clean_expired_metadata=args.clean_expired_metadata,
+            max_concurrent_deletes=args.max_concurrent_deletes,
+            dry_run=args.dry_run,
+            file_list=args.file_list,
+        )
+        catalogs = _catalogs(args)
+        catalog, identifier = resolve_table(args.table, args.catalog, catalogs)
+        session = _session("spark", catalogs)
+        assert session is not None
+        return run_expire(options, catalog, identifier, session)
+
+    return _run_job(args, "expire-snapshots", args.table, run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -433,7 +433,7 @@ def write_manifest_list(
 # Reading (by field id, so renamed Avro fields from old writers still resolve)
 
 
-def _open(data: bytes, what: str) -> Any:
+def open_avro(data: bytes, what: str) -> Any:
     try:
         return fastavro.reader(io.BytesIO(data))
     except Exception as err:  # fastavro raises ValueError/EOFError/SchemaParseException alike
@@ -442,11 +442,11 @@ def _open(data: bytes, what: str) -> Any:
         ) from err
 
 
-def _id_names(record_schema: Mapping[str, Any]) -> dict[int, str]:
+def id_names(record_schema: Mapping[str, Any]) -> dict[int, str]:
     return {int(f["field-id"]): f["name"] for f in record_schema.get("fields", []) if "field-id" in f}
 
 
-def _record_type(avro_type: Any) -> Mapping[str, Any]:
+def record_type(avro_type: Any) -> Mapping[str, Any]:
     if isinstance(avro_type, list):
         avro_type = next(t for t in avro_type if t != "null")
     if not isinstance(avro_type, Mapping):
@@ -463,8 +463,8 @@ def _map(value: Any) -> dict[int, Any] | None:
 
 
 def read_manifest_list(data: bytes, source: str = "manifest list") -> list[ManifestFile]:
-    reader = _open(data, source)
-    names = _id_names(reader.writer_schema)
+    reader = open_avro(data, source)
+    names = id_names(reader.writer_schema)
     version = int(reader.metadata.get("format-version", "1")) if reader.metadata else 1
 
     def get(rec: Mapping[str, Any], fid: int, default: Any = None) -> Any:
@@ -519,14 +519,12 @@ def read_manifest(
 ) -> list[ManifestEntry]:
     """Entries of one manifest with snapshot-id, sequence-number and v3 first_row_id inheritance."""
     source = manifest.manifest_path
-    reader = _open(data, f"manifest {source}")
-    top = _id_names(reader.writer_schema)
-    df_schema = _record_type(
-        next(f["type"] for f in reader.writer_schema["fields"] if f.get("field-id") == 2)
-    )
-    df_names = _id_names(df_schema)
-    part_schema = _record_type(next(f["type"] for f in df_schema["fields"] if f.get("field-id") == 102))
-    part_names = _id_names(part_schema)
+    reader = open_avro(data, f"manifest {source}")
+    top = id_names(reader.writer_schema)
+    df_schema = record_type(next(f["type"] for f in reader.writer_schema["fields"] if f.get("field-id") == 2))
+    df_names = id_names(df_schema)
+    part_schema = record_type(next(f["type"] for f in df_schema["fields"] if f.get("field-id") == 102))
+    part_names = id_names(part_schema)
     part_fields = [(pf, part_names.get(pf.id)) for pf in partition_type.fields]
     spec_id = manifest.partition_spec_id
     next_row = manifest.first_row_id

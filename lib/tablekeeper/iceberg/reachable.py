@@ -1,0 +1,64 @@
+"""The files one manifest keeps alive, read without decoding partitions or metrics.
+
+Reachability (what expire-snapshots may delete, what remove-orphans must keep) only needs each
+live entry's path, content and size; reading just those makes a pass over every manifest of every
+snapshot cheap. Fields are resolved by id, like the full reader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tablekeeper.errors import CorruptMetadataError
+from tablekeeper.iceberg.manifest import DATA, DELETED, EQUALITY_DELETES, id_names, open_avro, record_type
+
+# File kinds, named as Iceberg's procedures count them.
+DATA_FILE = "data"
+POSITION_DELETE_FILE = "position_delete"
+EQUALITY_DELETE_FILE = "equality_delete"
+MANIFEST = "manifest"
+MANIFEST_LIST = "manifest_list"
+STATISTICS = "statistics"
+KINDS = (DATA_FILE, POSITION_DELETE_FILE, EQUALITY_DELETE_FILE, MANIFEST, MANIFEST_LIST, STATISTICS)
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    path: str
+    kind: str
+    size: int
+
+
+def content_kind(content: int) -> str:
+    if content == DATA:
+        return DATA_FILE
+    return EQUALITY_DELETE_FILE if content == EQUALITY_DELETES else POSITION_DELETE_FILE
+
+
+def live_files(data: bytes, source: str) -> list[LiveFile]:
+    """Paths of the ADDED and EXISTING entries of the manifest in ``data``."""
+    reader = open_avro(data, f"manifest {source}")
+    top = id_names(reader.writer_schema)
+    if 0 not in top or 2 not in top:
+        raise CorruptMetadataError(f"manifest {source} has no status or data_file field")
+    df = id_names(
+        record_type(next(f["type"] for f in reader.writer_schema["fields"] if f.get("field-id") == 2))
+    )
+    if 100 not in df:
+        raise CorruptMetadataError(f"manifest {source} has no file_path field")
+    status, data_file, path, content, size = top[0], top[2], df[100], df.get(134), df.get(104)
+    out = []
+    try:
+        for rec in reader:
+            if int(rec[status]) == DELETED:
+                continue
+            f = rec[data_file]
+            kind = content_kind(int(f[content])) if content is not None else DATA_FILE
+            out.append(LiveFile(f[path], kind, int(f[size]) if size is not None else 0))
+    except CorruptMetadataError:
+        raise
+    except Exception as err:  # truncated blocks, bad codecs: the whole manifest is unreadable
+        raise CorruptMetadataError(
+            f"manifest {source} is not readable ({err.__class__.__name__}: {err})"
+        ) from err
+    return out
