@@ -112,6 +112,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--file-list", help="dry run: write every file it would delete here instead of the JSON"
     )
     _job_options(expire)
+    orphans = sub.add_parser(
+        "remove-orphans", help="delete files under a table location no metadata references"
+    )
+    _table_options(orphans)
+    orphans.add_argument(
+        "--older-than",
+        default="3d",
+        help="only files older than this: ISO-8601 time, epoch ms or a duration (default 3d; under 24h "
+        "needs --force-short-retention)",
+    )
+    orphans.add_argument(
+        "--location", help="scan this directory inside the table location (default: all of it)"
+    )
+    orphans.add_argument("--equal-schemes", default="s3a=s3,s3n=s3", help="schemes that name one store")
+    orphans.add_argument("--equal-authorities", help="authorities that name one store (a=b,c=d)")
+    orphans.add_argument("--prefix-mismatch", default="error", choices=["error", "ignore", "delete"])
+    orphans.add_argument("--force-short-retention", action="store_true", help="allow --older-than under 24h")
+    orphans.add_argument(
+        "--max-concurrent-deletes", type=_positive, help="delete tasks at once (default: 2 per core)"
+    )
+    orphans.add_argument(
+        "--file-list", help="write every orphan location here (the JSON keeps a count and sample)"
+    )
+    _job_options(orphans)
     return parser
 
 
@@ -155,6 +179,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _convert_delta(args)
     if args.command == "expire-snapshots":
         return _expire_snapshots(args)
+    if args.command == "remove-orphans":
+        return _remove_orphans(args)
     raise AssertionError(f"unhandled command {args.command}")
 
 
@@ -284,6 +310,32 @@ def _expire_snapshots(args: argparse.Namespace) -> int:
         return run_expire(options, catalog, identifier, session)
 
     return _run_job(args, "expire-snapshots", args.table, run)
+
+
+def _remove_orphans(args: argparse.Namespace) -> int:
+    from tablekeeper.catalog import resolve_table
+    from tablekeeper.jobs.remove_orphans import OrphanOptions, parse_equivalences, run_orphans
+
+    def run() -> JobResult:
+        options = OrphanOptions(
+            table=args.table,
+            older_than=args.older_than,
+            location=args.location,
+            equal_schemes=parse_equivalences(args.equal_schemes, "--equal-schemes"),
+            equal_authorities=parse_equivalences(args.equal_authorities, "--equal-authorities"),
+            prefix_mismatch=args.prefix_mismatch,
+            force_short_retention=args.force_short_retention,
+            max_concurrent_deletes=args.max_concurrent_deletes,
+            dry_run=args.dry_run,
+            file_list=args.file_list,
+        )
+        catalogs = _catalogs(args)
+        catalog, identifier = resolve_table(args.table, args.catalog, catalogs)
+        session = _session("spark", catalogs)
+        assert session is not None
+        return run_orphans(options, catalog, identifier, session)
+
+    return _run_job(args, "remove-orphans", args.table, run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

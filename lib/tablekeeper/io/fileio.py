@@ -16,6 +16,7 @@ not build commits on them there.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import ctypes
 import errno
@@ -510,6 +511,28 @@ class FileIO:
                 # An unknown age must not pass for "old": orphan removal would delete the file.
                 raise StorageError(f"storage reports no modification time for {location}")
             yield FileInfo(location, int(info.size), int(info.mtime_ns) // 1_000_000)
+
+    def list_dir(self, location: str) -> tuple[tuple[FileInfo, ...], tuple[str, ...]]:
+        """One level of a directory: its files, and its subdirectories as locations spelled like
+        ``location``. A missing directory is empty."""
+        base = self.fs_path(location).rstrip("/") or "/"
+        root = base if base.endswith("/") else base + "/"
+        stem = strip_trailing_slash(location)
+        files: builtins.list[FileInfo] = []
+        dirs: builtins.list[str] = []
+        with _translate(location, "list"):
+            infos = self._fs.get_file_info(pafs.FileSelector(base, recursive=False, allow_not_found=True))
+        for info in infos:
+            if not str(info.path).startswith(root):
+                raise StorageError(f"listing {location} returned {info.path}, outside it")
+            child = stem + "/" + str(info.path)[len(root) :]
+            if info.type == pafs.FileType.Directory:
+                dirs.append(child)
+            elif info.type == pafs.FileType.File:
+                if info.mtime_ns is None:
+                    raise StorageError(f"storage reports no modification time for {child}")
+                files.append(FileInfo(child, int(info.size), int(info.mtime_ns) // 1_000_000))
+        return tuple(files), tuple(dirs)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,184 @@
+"""remove-orphans: delete files under a table location that no metadata references.
+
+Plan: list the location on the executors (hidden paths and nested tables skipped), keep files
+older than ``--older-than`` (3 days by default, never under 24 hours without
+``--force-short-retention``, so an in-flight writer's new files survive), and anti-join them with
+every file the table references: all manifests of all snapshots and what they list, manifest
+lists, statistics, every metadata.json in the log and the version hint. Paths compare by
+normalised URI; a file whose path matches a reference but whose scheme or authority does not
+(after ``--equal-schemes`` / ``--equal-authorities``) is a prefix mismatch: an error by default.
+Nothing outside the table location is ever listed or deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pyspark.sql import DataFrame, SparkSession
+
+from tablekeeper.catalog.base import Catalog, LoadedTable
+from tablekeeper.errors import ConfigError, SafetyRefusal, TablekeeperError
+from tablekeeper.io.uri import DEFAULT_EQUIVALENT_SCHEMES, is_under, join_location
+from tablekeeper.jobs.expire_snapshots import GC_ENABLED
+from tablekeeper.jobs.options import parse_older_than, write_file_list
+from tablekeeper.jobs.result import JobResult, utc_now_iso
+from tablekeeper.spark.listing import list_location, path_key
+from tablekeeper.spark.reachability import (
+    FILES_SCHEMA,
+    PathRules,
+    delete_files,
+    reachable_files,
+    task_failure,
+)
+
+log = logging.getLogger(__name__)
+
+JOB = "remove-orphans"
+DEFAULT_OLDER_THAN = "3d"
+MIN_RETENTION_MS = 24 * 3600 * 1000
+SAMPLE = 100
+MISMATCH_SAMPLE = 5
+PrefixMismatch = Literal["error", "ignore", "delete"]
+
+
+def parse_equivalences(text: str | None, what: str) -> dict[str, str]:
+    """``a=b,c=d`` as {a: b, c: d}."""
+    out: dict[str, str] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        left, sep, right = part.partition("=")
+        if not sep or not left.strip() or not right.strip():
+            raise ConfigError(f"{what} {part!r} is not name=name: use e.g. s3a=s3,s3n=s3")
+        out[left.strip()] = right.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class OrphanOptions:
+    table: str
+    older_than: str = DEFAULT_OLDER_THAN
+    location: str | None = None
+    equal_schemes: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_EQUIVALENT_SCHEMES))
+    equal_authorities: dict[str, str] = field(default_factory=dict)
+    prefix_mismatch: PrefixMismatch = "error"
+    force_short_retention: bool = False
+    max_concurrent_deletes: int | None = None
+    dry_run: bool = False
+    file_list: str | None = None
+
+
+def _referenced(spark: SparkSession, table: LoadedTable, rules: PathRules) -> DataFrame:
+    meta = table.metadata
+    reached = reachable_files(spark, meta, [s.snapshot_id for s in meta.snapshots], rules)
+    metadata_files = [table.metadata_location, *(e.metadata_file for e in meta.metadata_log)]
+    metadata_files.append(join_location(meta.location, "metadata", "version-hint.text"))
+    rows = [(p, rules.key(p), "metadata", 0) for p in metadata_files if p]
+    return reached.unionByName(spark.createDataFrame(rows, FILES_SCHEMA)).select("key")
+
+
+def _partition_names(table: LoadedTable) -> frozenset[str]:
+    return frozenset(f.name for spec in table.metadata.partition_specs for f in spec.fields)
+
+
+def _check(options: OrphanOptions, table: LoadedTable, now: int) -> tuple[str, int]:
+    meta = table.metadata
+    if not meta.property_bool(GC_ENABLED, True):
+        raise SafetyRefusal(
+            f"{options.table} has gc.enabled=false (its files may belong to another table, e.g. a "
+            "converted Delta table): remove-orphans deletes nothing there"
+        )
+    cutoff = parse_older_than(options.older_than, now)
+    if now - cutoff < MIN_RETENTION_MS and not options.force_short_retention:
+        raise SafetyRefusal(
+            f"--older-than {options.older_than} is under 24 hours: files of writes still in flight could "
+            "be deleted; use a longer retention, or --force-short-retention when no writer is running"
+        )
+    location = options.location or meta.location
+    rules = PathRules(options.equal_schemes, options.equal_authorities or None)
+    if not is_under(location, meta.location, rules.equivalent_schemes, rules.equivalent_authorities):
+        raise SafetyRefusal(
+            f"--location {location} is outside the table location {meta.location}: "
+            "remove-orphans only deletes inside its table"
+        )
+    return location, cutoff
+
+
+def run_orphans(options: OrphanOptions, catalog: Catalog, identifier: str, spark: SparkSession) -> JobResult:
+    started, t0 = utc_now_iso(), time.perf_counter()
+    now = int(time.time() * 1000)
+    table = catalog.require(identifier)
+    location, cutoff = _check(options, table, now)
+    rules = PathRules(options.equal_schemes, options.equal_authorities or None)
+    sc = spark.sparkContext
+    try:
+        sc.setJobDescription(f"{JOB}: list {location}")
+        listed = list_location(spark, location, rules, _partition_names(table))
+        old = listed.where(listed.mtime_ms < cutoff)
+        sc.setJobDescription(f"{JOB}: files the table references")
+        referenced = _referenced(spark, table, rules).distinct()
+        ref_paths = (
+            referenced.selectExpr("key AS ref_key").rdd.map(lambda r: (path_key(r[0]),)).toDF(["path_key"])
+        )
+        unmatched = old.join(ref_paths, "path_key", "left_anti")
+        path_only = old.join(ref_paths.distinct(), "path_key", "left_semi").join(
+            referenced, "key", "left_anti"
+        )
+        sc.setJobDescription(f"{JOB}: compare")
+        mismatched = [r[0] for r in path_only.select("path").limit(MISMATCH_SAMPLE).collect()]
+        if mismatched and options.prefix_mismatch == "error":
+            raise SafetyRefusal(
+                f"{len(mismatched)}+ files match referenced paths under another scheme or authority "
+                f"(e.g. {mismatched[0]}): pass --equal-schemes/--equal-authorities, or "
+                "--prefix-mismatch ignore|delete once you know which is right"
+            )
+        orphans = unmatched.unionByName(path_only) if options.prefix_mismatch == "delete" else unmatched
+        orphans = orphans.selectExpr("path", "key", "'orphan' AS kind", "size").cache()
+        rows = orphans.select("path", "size").collect() if options.dry_run else None
+        outcome = None
+        if not options.dry_run:
+            sc.setJobDescription(f"{JOB}: delete orphans")
+            outcome = delete_files(orphans, options.max_concurrent_deletes or sc.defaultParallelism * 2)
+            sample = [r[0] for r in orphans.select("path").limit(SAMPLE).collect()]
+            full = [r[0] for r in orphans.select("path").collect()] if options.file_list else None
+    except TablekeeperError:
+        raise
+    except Exception as err:
+        raise task_failure(err, f"{JOB} {identifier}: nothing deleted") from err
+    metrics: dict[str, object] = {"location": location, "older_than_ms": cutoff}
+    files: list[str] | None = None
+    if rows is not None:
+        paths = sorted(r[0] for r in rows)
+        metrics |= {"orphan_file_count": len(paths), "bytes_to_free": sum(int(r[1]) for r in rows)}
+        if options.file_list:
+            write_file_list(options.file_list, paths)
+            metrics["file_list"] = options.file_list
+        else:
+            files = paths
+    else:
+        assert outcome is not None
+        metrics |= {
+            "orphan_file_count": outcome.count("orphan") + len(outcome.failures) + outcome.missing,
+            "deleted_files_count": outcome.count("orphan"),
+            "bytes_freed": outcome.bytes_freed,
+            "failed_deletes_count": len(outcome.failures),
+            "orphan_file_location_sample": sorted(sample),
+        }
+        if outcome.failures:
+            metrics["failed_deletes"] = [f"{p}: {why}" for p, why in outcome.failures[:20]]
+        if full is not None and options.file_list:
+            write_file_list(options.file_list, sorted(full))
+            metrics["file_list"] = options.file_list
+    return JobResult(
+        job=JOB,
+        table=identifier,
+        status="dry_run" if options.dry_run else "ok",
+        dry_run=options.dry_run,
+        started_at=started,
+        duration_ms=int((time.perf_counter() - t0) * 1000),
+        metrics=metrics,
+        files=files,
+    )

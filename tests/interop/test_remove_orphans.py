@@ -1,0 +1,152 @@
+"""remove-orphans against Iceberg's own procedure on the same table state, and the anchor scenarios."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tablekeeper.catalog import catalog_for
+from tablekeeper.errors import CorruptMetadataError, SafetyRefusal
+from tablekeeper.jobs.remove_orphans import OrphanOptions, run_orphans
+from tests.conftest import FS_CATALOG
+from tests.interop.test_expire_snapshots import _build, _files, _reads, _snapshot_ids
+
+pytestmark = pytest.mark.spark
+
+DAY_MS = 86_400_000
+
+
+def _age(root: Path, days: float) -> None:
+    """Make every file look ``days`` old, so only references decide what is an orphan."""
+    stamp = time.time() - days * 86_400
+    for p in root.rglob("*"):
+        if p.is_file():
+            os.utime(p, (stamp, stamp))
+
+
+def _plant(path: Path, days: float, data: bytes = b"orphan") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    stamp = time.time() - days * 86_400
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def _table(spark, warehouse: Path, name: str, version: int = 2) -> tuple[str, Path, set[Path]]:  # type: ignore[no-untyped-def]
+    table = _build(spark, name, version)
+    root = warehouse / "files" / "db" / name
+    spark.sql(f"DELETE FROM {table} WHERE id = 400")  # leaves files only old snapshots reference
+    _age(root, 5)
+    orphans = {
+        _plant(root / "data" / "cat=a" / "lost-task-00001.parquet", 5),
+        _plant(root / "data" / "stray.parquet", 4),
+        _plant(root / "metadata" / "00099-crashed.metadata.json", 5, b"{}"),
+        _plant(root / "metadata" / "snap-crashed-1-abc.avro", 5),
+    }
+    _plant(root / "data" / "cat=a" / "in-flight-writer.parquet", 0.01)  # younger than older-than
+    _plant(root / "data" / "_temporary" / "0" / "task.parquet", 5)  # hidden
+    _plant(root / "data" / ".staging.parquet.crc", 5)  # hidden
+    return table, root, orphans
+
+
+def test_same_orphans_as_iceberg_and_reads_unchanged(spark, catalogs, warehouse: Path) -> None:  # type: ignore[no-untyped-def]
+    name = "orphans_oracle"
+    table, root, planted = _table(spark, warehouse, name)
+    snapshots = [s for s, _ in _snapshot_ids(spark, table)]
+    reads_before = _reads(spark, table, snapshots)
+    backup = warehouse / f"backup_{name}"
+    shutil.rmtree(backup, ignore_errors=True)
+    shutil.copytree(root, backup)
+    cutoff = int(time.time() * 1000) - 2 * DAY_MS
+    before = _files(root)
+
+    spark.sql(
+        f"CALL {FS_CATALOG}.system.remove_orphan_files("
+        f"table => 'db.{name}', older_than => TIMESTAMP_MILLIS({cutoff}))"
+    ).collect()
+    by_iceberg = before - _files(root)
+
+    shutil.rmtree(root)
+    shutil.copytree(backup, root)
+    spark.sql(f"REFRESH TABLE {table}")
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    result = run_orphans(
+        OrphanOptions(table=f"db.{name}", older_than=str(cutoff)), catalog, f"db.{name}", spark
+    )
+    by_us = before - _files(root)
+    assert {str(p) for p in planted} <= by_us
+    assert by_us == by_iceberg
+    assert result.metrics["deleted_files_count"] == len(by_us) and result.metrics["bytes_freed"] > 0
+    assert (root / "data" / "cat=a" / "in-flight-writer.parquet").exists()
+    spark.sql(f"REFRESH TABLE {table}")
+    assert _reads(spark, table, snapshots) == reads_before
+
+    again = run_orphans(
+        OrphanOptions(table=f"db.{name}", older_than=str(cutoff)), catalog, f"db.{name}", spark
+    )
+    assert again.metrics["orphan_file_count"] == 0
+
+
+def test_dry_run_lists_what_a_run_deletes_and_neighbours_survive(spark, catalogs, warehouse: Path) -> None:  # type: ignore[no-untyped-def]
+    name = "orphans_dry"
+    _, root, planted = _table(spark, warehouse, name)
+    # Another table nested under the location, and a sibling whose name extends this one's.
+    nested = [
+        _plant(root / "data" / "nested_t" / "metadata" / "v1.metadata.json", 5, b"{}"),
+        _plant(root / "data" / "nested_t" / "data" / "f.parquet", 5),
+        _plant(root / "data" / "delta_t" / "_delta_log" / "00000000000000000000.json", 5, b"{}"),
+        _plant(root / "data" / "delta_t" / "part-0.parquet", 5),
+    ]
+    sibling = _plant(root.parent / f"{name}_2" / "data" / "x.parquet", 5)
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    options = OrphanOptions(table=f"db.{name}")
+    before = _files(root)
+    dry = run_orphans(OrphanOptions(table=f"db.{name}", dry_run=True), catalog, f"db.{name}", spark)
+    assert _files(root) == before
+    assert dry.files is not None
+    listed = {p.removeprefix("file:") for p in dry.files}
+    assert listed == {str(p) for p in planted}
+    run_orphans(options, catalog, f"db.{name}", spark)
+    assert before - _files(root) == listed
+    assert all(p.exists() for p in nested) and sibling.exists()
+
+
+def test_refusals_delete_nothing(spark, catalogs, warehouse: Path) -> None:  # type: ignore[no-untyped-def]
+    name = "orphans_refused"
+    table, root, _ = _table(spark, warehouse, name)
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    before = _files(root)
+    with pytest.raises(SafetyRefusal, match="under 24 hours"):
+        run_orphans(OrphanOptions(table=f"db.{name}", older_than="1h"), catalog, f"db.{name}", spark)
+    with pytest.raises(SafetyRefusal, match="outside the table location"):
+        run_orphans(
+            OrphanOptions(table=f"db.{name}", location=str(root.parent)), catalog, f"db.{name}", spark
+        )
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('gc.enabled'='false')")
+    with pytest.raises(SafetyRefusal, match=r"gc\.enabled=false"):
+        run_orphans(OrphanOptions(table=f"db.{name}"), catalog, f"db.{name}", spark)
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('gc.enabled'='true')")
+    manifest = next((root / "metadata").glob("*-m0.avro"))
+    manifest.write_bytes(b"not avro")
+    with pytest.raises(CorruptMetadataError, match="nothing deleted"):
+        run_orphans(OrphanOptions(table=f"db.{name}"), catalog, f"db.{name}", spark)
+    assert before - _files(root) == set()  # (the property changes added metadata files)
+
+
+def test_short_retention_when_forced(spark, catalogs, warehouse: Path) -> None:  # type: ignore[no-untyped-def]
+    name = "orphans_forced"
+    _, root, planted = _table(spark, warehouse, name)
+    young = root / "data" / "cat=a" / "in-flight-writer.parquet"
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    result = run_orphans(
+        OrphanOptions(table=f"db.{name}", older_than="1s", force_short_retention=True),
+        catalog,
+        f"db.{name}",
+        spark,
+    )
+    assert not young.exists() and not any(p.exists() for p in planted)
+    assert result.metrics["deleted_files_count"] == len(planted) + 1
