@@ -118,9 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     _table_options(orphans)
     orphans.add_argument(
         "--older-than",
-        default="3d",
-        help="only files older than this: ISO-8601 time, epoch ms or a duration (default 3d; under 24h "
-        "needs --force-short-retention)",
+        help="only files older than this: ISO-8601 time, epoch ms or a duration (default 3d, Delta: "
+        "delta.deletedFileRetentionDuration; under 24h needs --force-short-retention)",
     )
     orphans.add_argument(
         "--location", help="scan this directory inside the table location (default: all of it)"
@@ -288,11 +287,32 @@ def _convert_delta(args: argparse.Namespace) -> int:
     return _run_job(args, "convert-delta", args.target, run)
 
 
+def _delta_path(table: str) -> str | None:
+    """The table's root when ``--table`` is the path of a Delta table."""
+    from tablekeeper.catalog import looks_like_path
+    from tablekeeper.jobs.delta_maintenance import is_delta_table
+
+    if looks_like_path(table) and is_delta_table(table):
+        return table.rstrip("/")
+    return None
+
+
+def _delta_session(args: argparse.Namespace) -> SparkSession:
+    session = _session("spark", _catalogs(args))
+    assert session is not None
+    return session
+
+
 def _expire_snapshots(args: argparse.Namespace) -> int:
     from tablekeeper.catalog import resolve_table
     from tablekeeper.jobs.expire_snapshots import ExpireOptions, run_expire
 
     def run() -> JobResult:
+        delta = _delta_path(args.table)
+        if delta is not None:
+            from tablekeeper.jobs.delta_maintenance import run_log_cleanup
+
+            return run_log_cleanup(delta, _delta_session(args), dry_run=args.dry_run)
         options = ExpireOptions(
             table=args.table,
             older_than=args.older_than,
@@ -314,12 +334,29 @@ def _expire_snapshots(args: argparse.Namespace) -> int:
 
 def _remove_orphans(args: argparse.Namespace) -> int:
     from tablekeeper.catalog import resolve_table
-    from tablekeeper.jobs.remove_orphans import OrphanOptions, parse_equivalences, run_orphans
+    from tablekeeper.jobs.remove_orphans import (
+        DEFAULT_OLDER_THAN,
+        OrphanOptions,
+        parse_equivalences,
+        run_orphans,
+    )
 
     def run() -> JobResult:
+        delta = _delta_path(args.table)
+        if delta is not None:
+            from tablekeeper.jobs.delta_maintenance import run_vacuum
+
+            return run_vacuum(
+                delta,
+                _delta_session(args),
+                older_than=args.older_than,
+                force_short_retention=args.force_short_retention,
+                dry_run=args.dry_run,
+                file_list=args.file_list,
+            )
         options = OrphanOptions(
             table=args.table,
-            older_than=args.older_than,
+            older_than=args.older_than or DEFAULT_OLDER_THAN,
             location=args.location,
             equal_schemes=parse_equivalences(args.equal_schemes, "--equal-schemes"),
             equal_authorities=parse_equivalences(args.equal_authorities, "--equal-authorities"),

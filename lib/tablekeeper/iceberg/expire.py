@@ -148,12 +148,15 @@ def apply_expiry(
         raise SafetyRefusal(f"refusing to expire the current snapshot {meta.current_snapshot_id}")
     refs: Mapping[str, SnapshotRef] = {k: v for k, v in meta.refs.items() if k not in plan.removed_refs}
     snapshots = tuple(s for s in meta.snapshots if s.snapshot_id not in gone)
-    log: list[SnapshotLogEntry] = []
-    for entry in meta.snapshot_log:
-        if entry.snapshot_id in gone:
-            log.clear()  # history before a removed entry would claim a wrong current snapshot
-        else:
-            log.append(entry)
+    log: list[SnapshotLogEntry] = list(meta.snapshot_log)
+    if gone:
+        kept = {s.snapshot_id for s in snapshots}
+        log = []
+        for entry in meta.snapshot_log:
+            if entry.snapshot_id in kept:
+                log.append(entry)
+            else:
+                log.clear()  # history before a missing entry would claim a wrong current snapshot
     updated = replace(
         meta,
         snapshots=snapshots,

@@ -1,0 +1,220 @@
+"""remove-orphans and expire-snapshots on Delta tables, through delta-spark itself.
+
+Delta's own rules decide what is safe there: ``VACUUM`` for files no version inside
+``delta.deletedFileRetentionDuration`` references (its 7-day floor kept unless
+``--force-short-retention``), and a checkpoint followed by delta-spark's expired-log cleanup
+(``delta.logRetentionDuration``) for the log. The result has the same shape as the Iceberg jobs'.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from tablekeeper.errors import SafetyRefusal, TablekeeperError, UnsupportedFeatureError
+from tablekeeper.io import FileIO
+from tablekeeper.jobs.options import parse_older_than, write_file_list
+from tablekeeper.jobs.result import JobResult, utc_now_iso
+
+RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+# delta-spark lists the table with this many tasks (Spark's default is 10,000: minutes on 2 cores).
+LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+DEFAULT_RETENTION = "interval 1 week"
+LOG_DIR = "_delta_log"
+_UNIT_HOURS = {
+    "week": 168.0,
+    "day": 24.0,
+    "hour": 1.0,
+    "minute": 1 / 60,
+    "second": 1 / 3600,
+    "millisecond": 1 / 3_600_000,
+    "microsecond": 1 / 3_600_000_000,
+}
+
+
+def interval_hours(text: str) -> float:
+    """A Delta duration property (``interval 1 week``, ``interval 36 hours``) in hours."""
+    parts = text.strip().lower().removeprefix("interval").split()
+    if len(parts) % 2 or not parts:
+        raise UnsupportedFeatureError(f"cannot read the Delta duration {text!r}")
+    hours = 0.0
+    for amount, unit in zip(parts[::2], parts[1::2], strict=True):
+        factor = _UNIT_HOURS.get(unit.rstrip("s"))
+        if factor is None or not amount.replace(".", "", 1).isdigit():
+            raise UnsupportedFeatureError(f"cannot read the Delta duration {text!r}")
+        hours += float(amount) * factor
+    return hours
+
+
+def _retention_floor(spark: SparkSession, path: str) -> float:
+    rows = spark.sql(f"SHOW TBLPROPERTIES {_quoted(path)}").collect()
+    props = {str(r[0]): str(r[1]) for r in rows}
+    return interval_hours(props.get(RETENTION_PROPERTY, DEFAULT_RETENTION))
+
+
+def is_delta_table(location: str) -> bool:
+    root = location.rstrip("/")
+    io = FileIO.for_location(root)
+    return any(True for _ in io.list(f"{root}/{LOG_DIR}", recursive=False))
+
+
+def _quoted(path: str) -> str:
+    return "delta.`" + path.replace("`", "``") + "`"
+
+
+def _reason(err: BaseException) -> str:
+    text = str(err)
+    for line in text.splitlines():
+        if "Exception:" in line or "retention" in line.lower():
+            return line.strip()[:400]
+    return (text.splitlines() or [err.__class__.__name__])[0][:400]
+
+
+def _vacuum_list(spark: SparkSession, path: str, hours: float | None) -> list[str]:
+    retain = "" if hours is None else f" RETAIN {hours:.3f} HOURS"
+    rows = spark.sql(f"VACUUM {_quoted(path)}{retain} DRY RUN").collect()
+    return sorted(str(r[0]) for r in rows)
+
+
+def _sizes(spark: SparkSession, paths: list[str]) -> int:
+    if not paths:
+        return 0
+
+    def size(p: str) -> int:
+        try:
+            return FileIO.for_location(p).size(p)
+        except TablekeeperError:
+            return 0
+
+    return int(spark.sparkContext.parallelize(paths, max(1, min(len(paths) // 1000, 64))).map(size).sum())
+
+
+def run_vacuum(
+    path: str,
+    spark: SparkSession,
+    *,
+    older_than: str | None,
+    force_short_retention: bool,
+    dry_run: bool,
+    file_list: str | None,
+) -> JobResult:
+    """delta-spark's VACUUM; ``older_than`` None means the table's deletedFileRetentionDuration."""
+    started, t0 = utc_now_iso(), time.perf_counter()
+    now = int(time.time() * 1000)
+    hours = None
+    if older_than is not None:
+        # Whole thousandths of an hour, rounded up: never retain less than asked.
+        hours = max(0.0, math.ceil((now - parse_older_than(older_than, now)) / 3600) / 1000)
+    if hours is not None and not force_short_retention:
+        floor = _retention_floor(spark, path)
+        if hours < floor:
+            raise SafetyRefusal(
+                f"--older-than {older_than} keeps {hours:g} hours of {path}, under its "
+                f"{RETENTION_PROPERTY} of {floor:g} hours: readers of older versions could fail; keep at "
+                "least that, or --force-short-retention when no reader or writer needs older versions"
+            )
+    previous = spark.conf.get(RETENTION_CHECK, "true") or "true"
+    previous_listing = spark.conf.get(LISTING_PARALLELISM, None)
+    spark.conf.set(LISTING_PARALLELISM, str(max(8, spark.sparkContext.defaultParallelism * 8)))
+    if force_short_retention:
+        spark.conf.set(RETENTION_CHECK, "false")
+    try:
+        spark.sparkContext.setJobDescription("remove-orphans: VACUUM DRY RUN")
+        paths = _vacuum_list(spark, path, hours)
+        if not dry_run:
+            spark.sparkContext.setJobDescription("remove-orphans: VACUUM")
+            size = _sizes(spark, paths)
+            retain = "" if hours is None else f" RETAIN {hours:.3f} HOURS"
+            spark.sql(f"VACUUM {_quoted(path)}{retain}").collect()
+    except TablekeeperError:
+        raise
+    except Exception as err:
+        reason = _reason(err)
+        if "retention" in reason.lower():
+            raise SafetyRefusal(
+                f"delta-spark refuses this retention for {path}: {reason}; keep at least the table's "
+                "delta.deletedFileRetentionDuration, or --force-short-retention when no reader or writer "
+                "needs older versions"
+            ) from err
+        raise UnsupportedFeatureError(f"VACUUM of {path} failed, nothing reported deleted: {reason}") from err
+    finally:
+        spark.conf.set(RETENTION_CHECK, previous)
+        if previous_listing is None:
+            spark.conf.unset(LISTING_PARALLELISM)
+        else:
+            spark.conf.set(LISTING_PARALLELISM, previous_listing)
+    metrics: dict[str, Any] = {"format": "delta", "retain_hours": hours, "orphan_file_count": len(paths)}
+    files: list[str] | None = None
+    if dry_run:
+        metrics["bytes_to_free"] = _sizes(spark, paths)
+    else:
+        metrics |= {
+            "deleted_files_count": len(paths),
+            "bytes_freed": size,
+            "orphan_file_location_sample": paths[:100],
+        }
+    if file_list:
+        write_file_list(file_list, paths)
+        metrics["file_list"] = file_list
+    elif dry_run:
+        files = paths
+    return JobResult(
+        job="remove-orphans",
+        table=path,
+        status="dry_run" if dry_run else "ok",
+        dry_run=dry_run,
+        started_at=started,
+        duration_ms=int((time.perf_counter() - t0) * 1000),
+        metrics=metrics,
+        files=files,
+    )
+
+
+def _log_files(path: str) -> set[str]:
+    root = path.rstrip("/")
+    return {i.location for i in FileIO.for_location(root).list(f"{root}/{LOG_DIR}", recursive=False)}
+
+
+def run_log_cleanup(path: str, spark: SparkSession, *, dry_run: bool) -> JobResult:
+    """A checkpoint at the latest version, then delta-spark's cleanup of log files older than
+    ``delta.logRetentionDuration`` (what delta-spark does after its own checkpoints)."""
+    started, t0 = utc_now_iso(), time.perf_counter()
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    before = _log_files(path)
+    metrics: dict[str, Any] = {"format": "delta", "log_files_before": len(before)}
+    if dry_run:
+        metrics["note"] = (
+            "dry run: would write a checkpoint at the latest version and clean expired log files"
+        )
+    else:
+        try:
+            spark.sparkContext.setJobDescription("expire-snapshots: Delta checkpoint and log cleanup")
+            log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+            snapshot = log.update(False, jvm.scala.Option.empty(), jvm.scala.Option.empty())
+            log.checkpoint(snapshot, jvm.scala.Option.empty())
+            log.doLogCleanup(snapshot, jvm.scala.Option.empty())
+        except Exception as err:
+            raise UnsupportedFeatureError(
+                f"Delta checkpoint of {path} failed, nothing deleted: {_reason(err)}"
+            ) from err
+        after = _log_files(path)
+        removed = sorted(before - after)
+        metrics |= {
+            "checkpoint_version": int(snapshot.version()),
+            "deleted_log_files_count": len(removed),
+            "deleted_log_files_sample": removed[:100],
+        }
+    return JobResult(
+        job="expire-snapshots",
+        table=path,
+        status="dry_run" if dry_run else "ok",
+        dry_run=dry_run,
+        started_at=started,
+        duration_ms=int((time.perf_counter() - t0) * 1000),
+        metrics=metrics,
+    )
