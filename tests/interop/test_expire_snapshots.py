@@ -223,3 +223,20 @@ def test_unknown_commit_state_deletes_nothing(
             ExpireOptions(table=f"db.{name}", older_than="0s", retain_last=1), catalog, f"db.{name}", spark
         )
     assert before - _files(root) == set()
+
+
+def test_a_failed_delete_is_reported_and_the_rest_proceed(spark, catalogs, warehouse: Path) -> None:  # type: ignore[no-untyped-def]
+    name = "expire_partial"
+    _build(spark, name, 2)
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    options = ExpireOptions(table=f"db.{name}", older_than=str(int(time.time() * 1000)), retain_last=1)
+    dry = run_expire(ExpireOptions(**{**options.__dict__, "dry_run": True}), catalog, f"db.{name}", spark)
+    assert dry.files
+    doomed = [Path(p.removeprefix("file:")) for p in dry.files]
+    stuck = next(p for p in doomed if p.suffix == ".parquet")
+    stuck.unlink()
+    (stuck / "inside").mkdir(parents=True)  # a directory where the file was: its delete fails
+    result = run_expire(options, catalog, f"db.{name}", spark)
+    assert result.metrics["failed_deletes_count"] == 1
+    assert str(stuck) in result.metrics["failed_deletes"][0]  # type: ignore[index]
+    assert stuck.exists() and not any(p.exists() for p in doomed if p != stuck)
