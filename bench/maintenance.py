@@ -1,0 +1,206 @@
+"""expire-snapshots and remove-orphans against Iceberg's Spark actions on identical table states.
+
+(a) ``expire``: a table of S snapshots (default 500), each an overwrite that replaces the previous
+    snapshot's files with F/S new ones (F data files in all, default 100,000); every snapshot but the
+    last 10 is expired, so nearly every file goes. Iceberg's ExpireSnapshotsSparkAction and
+    tablekeeper each run on the same saved state (restored between runs), in their own process.
+(b) ``orphans``: a table of N referenced files (default 180,000) plus N/9 planted orphans (10% of
+    the files under the location), all old; DeleteOrphanFilesSparkAction against tablekeeper.
+
+Data files are tiny (neither engine opens them); the work is reading metadata, comparing file
+sets, listing and deleting. Timings exclude JVM start-up. The goal is tablekeeper at most 0.8x
+Iceberg's time in both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from bench.child import run_child
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "bench" / "out"
+ENGINES = ("iceberg", "tablekeeper")
+TABLE = "bench.t"
+OLD = time.time() - 10 * 86_400
+
+
+def _catalogs(work: Path):  # type: ignore[no-untyped-def]
+    from tablekeeper.catalog.config import parse_catalogs
+
+    text = (
+        "default: b\ncatalogs:\n"
+        "  b: {type: sql, uri: 'sqlite:///${warehouse}/catalog.db', warehouse: '${warehouse}/wh'}\n"
+    )
+    return parse_catalogs(text, work)
+
+
+def _data_file(location: str, i: int):  # type: ignore[no-untyped-def]
+    from tablekeeper.iceberg.manifest import DATA, DataFile
+
+    path = f"{location}/data/f-{i:08d}.parquet"
+    Path(path).write_bytes(b"x" * 16)
+    os.utime(path, (OLD, OLD))
+    return DataFile(
+        content=DATA,
+        file_path=path,
+        file_format="PARQUET",
+        partition=(),
+        record_count=1,
+        file_size_in_bytes=16,
+    )
+
+
+def build(work: Path, snapshots: int, files: int, orphans: int) -> None:
+    """The table (and its planted orphans) under ``work``; a marker makes reruns reuse it."""
+    from tablekeeper.catalog import catalog_for
+    from tablekeeper.commit.producer import SnapshotChange
+    from tablekeeper.commit.transaction import Committer
+    from tablekeeper.iceberg.types import LONG, NestedField, Schema
+    from tablekeeper.iceberg.updates import new_table_metadata
+
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    catalog = catalog_for(_catalogs(work).get("b"))
+    location = str(work / "wh" / "bench" / "t")
+    meta = new_table_metadata(
+        schema=Schema(0, (NestedField(1, "id", LONG),)),
+        location=location,
+        timestamp_ms=int(time.time() * 1000),
+        properties={"commit.manifest-merge.enabled": "false"},
+    )
+    catalog.create_table(TABLE, meta)
+    Path(location, "data").mkdir(parents=True, exist_ok=True)
+    committer = Committer(catalog, TABLE)
+    per = max(1, files // snapshots)
+    previous: list[str] = []
+    n = 0
+    for _ in range(snapshots):
+        added = [_data_file(location, n + i) for i in range(per)]
+        n += per
+        op = "append" if not previous else "overwrite"
+        committer.commit_snapshot(
+            SnapshotChange(op, added_files=tuple(added), removed_paths=frozenset(previous))
+        )
+        previous = [f.file_path for f in added]
+    for i in range(orphans):
+        p = Path(location, "data", f"orphan-{i:08d}.parquet")
+        p.write_bytes(b"o" * 16)
+        os.utime(p, (OLD, OLD))
+    for p in Path(location, "metadata").iterdir():
+        os.utime(p, (OLD, OLD))
+
+
+def run_engine(case: str, engine: str, work: Path) -> dict[str, object]:
+    """Inside the child: one engine on the saved state."""
+    from tablekeeper.catalog import catalog_for
+    from tablekeeper.spark.session import get_spark, local_jar_paths
+
+    catalogs = _catalogs(work)
+    started = time.perf_counter()
+    spark = get_spark(
+        "bench-maintenance", catalogs=catalogs, conf={"spark.jars": ",".join(map(str, local_jar_paths()))}
+    )
+    setup = time.perf_counter() - started
+    t0 = time.perf_counter()
+    now_ms = int(time.time() * 1000)
+    if engine == "iceberg":
+        jvm = spark.sparkContext._jvm
+        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, f"b.{TABLE}")
+        actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+        if case == "expire":
+            r = actions.expireSnapshots(table).expireOlderThan(now_ms).retainLast(10).execute()
+            deleted = (
+                int(r.deletedDataFilesCount())
+                + int(r.deletedManifestsCount())
+                + int(r.deletedManifestListsCount())
+            )
+        else:
+            r = actions.deleteOrphanFiles(table).olderThan(now_ms - 3 * 86_400_000).execute()
+            deleted = sum(1 for _ in r.orphanFileLocations())
+    else:
+        catalog = catalog_for(catalogs.get("b"))
+        if case == "expire":
+            from tablekeeper.jobs.expire_snapshots import ExpireOptions, run_expire
+
+            m = run_expire(
+                ExpireOptions(TABLE, older_than=str(now_ms), retain_last=10), catalog, TABLE, spark
+            ).metrics
+            deleted = int(m["deleted_data_files_count"]) + int(m["deleted_manifest_files_count"])  # type: ignore[call-overload]
+            deleted += int(m["deleted_manifest_lists_count"])  # type: ignore[call-overload]
+        else:
+            from tablekeeper.jobs.remove_orphans import OrphanOptions, run_orphans
+
+            m = run_orphans(OrphanOptions(TABLE), catalog, TABLE, spark).metrics
+            deleted = int(m["deleted_files_count"])  # type: ignore[call-overload]
+    return {
+        "engine": engine,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "setup_seconds": round(setup, 3),
+        "deleted": deleted,
+    }
+
+
+def _restore(saved: Path, work: Path) -> None:
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(saved, work, symlinks=True)  # copy2 keeps the old modification times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--cases", default="expire,orphans")
+    parser.add_argument("--snapshots", type=int, default=500)
+    parser.add_argument("--files", type=int, default=100_000)
+    parser.add_argument("--orphan-files", type=int, default=180_000, help="referenced files of case (b)")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_engine(args.child[0], args.child[1], Path(args.work))))
+        return
+    OUT.mkdir(parents=True, exist_ok=True)
+    report: dict[str, object] = {}
+    for case in args.cases.split(","):
+        saved, work = OUT / f"maint_{case}_saved", OUT / f"maint_{case}_work"
+        t = time.perf_counter()
+        # Built where the engines run (metadata holds absolute paths), then saved for each engine.
+        if case == "expire":
+            build(work, args.snapshots, args.files, 0)
+            shape = f"{args.snapshots} snapshots, {args.files:,} data files"
+        else:
+            build(work, 1, args.orphan_files, args.orphan_files // 9)
+            shape = f"{args.orphan_files:,} referenced files + {args.orphan_files // 9:,} orphans"
+        shutil.rmtree(saved, ignore_errors=True)
+        shutil.copytree(work, saved, symlinks=True)
+        print(f"{case}: table ready in {time.perf_counter() - t:.1f}s ({shape})", file=sys.stderr)
+        results = []
+        for engine in ENGINES:
+            _restore(saved, work)
+            r = run_child("bench.maintenance", case, engine, "--work", str(work))
+            results.append({**r, "engine": engine})
+        base = next((r for r in results if r.get("engine") == "iceberg" and "seconds" in r), None)
+        print(f"\n({case}) {shape}\n")
+        print(f"{'engine':<14} {'seconds':>9} {'x Iceberg time':>15} {'deleted':>9} {'setup s':>8}")
+        for r in results:
+            if "error" in r:
+                print(f"{r['engine']!s:<14} failed: {r['error']}")
+                continue
+            ratio = f"{float(r['seconds']) / float(base['seconds']):.2f}x" if base else "-"  # type: ignore[arg-type]
+            secs, setup = float(r["seconds"]), float(r["setup_seconds"])  # type: ignore[arg-type]
+            print(f"{r['engine']!s:<14} {secs:>9.2f} {ratio:>15} {r['deleted']:>9,} {setup:>8.2f}")
+        report[case] = {"shape": shape, "results": results}
+    out = OUT / "maintenance.json"
+    out.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
