@@ -59,6 +59,7 @@ demo: setup ## set up, then run the main job on embedded defaults (Delta -> Iceb
 bench: setup ## run the benchmarks (prints tables, writes bench/out/*.json)
 	$(PY) -m bench.delta_replay $(REPLAY_ARGS)
 	$(PY) -m bench.convert_delta $(CONVERT_ARGS)
+	$(PY) -m bench.maintenance $(MAINTENANCE_ARGS)
 
 clean: ## remove the venv, the jars and local warehouses
 	rm -rf $(VENV) $(JARS) warehouse dist build

@@ -190,3 +190,29 @@ def test_convert_delta_refuses_unsupported_options_and_tables(tmp_path: Path) ->
     assert refused.returncode == 3
     assert json.loads(refused.stdout.strip().splitlines()[-1])["status"] == "refused"
     assert "Delta reader version 5" in refused.stderr.strip().splitlines()[-1]
+
+
+def test_destructive_jobs_reject_malformed_options_before_starting_spark(tmp_path: Path) -> None:
+    cases = [
+        (("expire-snapshots", "--table", "db.t", "--retain-last", "0"), "must be at least 1"),
+        (("expire-snapshots", "--table", "db.t", "--snapshot-ids", "1,x"), "comma-separated list"),
+        (("remove-orphans", "--table", "db.t", "--prefix-mismatch", "maybe"), "invalid choice: 'maybe'"),
+        (("remove-orphans", "--table", "db.t", "--max-concurrent-deletes", "-2"), "must be at least 1"),
+    ]
+    for args, reason in cases:
+        proc = run(*args)
+        assert proc.returncode == 2, args
+        assert reason in proc.stderr.strip().splitlines()[-1], args
+    proc = run(
+        "remove-orphans",
+        "--table",
+        "db.t",
+        "--equal-schemes",
+        "s3a",
+        "--conf-file",
+        str(tmp_path / "none.yaml"),
+    )
+    assert proc.returncode == 2
+    assert "is not name=name: use e.g. s3a=s3" in proc.stderr.strip().splitlines()[-1]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["job"] == "remove-orphans" and result["status"] == "failed"
