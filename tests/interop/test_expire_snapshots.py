@@ -240,3 +240,57 @@ def test_a_failed_delete_is_reported_and_the_rest_proceed(spark, catalogs, wareh
     assert result.metrics["failed_deletes_count"] == 1
     assert str(stuck) in result.metrics["failed_deletes"][0]  # type: ignore[index]
     assert stuck.exists() and not any(p.exists() for p in doomed if p != stuck)
+
+
+def test_a_file_deleted_then_re_added_stays(spark, catalogs, warehouse: Path) -> None:  # type: ignore[no-untyped-def]
+    from tablekeeper.commit import Committer, SnapshotChange
+    from tablekeeper.iceberg.metadata import TableMetadata
+    from tests.support.iceberg_writer import write_rows
+
+    name = "expire_readded"
+    table = f"{FS_CATALOG}.db.{name}"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(f"CREATE TABLE {table} (id BIGINT) USING iceberg TBLPROPERTIES ('format-version'='2')")
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    meta: TableMetadata = catalog.require(f"db.{name}").metadata
+    (kept,) = write_rows(meta, [{"id": 1}, {"id": 2}])
+    committer = Committer(catalog, f"db.{name}")
+    committer.commit_snapshot(SnapshotChange("append", added_files=(kept,)))
+    committer.commit_snapshot(SnapshotChange("delete", removed_paths=frozenset({kept.file_path})))
+    committer.commit_snapshot(SnapshotChange("append", added_files=(kept,)))
+    spark.sql(f"REFRESH TABLE {table}")
+    result = run_expire(
+        ExpireOptions(table=f"db.{name}", older_than=str(int(time.time() * 1000)), retain_last=1),
+        catalog,
+        f"db.{name}",
+        spark,
+    )
+    assert result.metrics["expired_snapshots_count"] == 2
+    assert result.metrics["deleted_data_files_count"] == 0
+    assert Path(kept.file_path.removeprefix("file:")).exists()
+    spark.sql(f"REFRESH TABLE {table}")
+    assert sorted(r[0] for r in spark.sql(f"SELECT id FROM {table}").collect()) == [1, 2]
+
+
+def test_metadata_files_that_leave_the_log_are_deleted_when_asked(spark, catalogs, warehouse: Path) -> None:  # type: ignore[no-untyped-def]
+    name = "expire_metadata_log"
+    table = _build(spark, name, 2)
+    spark.sql(
+        f"ALTER TABLE {table} SET TBLPROPERTIES ('write.metadata.delete-after-commit.enabled'='true', "
+        "'write.metadata.previous-versions-max'='3')"
+    )
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    before = catalog.require(f"db.{name}")
+    logged = [e.metadata_file for e in before.metadata.metadata_log]
+    result = run_expire(
+        ExpireOptions(table=f"db.{name}", older_than=str(int(time.time() * 1000)), retain_last=1),
+        catalog,
+        f"db.{name}",
+        spark,
+    )
+    after = catalog.require(f"db.{name}")
+    kept = {e.metadata_file for e in after.metadata.metadata_log} | {after.metadata_location}
+    dropped = [m for m in [*logged, before.metadata_location] if m not in kept]
+    assert dropped and result.metrics["deleted_metadata_files_count"] == len(dropped)
+    assert not any(Path(m.removeprefix("file:")).exists() for m in dropped)
+    assert all(Path(m.removeprefix("file:")).exists() for m in kept)

@@ -25,7 +25,7 @@ from tablekeeper.io.uri import DEFAULT_EQUIVALENT_SCHEMES, is_under, join_locati
 from tablekeeper.jobs.expire_snapshots import GC_ENABLED
 from tablekeeper.jobs.options import parse_older_than, write_file_list
 from tablekeeper.jobs.result import JobResult, utc_now_iso
-from tablekeeper.spark.listing import list_location, path_key
+from tablekeeper.spark.listing import list_location, path_key_column
 from tablekeeper.spark.reachability import (
     FILES_SCHEMA,
     PathRules,
@@ -120,13 +120,9 @@ def run_orphans(options: OrphanOptions, catalog: Catalog, identifier: str, spark
         old = listed.where(listed.mtime_ms < cutoff)
         sc.setJobDescription(f"{JOB}: files the table references")
         referenced = _referenced(spark, table, rules).distinct()
-        ref_paths = (
-            referenced.selectExpr("key AS ref_key").rdd.map(lambda r: (path_key(r[0]),)).toDF(["path_key"])
-        )
+        ref_paths = referenced.select(path_key_column(referenced.key).alias("path_key")).distinct()
         unmatched = old.join(ref_paths, "path_key", "left_anti")
-        path_only = old.join(ref_paths.distinct(), "path_key", "left_semi").join(
-            referenced, "key", "left_anti"
-        )
+        path_only = old.join(ref_paths, "path_key", "left_semi").join(referenced, "key", "left_anti")
         sc.setJobDescription(f"{JOB}: compare")
         mismatched = [r[0] for r in path_only.select("path").limit(MISMATCH_SAMPLE).collect()]
         if mismatched and options.prefix_mismatch == "error":

@@ -10,10 +10,11 @@ or ``_delta_log``): their files are not this table's to judge.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from tablekeeper.io import FileIO
@@ -41,6 +42,11 @@ def path_key(key: str) -> str:
     """The path part of a comparison key (no scheme or authority), for prefix-mismatch checks."""
     rest = key.split("://", 1)[-1]
     return "/" + rest.split("/", 1)[1] if "/" in rest else "/"
+
+
+def path_key_column(key: Column) -> Column:
+    """``path_key`` of a key column, computed in the JVM."""
+    return F.regexp_replace(key, r"^[^:/]+://[^/]*", "")
 
 
 def is_hidden(relative: str, partition_names: frozenset[str]) -> bool:
@@ -89,18 +95,21 @@ def list_location(
         listed = listed.unionByName(spark.createDataFrame(trees, LISTED_SCHEMA))
     listed = listed.cache()  # read twice: nested-table markers, then the visible files
     own_key = rules.key(stem)
-    prefix = len(own_key) + 1
-
-    def keep(rows: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
-        for r in rows:
-            if not is_hidden(r[1][prefix:], partition_names):
-                yield tuple(r)
-
     nested = _nested_tables(listed, own_key)
-    visible = spark.createDataFrame(listed.rdd.mapPartitions(keep), LISTED_SCHEMA)
+    # Hidden paths, decided in the JVM: a second Python pass over every file would cost more than
+    # the listing itself.
+    relative = F.substring(listed.key, len(own_key) + 2, 1 << 30)
+    visible = listed.where(~relative.rlike(hidden_pattern(partition_names)))
     for root in nested:
         visible = visible.where(~visible.key.startswith(root + "/"))
     return visible
+
+
+def hidden_pattern(partition_names: frozenset[str]) -> str:
+    """A Java regex matching relative paths with a hidden segment (what ``is_hidden`` decides)."""
+    allowed = "|".join(re.escape(n) for n in sorted(partition_names) if n.startswith("_"))
+    underscore = f"(?!(?:{allowed})=)_" if allowed else "_"
+    return rf"(^|/)(\.|{underscore})[^/]*/|(^|/)[._][^/]*$"
 
 
 def _nested_tables(listed: DataFrame, own_key: str) -> list[str]:
