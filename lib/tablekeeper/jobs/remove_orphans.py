@@ -117,12 +117,17 @@ def run_orphans(options: OrphanOptions, catalog: Catalog, identifier: str, spark
     try:
         sc.setJobDescription(f"{JOB}: list {location}")
         listed = list_location(spark, location, rules, _partition_names(table))
-        old = listed.where(listed.mtime_ms < cutoff)
+        # Both sides are materialised once (the listing and the manifest reads run in Python):
+        # every comparison below is a join in the JVM.
+        old = listed.where(listed.mtime_ms < cutoff).localCheckpoint()
         sc.setJobDescription(f"{JOB}: files the table references")
-        referenced = _referenced(spark, table, rules).distinct()
-        ref_paths = referenced.select(path_key_column(referenced.key).alias("path_key")).distinct()
-        unmatched = old.join(ref_paths, "path_key", "left_anti")
-        path_only = old.join(ref_paths, "path_key", "left_semi").join(referenced, "key", "left_anti")
+        referenced = _referenced(spark, table, rules)
+        refs = referenced.select("key", path_key_column(referenced.key).alias("path_key")).distinct()
+        refs = refs.localCheckpoint()
+        unmatched = old.join(refs.select("path_key"), "path_key", "left_anti")
+        path_only = old.join(refs.select("path_key"), "path_key", "left_semi").join(
+            refs.select("key"), "key", "left_anti"
+        )
         sc.setJobDescription(f"{JOB}: compare")
         mismatched = [r[0] for r in path_only.select("path").limit(MISMATCH_SAMPLE).collect()]
         if mismatched and options.prefix_mismatch == "error":

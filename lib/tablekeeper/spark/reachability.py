@@ -85,9 +85,14 @@ def reachable_files(
     ]
     sc = spark.sparkContext
     slices = max(1, min(len(seeds), sc.defaultParallelism * 4))
-    manifests = spark.createDataFrame(
-        sc.parallelize(seeds, slices).flatMap(lambda seed: _snapshot_manifests(seed, rules)), FILES_SCHEMA
-    ).dropDuplicates(["key", "kind"])
+    # Materialised once: the lists are read here, and the manifests are both rows and inputs.
+    manifests = (
+        spark.createDataFrame(
+            sc.parallelize(seeds, slices).flatMap(lambda seed: _snapshot_manifests(seed, rules)), FILES_SCHEMA
+        )
+        .dropDuplicates(["key", "kind"])
+        .localCheckpoint()
+    )
     readable = manifests.where(manifests.kind == MANIFEST).select("path").dropDuplicates()
     content = spark.createDataFrame(
         readable.rdd.flatMap(lambda row: _manifest_entries(row[0], rules)), FILES_SCHEMA
