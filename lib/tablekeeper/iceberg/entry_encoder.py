@@ -13,7 +13,9 @@ it hand the manifest back to the dict form; a value of an unexpected Python type
 
 from __future__ import annotations
 
+import functools
 import itertools
+import json
 from collections.abc import Callable, Mapping
 from struct import Struct
 from typing import Any
@@ -205,8 +207,18 @@ def _data_file(src: _Source, depth: int, schema: Any, f: str) -> None:
             raise _Unsupported(name)
 
 
-def compile_entry_encoder(schema: Mapping[str, Any]) -> Callable[[bytearray, ManifestEntry], None] | None:
-    """An encoder of ``ManifestEntry`` models for the manifest_entry ``schema``, or ``None``."""
+EntryEncoder = Callable[[bytearray, ManifestEntry], None]
+
+
+def compile_entry_encoder(schema: Mapping[str, Any]) -> EntryEncoder | None:
+    """An encoder of ``ManifestEntry`` models for the manifest_entry ``schema``, or ``None``.
+    Compiled once per distinct schema: every manifest of a table with one spec shares it."""
+    return _compiled(json.dumps(schema, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(schema_json: str) -> EntryEncoder | None:
+    schema = json.loads(schema_json)
     src = _Source()
     src.emit(0, "def encode(buf, e):")
     src.emit(1, "append = buf.append")
@@ -230,5 +242,5 @@ def compile_entry_encoder(schema: Mapping[str, Any]) -> Callable[[bytearray, Man
         "pack_double": Struct("<d").pack,
     }
     exec(compile("\n".join(src.lines), "<manifest entry encoder>", "exec"), namespace)
-    encoder: Callable[[bytearray, ManifestEntry], None] = namespace["encode"]
+    encoder: EntryEncoder = namespace["encode"]
     return encoder
