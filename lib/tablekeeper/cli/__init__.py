@@ -19,7 +19,7 @@ from tablekeeper.errors import ExitCode, TablekeeperError, exit_code
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from tablekeeper.catalog import LoadedTable
+    from tablekeeper.catalog import Catalog, LoadedTable
     from tablekeeper.catalog.config import CatalogsConfig
     from tablekeeper.jobs.result import JobResult
 
@@ -261,9 +261,7 @@ def _session(engine: str, catalogs: CatalogsConfig) -> SparkSession | None:
     from pyspark.sql import SparkSession
 
     if engine == "spark":
-        from tablekeeper.spark import get_spark
-
-        return get_spark("tablekeeper", catalogs=catalogs)
+        return _spark_session(catalogs)
     return SparkSession.getActiveSession() if engine == "auto" else None
 
 
@@ -297,14 +295,27 @@ def _delta_path(table: str) -> str | None:
     return None
 
 
+def _spark_session(catalogs: CatalogsConfig) -> SparkSession:
+    """The jobs that always run on Spark: the spark-submit session, or a local one."""
+    from tablekeeper.spark import get_spark
+
+    return get_spark("tablekeeper", catalogs=catalogs)
+
+
 def _delta_session(args: argparse.Namespace) -> SparkSession:
-    session = _session("spark", _catalogs(args))
-    assert session is not None
-    return session
+    return _spark_session(_catalogs(args))
+
+
+def _spark_table(args: argparse.Namespace) -> tuple[Catalog, str, SparkSession]:
+    """``--table``'s catalog and identifier, and the Spark session the job runs on."""
+    from tablekeeper.catalog import resolve_table
+
+    catalogs = _catalogs(args)
+    catalog, identifier = resolve_table(args.table, args.catalog, catalogs)
+    return catalog, identifier, _spark_session(catalogs)
 
 
 def _expire_snapshots(args: argparse.Namespace) -> int:
-    from tablekeeper.catalog import resolve_table
     from tablekeeper.jobs.expire_snapshots import ExpireOptions, run_expire
 
     def run() -> JobResult:
@@ -323,17 +334,12 @@ def _expire_snapshots(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             file_list=args.file_list,
         )
-        catalogs = _catalogs(args)
-        catalog, identifier = resolve_table(args.table, args.catalog, catalogs)
-        session = _session("spark", catalogs)
-        assert session is not None
-        return run_expire(options, catalog, identifier, session)
+        return run_expire(options, *_spark_table(args))
 
     return _run_job(args, "expire-snapshots", args.table, run)
 
 
 def _remove_orphans(args: argparse.Namespace) -> int:
-    from tablekeeper.catalog import resolve_table
     from tablekeeper.jobs.remove_orphans import (
         DEFAULT_OLDER_THAN,
         OrphanOptions,
@@ -366,11 +372,7 @@ def _remove_orphans(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             file_list=args.file_list,
         )
-        catalogs = _catalogs(args)
-        catalog, identifier = resolve_table(args.table, args.catalog, catalogs)
-        session = _session("spark", catalogs)
-        assert session is not None
-        return run_orphans(options, catalog, identifier, session)
+        return run_orphans(options, *_spark_table(args))
 
     return _run_job(args, "remove-orphans", args.table, run)
 
