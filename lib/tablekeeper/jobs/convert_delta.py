@@ -52,7 +52,7 @@ from tablekeeper.iceberg.updates import (
 )
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.delta_files import WrittenDeletes, data_files, delete_files
-from tablekeeper.jobs.result import JobResult, utc_now_iso
+from tablekeeper.jobs.result import JobClock, JobResult
 from tablekeeper.table import iter_live_entries
 
 log = logging.getLogger(__name__)
@@ -536,7 +536,7 @@ def _bytes(files: pa.Table) -> int:
 
 
 def run_convert(options: ConvertOptions, catalog: Catalog, spark: SparkSession | None = None) -> JobResult:
-    started, t0 = utc_now_iso(), time.perf_counter()
+    clock = JobClock()
     plan = plan_convert(options, catalog)
     if options.dry_run:
         metrics: dict[str, object] = {
@@ -559,12 +559,4 @@ def run_convert(options: ConvertOptions, catalog: Catalog, spark: SparkSession |
             }
     else:
         metrics = execute_convert(plan, options, catalog, spark)
-    return JobResult(
-        job=JOB,
-        table=options.target,
-        status="dry_run" if options.dry_run else "ok",
-        dry_run=options.dry_run,
-        started_at=started,
-        duration_ms=int((time.perf_counter() - t0) * 1000),
-        metrics=metrics,
-    )
+    return clock.result(JOB, options.target, dry_run=options.dry_run, metrics=metrics)

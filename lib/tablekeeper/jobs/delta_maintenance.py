@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from tablekeeper.errors import SafetyRefusal, TablekeeperError, UnsupportedFeatureError
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.options import parse_older_than, write_file_list
-from tablekeeper.jobs.result import JobResult, utc_now_iso
+from tablekeeper.jobs.result import JobClock, JobResult
 
 RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 # delta-spark lists the table with this many tasks (Spark's default is 10,000: minutes on 2 cores).
@@ -103,7 +103,7 @@ def run_vacuum(
     file_list: str | None,
 ) -> JobResult:
     """delta-spark's VACUUM; ``older_than`` None means the table's deletedFileRetentionDuration."""
-    started, t0 = utc_now_iso(), time.perf_counter()
+    clock = JobClock()
     now = int(time.time() * 1000)
     hours = None
     if older_than is not None:
@@ -162,16 +162,7 @@ def run_vacuum(
         metrics["file_list"] = file_list
     elif dry_run:
         files = paths
-    return JobResult(
-        job="remove-orphans",
-        table=path,
-        status="dry_run" if dry_run else "ok",
-        dry_run=dry_run,
-        started_at=started,
-        duration_ms=int((time.perf_counter() - t0) * 1000),
-        metrics=metrics,
-        files=files,
-    )
+    return clock.result("remove-orphans", path, dry_run=dry_run, metrics=metrics, files=files)
 
 
 def _log_files(path: str) -> set[str]:
@@ -182,7 +173,7 @@ def _log_files(path: str) -> set[str]:
 def run_log_cleanup(path: str, spark: SparkSession, *, dry_run: bool) -> JobResult:
     """A checkpoint at the latest version, then delta-spark's cleanup of log files older than
     ``delta.logRetentionDuration`` (what delta-spark does after its own checkpoints)."""
-    started, t0 = utc_now_iso(), time.perf_counter()
+    clock = JobClock()
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     before = _log_files(path)
@@ -209,12 +200,4 @@ def run_log_cleanup(path: str, spark: SparkSession, *, dry_run: bool) -> JobResu
             "deleted_log_files_count": len(removed),
             "deleted_log_files_sample": removed[:100],
         }
-    return JobResult(
-        job="expire-snapshots",
-        table=path,
-        status="dry_run" if dry_run else "ok",
-        dry_run=dry_run,
-        started_at=started,
-        duration_ms=int((time.perf_counter() - t0) * 1000),
-        metrics=metrics,
-    )
+    return clock.result("expire-snapshots", path, dry_run=dry_run, metrics=metrics)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from pyspark.sql import DataFrame, SparkSession
@@ -31,8 +31,9 @@ from tablekeeper.iceberg.reachable import (
     POSITION_DELETE_FILE,
     STATISTICS,
 )
+from tablekeeper.io import FileIO
 from tablekeeper.jobs.options import parse_older_than, write_file_list
-from tablekeeper.jobs.result import JobResult, utc_now_iso
+from tablekeeper.jobs.result import JobClock, JobResult
 from tablekeeper.spark.reachability import PathRules, delete_files, reachable_files, task_failure
 
 log = logging.getLogger(__name__)
@@ -77,26 +78,25 @@ def _check_gc(meta: TableMetadata, table: str) -> None:
         )
 
 
-def _spec_ids(table: LoadedTable) -> object:
+def _spec_ids(io: FileIO, meta: TableMetadata) -> Callable[[Iterable[int]], set[int]]:
+    """The partition spec ids the manifests of the given snapshots use (for clean-expired-metadata)."""
+
     def spec_ids_of(snapshot_ids: Iterable[int]) -> set[int]:
         out: set[int] = set()
         for sid in snapshot_ids:
-            s = table.metadata.snapshot(sid)
+            s = meta.snapshot(sid)
             if s is None or s.manifest_list is None:
                 continue
-            for m in read_manifest_list(table.io.read(s.manifest_list), f"manifest list {s.manifest_list}"):
+            for m in read_manifest_list(io.read(s.manifest_list), f"manifest list {s.manifest_list}"):
                 out.add(m.partition_spec_id)
         return out
 
     return spec_ids_of
 
 
-def _expiry(
-    table: LoadedTable, meta: TableMetadata, policy: ExpirePolicy, clean: bool, now: int
-) -> TableMetadata:
+def _expiry(io: FileIO, meta: TableMetadata, policy: ExpirePolicy, clean: bool, now: int) -> TableMetadata:
     plan = plan_expiry(meta, policy)
-    spec_ids_of = _spec_ids(replace(table, metadata=meta)) if clean else None
-    return apply_expiry(meta, plan, timestamp_ms=now, spec_ids_of=spec_ids_of)  # type: ignore[arg-type]
+    return apply_expiry(meta, plan, timestamp_ms=now, spec_ids_of=_spec_ids(io, meta) if clean else None)
 
 
 def _removed_metadata_files(before: LoadedTable, after: LoadedTable) -> list[str]:
@@ -116,7 +116,7 @@ def _doomed(
     candidates = reachable_files(spark, original, expired, rules)
     sc.setJobDescription(f"{JOB}: files reachable from the {len(after.snapshots)} retained snapshots")
     valid = reachable_files(spark, after, [s.snapshot_id for s in after.snapshots], rules)
-    return candidates.join(valid.select("key"), on="key", how="left_anti").cache()
+    return candidates.join(valid.select("key"), on="key", how="left_anti")
 
 
 def _metrics(plan: ExpirePlan, counts: dict[str, int]) -> dict[str, object]:
@@ -132,7 +132,7 @@ def _metrics(plan: ExpirePlan, counts: dict[str, int]) -> dict[str, object]:
 
 
 def run_expire(options: ExpireOptions, catalog: Catalog, identifier: str, spark: SparkSession) -> JobResult:
-    started, t0 = utc_now_iso(), time.perf_counter()
+    clock = JobClock()
     now = int(time.time() * 1000)
     policy = options.policy(now)
     table = catalog.require(identifier)
@@ -142,7 +142,7 @@ def run_expire(options: ExpireOptions, catalog: Catalog, identifier: str, spark:
     concurrency = options.max_concurrent_deletes or max(1, spark.sparkContext.defaultParallelism * 2)
     files: list[str] | None = None
     if options.dry_run:
-        after = _expiry(table, table.metadata, policy, options.clean_expired_metadata, now)
+        after = _expiry(table.io, table.metadata, policy, options.clean_expired_metadata, now)
         try:
             doomed = _doomed(spark, table.metadata, list(plan.expired_snapshot_ids), after, rules)
             rows = doomed.select("path", "kind", "size").collect()
@@ -160,20 +160,9 @@ def run_expire(options: ExpireOptions, catalog: Catalog, identifier: str, spark:
             metrics["file_list"] = options.file_list
         else:
             files = paths
-        status = "dry_run"
     else:
         metrics = _execute(options, catalog, identifier, table, policy, plan, rules, concurrency, spark, now)
-        status = "ok"
-    return JobResult(
-        job=JOB,
-        table=identifier,
-        status=status,  # type: ignore[arg-type]
-        dry_run=options.dry_run,
-        started_at=started,
-        duration_ms=int((time.perf_counter() - t0) * 1000),
-        metrics=metrics,
-        files=files,
-    )
+    return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics, files=files)
 
 
 def _execute(
@@ -193,9 +182,7 @@ def _execute(
     clean = options.clean_expired_metadata
     committer = Committer(catalog, identifier)
     # Re-planned on every attempt: a concurrent commit may have moved refs or added snapshots.
-    committed = committer.update_metadata(
-        lambda base, ts: _expiry(replace(table, metadata=base), base, policy, clean, ts)
-    ).table
+    committed = committer.update_metadata(lambda base, ts: _expiry(table.io, base, policy, clean, ts)).table
     kept = {s.snapshot_id for s in committed.metadata.snapshots}
     expired = [s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id not in kept]
     done = replace(plan, expired_snapshot_ids=tuple(expired))

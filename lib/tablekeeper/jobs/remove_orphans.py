@@ -24,7 +24,7 @@ from tablekeeper.errors import ConfigError, SafetyRefusal, TablekeeperError
 from tablekeeper.io.uri import DEFAULT_EQUIVALENT_SCHEMES, is_under, join_location
 from tablekeeper.jobs.expire_snapshots import GC_ENABLED
 from tablekeeper.jobs.options import parse_older_than, write_file_list
-from tablekeeper.jobs.result import JobResult, utc_now_iso
+from tablekeeper.jobs.result import JobClock, JobResult
 from tablekeeper.spark.listing import list_location, path_key_column
 from tablekeeper.spark.reachability import (
     FILES_SCHEMA,
@@ -108,7 +108,7 @@ def _check(options: OrphanOptions, table: LoadedTable, now: int) -> tuple[str, i
 
 
 def run_orphans(options: OrphanOptions, catalog: Catalog, identifier: str, spark: SparkSession) -> JobResult:
-    started, t0 = utc_now_iso(), time.perf_counter()
+    clock = JobClock()
     now = int(time.time() * 1000)
     table = catalog.require(identifier)
     location, cutoff = _check(options, table, now)
@@ -173,13 +173,4 @@ def run_orphans(options: OrphanOptions, catalog: Catalog, identifier: str, spark
         if full is not None and options.file_list:
             write_file_list(options.file_list, sorted(full))
             metrics["file_list"] = options.file_list
-    return JobResult(
-        job=JOB,
-        table=identifier,
-        status="dry_run" if options.dry_run else "ok",
-        dry_run=options.dry_run,
-        started_at=started,
-        duration_ms=int((time.perf_counter() - t0) * 1000),
-        metrics=metrics,
-        files=files,
-    )
+    return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics, files=files)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -48,3 +49,31 @@ class JobResult:
 
 def utc_now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class JobClock:
+    """Started when a job starts; its result carries the start time and the duration."""
+
+    started_at: str = field(default_factory=utc_now_iso)
+    t0: float = field(default_factory=time.perf_counter)
+
+    def result(
+        self,
+        job: str,
+        table: str,
+        *,
+        dry_run: bool,
+        metrics: Mapping[str, Any],
+        files: Sequence[str] | None = None,
+    ) -> JobResult:
+        return JobResult(
+            job=job,
+            table=table,
+            status="dry_run" if dry_run else "ok",
+            dry_run=dry_run,
+            started_at=self.started_at,
+            duration_ms=int((time.perf_counter() - self.t0) * 1000),
+            metrics=metrics,
+            files=files,
+        )
