@@ -433,9 +433,10 @@ def write_manifest_list(
 # Reading (by field id, so renamed Avro fields from old writers still resolve)
 
 
-def open_avro(data: bytes, what: str) -> Any:
+def open_avro(data: bytes, what: str, blocks: bool = False) -> Any:
+    """A record reader over ``data`` (a block reader with ``blocks``), failing as corrupt metadata."""
     try:
-        return fastavro.reader(io.BytesIO(data))
+        return (fastavro.block_reader if blocks else fastavro.reader)(io.BytesIO(data))
     except Exception as err:  # fastavro raises ValueError/EOFError/SchemaParseException alike
         raise CorruptMetadataError(
             f"{what} is not a readable Avro file ({err.__class__.__name__}: {err})"

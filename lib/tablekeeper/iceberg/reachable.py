@@ -7,7 +7,9 @@ snapshot cheap. Fields are resolved by id, like the full reader.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from tablekeeper.errors import CorruptMetadataError
 from tablekeeper.iceberg.manifest import DATA, DELETED, EQUALITY_DELETES, id_names, open_avro, record_type
@@ -35,9 +37,16 @@ def content_kind(content: int) -> str:
     return EQUALITY_DELETE_FILE if content == EQUALITY_DELETES else POSITION_DELETE_FILE
 
 
-def live_files(data: bytes, source: str) -> list[LiveFile]:
-    """Paths of the ADDED and EXISTING entries of the manifest in ``data``."""
-    reader = open_avro(data, f"manifest {source}")
+def live_files(data: bytes, source: str, part: int = 0, parts: int = 1) -> list[LiveFile]:
+    """Paths of the ADDED and EXISTING entries of the manifest in ``data``.
+
+    With ``parts`` > 1, only the Avro blocks whose index is ``part`` modulo ``parts``: tasks
+    sharing one large manifest each decode a slice of it (blocks are found from their headers,
+    so no slice decodes another's records).
+    """
+    if not 0 <= part < parts:
+        raise ValueError(f"part {part} is outside 0..{parts - 1}")
+    reader = open_avro(data, f"manifest {source}", blocks=parts > 1)
     top = id_names(reader.writer_schema)
     if 0 not in top or 2 not in top:
         raise CorruptMetadataError(f"manifest {source} has no status or data_file field")
@@ -47,9 +56,12 @@ def live_files(data: bytes, source: str) -> list[LiveFile]:
     if 100 not in df:
         raise CorruptMetadataError(f"manifest {source} has no file_path field")
     status, data_file, path, content, size = top[0], top[2], df[100], df.get(134), df.get(104)
+    records: Iterable[Any] = (
+        (rec for i, block in enumerate(reader) if i % parts == part for rec in block) if parts > 1 else reader
+    )
     out = []
     try:
-        for rec in reader:
+        for rec in records:
             if int(rec[status]) == DELETED:
                 continue
             f = rec[data_file]

@@ -34,7 +34,13 @@ from tablekeeper.iceberg.reachable import (
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.options import parse_older_than, write_file_list
 from tablekeeper.jobs.result import JobClock, JobResult
-from tablekeeper.spark.reachability import PathRules, delete_files, reachable_files, task_failure
+from tablekeeper.spark.reachability import (
+    PathRules,
+    delete_files,
+    index_manifests,
+    reachable_files,
+    task_failure,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,10 +118,15 @@ def _doomed(
     spark: SparkSession, original: TableMetadata, expired: list[int], after: TableMetadata, rules: PathRules
 ) -> DataFrame:
     sc = spark.sparkContext
-    sc.setJobDescription(f"{JOB}: files reachable from {len(expired)} expired snapshots")
-    candidates = reachable_files(spark, original, expired, rules)
-    sc.setJobDescription(f"{JOB}: files reachable from the {len(after.snapshots)} retained snapshots")
-    valid = reachable_files(spark, after, [s.snapshot_id for s in after.snapshots], rules)
+    sc.setJobDescription(f"{JOB}: manifest lists of the {len(after.snapshots)} retained snapshots")
+    retained = index_manifests(spark, after, [s.snapshot_id for s in after.snapshots], rules)
+    sc.setJobDescription(f"{JOB}: manifest lists of {len(expired)} expired snapshots")
+    gone = index_manifests(spark, original, expired, rules)
+    # A manifest the retained snapshots also list holds only files they keep, and one without
+    # live entries holds none: the candidates need neither opened.
+    candidates = reachable_files(spark, gone, rules, skip_manifests=retained.manifest_keys, skip_empty=True)
+    valid = reachable_files(spark, retained, rules)
+    sc.setJobDescription(f"{JOB}: files only the expired snapshots reach")
     return candidates.join(valid.select("key"), on="key", how="left_anti")
 
 
@@ -139,7 +150,7 @@ def run_expire(options: ExpireOptions, catalog: Catalog, identifier: str, spark:
     _check_gc(table.metadata, identifier)
     plan = plan_expiry(table.metadata, policy)
     rules = PathRules()
-    concurrency = options.max_concurrent_deletes or max(1, spark.sparkContext.defaultParallelism * 2)
+    concurrency = options.max_concurrent_deletes or max(1, spark.sparkContext.defaultParallelism)
     files: list[str] | None = None
     if options.dry_run:
         after = _expiry(table.io, table.metadata, policy, options.clean_expired_metadata, now)

@@ -25,11 +25,13 @@ from tablekeeper.io.uri import DEFAULT_EQUIVALENT_SCHEMES, is_under, join_locati
 from tablekeeper.jobs.expire_snapshots import GC_ENABLED
 from tablekeeper.jobs.options import parse_older_than, write_file_list
 from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.spark.concurrent import Background
 from tablekeeper.spark.listing import list_location, path_key_column
 from tablekeeper.spark.reachability import (
     FILES_SCHEMA,
     PathRules,
     delete_files,
+    index_manifests,
     reachable_files,
     task_failure,
 )
@@ -72,12 +74,15 @@ class OrphanOptions:
 
 
 def _referenced(spark: SparkSession, table: LoadedTable, rules: PathRules) -> DataFrame:
+    """Keys (and their path parts) of every file the table references, materialised."""
     meta = table.metadata
-    reached = reachable_files(spark, meta, [s.snapshot_id for s in meta.snapshots], rules)
+    index = index_manifests(spark, meta, [s.snapshot_id for s in meta.snapshots], rules)
+    reached = reachable_files(spark, index, rules)
     metadata_files = [table.metadata_location, *(e.metadata_file for e in meta.metadata_log)]
     metadata_files.append(join_location(meta.location, "metadata", "version-hint.text"))
     rows = [(p, rules.key(p), "metadata", 0) for p in metadata_files if p]
-    return reached.unionByName(spark.createDataFrame(rows, FILES_SCHEMA)).select("key")
+    keys = reached.unionByName(spark.createDataFrame(rows, FILES_SCHEMA)).select("key").distinct()
+    return keys.select("key", path_key_column(keys.key).alias("path_key")).localCheckpoint()
 
 
 def _partition_names(table: LoadedTable) -> frozenset[str]:
@@ -115,20 +120,18 @@ def run_orphans(options: OrphanOptions, catalog: Catalog, identifier: str, spark
     rules = PathRules(options.equal_schemes, options.equal_authorities or None)
     sc = spark.sparkContext
     try:
+        # The references are read while the driver lists: both leave cores idle on their own.
+        refs_job = Background(
+            spark, f"{JOB}: files the table references", lambda: _referenced(spark, table, rules)
+        )
         sc.setJobDescription(f"{JOB}: list {location}")
         listed = list_location(spark, location, rules, _partition_names(table))
-        # Both sides are materialised once (the listing and the manifest reads run in Python):
-        # every comparison below is a join in the JVM.
-        old = listed.where(listed.mtime_ms < cutoff).localCheckpoint()
-        sc.setJobDescription(f"{JOB}: files the table references")
-        referenced = _referenced(spark, table, rules)
-        refs = referenced.select("key", path_key_column(referenced.key).alias("path_key")).distinct()
-        refs = refs.localCheckpoint()
-        unmatched = old.join(refs.select("path_key"), "path_key", "left_anti")
-        path_only = old.join(refs.select("path_key"), "path_key", "left_semi").join(
-            refs.select("key"), "key", "left_anti"
-        )
+        refs = refs_job.result()
         sc.setJobDescription(f"{JOB}: compare")
+        old = listed.where(listed.mtime_ms < cutoff)
+        candidates = old.join(refs.select("key"), "key", "left_anti").localCheckpoint()
+        # A candidate whose path part is referenced under another scheme or authority.
+        path_only = candidates.join(refs.select("path_key"), "path_key", "left_semi")
         mismatched = [r[0] for r in path_only.select("path").limit(MISMATCH_SAMPLE).collect()]
         if mismatched and options.prefix_mismatch == "error":
             raise SafetyRefusal(
@@ -136,13 +139,14 @@ def run_orphans(options: OrphanOptions, catalog: Catalog, identifier: str, spark
                 f"(e.g. {mismatched[0]}): pass --equal-schemes/--equal-authorities, or "
                 "--prefix-mismatch ignore|delete once you know which is right"
             )
-        orphans = unmatched.unionByName(path_only) if options.prefix_mismatch == "delete" else unmatched
-        orphans = orphans.selectExpr("path", "key", "'orphan' AS kind", "size").cache()
+        if options.prefix_mismatch != "delete" and mismatched:
+            candidates = candidates.join(refs.select("path_key"), "path_key", "left_anti").localCheckpoint()
+        orphans = candidates.selectExpr("path", "key", "'orphan' AS kind", "size")
         rows = orphans.select("path", "size").collect() if options.dry_run else None
         outcome = None
         if not options.dry_run:
             sc.setJobDescription(f"{JOB}: delete orphans")
-            outcome = delete_files(orphans, options.max_concurrent_deletes or sc.defaultParallelism * 2)
+            outcome = delete_files(orphans, options.max_concurrent_deletes or sc.defaultParallelism)
             sample = [r[0] for r in orphans.select("path").limit(SAMPLE).collect()]
             full = [r[0] for r in orphans.select("path").collect()] if options.file_list else None
     except TablekeeperError:

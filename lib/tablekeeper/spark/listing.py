@@ -5,51 +5,52 @@ each executor task lists whole subtrees through the FileIO. Hidden paths (``.x``
 skipped unless ``_x`` is a partition directory (``_p=1`` where ``_p`` is a partition field), and
 so are the trees of other tables nested under the location (their own ``metadata/*.metadata.json``
 or ``_delta_log``): their files are not this table's to judge.
+
+Rows are classified where they are listed, one decision per directory: the comparison key of a
+file is its directory's key plus its name, and a directory is hidden or a table's log once for
+all its files. Nested tables are found from marker rows across the whole listing (a table's
+``metadata`` directory may be listed by another task than its data).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
 from tablekeeper.io import FileIO
 from tablekeeper.io.fileio import FileInfo
 from tablekeeper.io.uri import strip_trailing_slash
+from tablekeeper.spark.concurrent import no_cycle_collection
 from tablekeeper.spark.reachability import PathRules
 
 LISTED_SCHEMA = StructType(
     [
         StructField("path", StringType(), False),
         StructField("key", StringType(), False),
-        StructField("path_key", StringType(), False),
         StructField("size", LongType(), False),
         StructField("mtime_ms", LongType(), False),
+        StructField("hidden", BooleanType(), False),
+        # For a file that marks a table (its metadata.json, its Delta log): that table's root key.
+        StructField("table_root", StringType(), True),
     ]
 )
-_TABLE_MARKERS = (
-    re.compile(r"^(.*)/metadata/[^/]+\.metadata\.json(\.gz)?$"),
-    re.compile(r"^(.*)/_delta_log/.+$"),
-)
+_METADATA_JSON = (".metadata.json", ".metadata.json.gz")
 _DRIVER_DEPTH = 3
 
 
-def path_key(key: str) -> str:
-    """The path part of a comparison key (no scheme or authority), for prefix-mismatch checks."""
-    rest = key.split("://", 1)[-1]
-    return "/" + rest.split("/", 1)[1] if "/" in rest else "/"
-
-
 def path_key_column(key: Column) -> Column:
-    """``path_key`` of a key column, computed in the JVM."""
+    """The path part of a comparison key (no scheme or authority), for prefix-mismatch checks."""
     return F.regexp_replace(key, r"^[^:/]+://[^/]*", "")
 
 
 def is_hidden(relative: str, partition_names: frozenset[str]) -> bool:
+    """Whether a path relative to the table location is hidden (Iceberg's rule: a segment
+    starting with ``.`` or ``_``, unless it is a ``_field=value`` partition directory)."""
     for segment in relative.split("/")[:-1]:  # directories only: a file's own name may start with _
         if segment.startswith("."):
             return True
@@ -59,24 +60,59 @@ def is_hidden(relative: str, partition_names: frozenset[str]) -> bool:
     return name.startswith((".", "_"))
 
 
-def _row(info: FileInfo, rules: PathRules) -> tuple[Any, ...]:
-    key = rules.key(info.location)
-    return (info.location, key, path_key(key), info.size, info.mtime_ms)
+@dataclass(frozen=True)
+class _Classifier:
+    """Turns listed files into rows (pickled to executors)."""
+
+    stem: str  # the listed location without its trailing slash, as every listed path starts
+    rules: PathRules
+    partition_names: frozenset[str]
+
+    def rows(self, infos: Iterable[FileInfo]) -> Iterator[tuple[Any, ...]]:
+        dirs: dict[str, tuple[str, bool, str | None, str | None]] = {}
+        for info in infos:
+            location = info.location
+            slash = location.rfind("/")
+            parent, name = location[:slash], location[slash + 1 :]
+            state = dirs.get(parent)
+            if state is None:
+                state = dirs[parent] = self._directory(parent)
+            prefix, hidden_dir, log_root, metadata_root = state
+            root = log_root or (metadata_root if name.endswith(_METADATA_JSON) else None)
+            hidden = hidden_dir or name.startswith((".", "_"))
+            if hidden and root is None:
+                continue  # markers are kept even when hidden: they reveal nested tables
+            yield (location, prefix + name, info.size, info.mtime_ms, hidden, root)
+
+    def _directory(self, parent: str) -> tuple[str, bool, str | None, str | None]:
+        """(key prefix of its files, hidden, root of the Delta table whose log it is in, root of
+        the Iceberg table whose metadata directory it is)."""
+        relative = parent[len(self.stem) + 1 :] if parent.startswith(self.stem + "/") else ""
+        prefix = self.rules.key(parent + "/x")[:-1]
+        directory = prefix.rstrip("/")
+        cut = (directory + "/").rfind("/_delta_log/")
+        log_root = directory[:cut] if cut >= 0 else None
+        metadata_root = directory[: -len("/metadata")] if directory.endswith("/metadata") else None
+        hidden = is_hidden(relative + "/x", self.partition_names) if relative else False
+        return prefix, hidden, log_root, metadata_root
 
 
-def _list_tree(location: str, rules: PathRules) -> Iterator[tuple[Any, ...]]:
-    for info in FileIO.for_location(location).list(location, recursive=True):
-        yield _row(info, rules)
+def _list_tree(location: str, classify: _Classifier) -> Iterator[tuple[Any, ...]]:
+    with no_cycle_collection():
+        rows = list(classify.rows(FileIO.for_location(location).list(location, recursive=True)))
+    return iter(rows)
 
 
 def list_location(
     spark: SparkSession, location: str, rules: PathRules, partition_names: frozenset[str]
 ) -> DataFrame:
-    """Every file under ``location`` that is not hidden and not inside a nested table."""
+    """Every file under ``location`` that is not hidden and not inside a nested table (columns
+    path, key, path_key, size, mtime_ms), listed once and materialised."""
     io = FileIO.for_location(location)
     stem = strip_trailing_slash(location)
+    classify = _Classifier(stem, rules, partition_names)
     sc = spark.sparkContext
-    wanted = sc.defaultParallelism * 4
+    wanted = sc.defaultParallelism  # one round of tasks: each Python task costs to start
     driver_rows: list[tuple[Any, ...]] = []
     frontier = [stem]
     for _ in range(_DRIVER_DEPTH):
@@ -85,42 +121,27 @@ def list_location(
         deeper: list[str] = []
         for d in frontier:
             files, dirs = io.list_dir(d)
-            driver_rows.extend(_row(f, rules) for f in files)
+            driver_rows.extend(classify.rows(files))
             deeper.extend(dirs)
         frontier = deeper
-    listed = spark.createDataFrame(driver_rows, LISTED_SCHEMA)
+    listed = spark.createDataFrame(driver_rows, LISTED_SCHEMA, verifySchema=False)
     if frontier:
         slices = max(1, min(len(frontier), wanted))
-        trees = sc.parallelize(frontier, slices).flatMap(lambda d: _list_tree(d, rules))
-        listed = listed.unionByName(spark.createDataFrame(trees, LISTED_SCHEMA))
-    listed = listed.cache()  # read twice: nested-table markers, then the visible files
-    own_key = rules.key(stem)
-    nested = _nested_tables(listed, own_key)
-    # Hidden paths, decided in the JVM: a second Python pass over every file would cost more than
-    # the listing itself.
-    relative = F.substring(listed.key, len(own_key) + 2, 1 << 30)
-    visible = listed.where(~relative.rlike(hidden_pattern(partition_names)))
-    for root in nested:
+        trees = sc.parallelize(frontier, slices).flatMap(lambda d: _list_tree(d, classify))
+        listed = listed.unionByName(spark.createDataFrame(trees, LISTED_SCHEMA, verifySchema=False))
+    listed = listed.localCheckpoint()  # read twice: nested-table markers, then the visible files
+    own_key = rules.key(stem + "/x")[:-2]
+    roots = [
+        r[0] for r in listed.where(listed.table_root.isNotNull()).select("table_root").distinct().collect()
+    ]
+    visible = listed.where(~listed.hidden)
+    for root in _nested(roots, own_key):
         visible = visible.where(~visible.key.startswith(root + "/"))
-    return visible
+    return visible.select("path", "key", path_key_column(visible.key).alias("path_key"), "size", "mtime_ms")
 
 
-def hidden_pattern(partition_names: frozenset[str]) -> str:
-    """A Java regex matching relative paths with a hidden segment (what ``is_hidden`` decides)."""
-    allowed = "|".join(re.escape(n) for n in sorted(partition_names) if n.startswith("_"))
-    underscore = f"(?!(?:{allowed})=)_" if allowed else "_"
-    return rf"(^|/)(\.|{underscore})[^/]*/|(^|/)[._][^/]*$"
-
-
-def _nested_tables(listed: DataFrame, own_key: str) -> list[str]:
-    """Roots of other tables under the location (few: collected)."""
-    roots: set[str] = set()
-    markers = listed.where(listed.key.rlike(r"/metadata/[^/]+\.metadata\.json(\.gz)?$|/_delta_log/"))
-    for (key,) in markers.select("key").collect():
-        for pattern in _TABLE_MARKERS:
-            match = pattern.match(key)
-            if match and match.group(1) != own_key and match.group(1).startswith(own_key + "/"):
-                roots.add(match.group(1))
-                break
-    # A table nested inside a nested table is covered by the outer one.
-    return sorted(r for r in roots if not any(r != o and r.startswith(o + "/") for o in roots))
+def _nested(roots: Iterable[str], own_key: str) -> list[str]:
+    """Roots of other tables strictly under the location; a table nested inside a nested table
+    is covered by the outer one."""
+    inside = {r for r in roots if r.startswith(own_key + "/")}
+    return sorted(r for r in inside if not any(r != o and r.startswith(o + "/") for o in inside))

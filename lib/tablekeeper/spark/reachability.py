@@ -9,6 +9,7 @@ file (``s3a://`` and ``s3://``) count as one.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -18,11 +19,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from tablekeeper.errors import CorruptMetadataError, TablekeeperError
-from tablekeeper.iceberg.manifest import read_manifest_list
+from tablekeeper.iceberg.manifest import ManifestFile, read_manifest_list
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.reachable import KINDS, MANIFEST, MANIFEST_LIST, STATISTICS, live_files
 from tablekeeper.io import FileIO
 from tablekeeper.io.uri import DEFAULT_EQUIVALENT_SCHEMES, location_to_path, normalize_location
+from tablekeeper.spark.concurrent import no_cycle_collection
 
 log = logging.getLogger(__name__)
 
@@ -44,62 +46,147 @@ class PathRules:
     equivalent_authorities: Mapping[str, str] | None = None
 
     def key(self, location: str) -> str:
+        # Files of one directory share their key's prefix: normalising the directory once makes a
+        # key a lookup and a concatenation (millions of keys per run).
+        slash = location.rfind("/")
+        authority = location.find("://")
+        # The last slash must end a path segment, not the "//" before an authority.
+        if slash > 0 and (authority < 0 or 0 <= location.find("/", authority + 3) <= slash):
+            name = location[slash + 1 :]
+            if name not in ("", ".", ".."):
+                return self._prefix(location[:slash]) + name
         return normalize_location(location, self.equivalent_schemes, self.equivalent_authorities)
+
+    def __post_init__(self) -> None:
+        # Hashable copies of the rules, for the prefix cache.
+        schemes = tuple(sorted(self.equivalent_schemes.items()))
+        authorities = tuple(sorted((self.equivalent_authorities or {}).items()))
+        object.__setattr__(self, "_rules", (schemes, authorities))
+
+    def _prefix(self, parent: str) -> str:
+        schemes, authorities = self.__dict__["_rules"]
+        return _key_prefix(parent, schemes, authorities)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _key_prefix(
+    parent: str, schemes: tuple[tuple[str, str], ...], authorities: tuple[tuple[str, str], ...]
+) -> str:
+    """The key of ``parent/x`` without the ``x``: what every child's key starts with."""
+    return normalize_location(parent + "/x", dict(schemes), dict(authorities) or None)[:-1]
+
+
+# Manifest entries one task decodes at most: a larger manifest is split by Avro blocks.
+ENTRIES_PER_TASK = 40_000
+
+
+@dataclass(frozen=True)
+class ManifestIndex:
+    """What some snapshots' manifest lists name, collected on the driver (one row per manifest,
+    so small next to the entries): rows for the lists and manifests themselves, and the
+    manifests to read with their live-entry counts (-1 when the list does not say)."""
+
+    rows: tuple[tuple[str, str, str, int], ...]
+    manifests: tuple[tuple[str, str, int], ...]
+
+    @property
+    def manifest_keys(self) -> frozenset[str]:
+        return frozenset(key for _, key, _ in self.manifests)
 
 
 def _read(location: str) -> bytes:
     return FileIO.for_location(location).read(location)
 
 
+def _live_count(m: ManifestFile) -> int:
+    if m.added_files_count is None or m.existing_files_count is None:
+        return -1
+    return int(m.added_files_count) + int(m.existing_files_count)
+
+
 def _snapshot_manifests(
     seed: tuple[str | None, tuple[str, ...]], rules: PathRules
-) -> Iterator[tuple[Any, ...]]:
+) -> Iterator[tuple[str, str, str, int, int]]:
     manifest_list, embedded = seed
     if manifest_list is not None:
         data = _read(manifest_list)
-        yield (manifest_list, rules.key(manifest_list), MANIFEST_LIST, len(data))
+        yield (manifest_list, rules.key(manifest_list), MANIFEST_LIST, len(data), 0)
         for m in read_manifest_list(data, f"manifest list {manifest_list}"):
-            yield (m.manifest_path, rules.key(m.manifest_path), MANIFEST, int(m.manifest_length))
+            path = m.manifest_path
+            yield (path, rules.key(path), MANIFEST, int(m.manifest_length), _live_count(m))
     for path in embedded:  # v1 snapshots without a list
-        yield (path, rules.key(path), MANIFEST, 0)
+        yield (path, rules.key(path), MANIFEST, 0, -1)
 
 
-def _manifest_entries(path: str, rules: PathRules) -> Iterator[tuple[Any, ...]]:
-    for f in live_files(_read(path), path):
-        yield (f.path, rules.key(f.path), f.kind, f.size)
-
-
-def reachable_files(
+def index_manifests(
     spark: SparkSession, meta: TableMetadata, snapshot_ids: Iterable[int], rules: PathRules
-) -> DataFrame:
-    """Every file the given snapshots reach (columns path, key, kind, size; one row per key and
-    kind). Unreadable manifests or lists fail the job with the file's name."""
+) -> ManifestIndex:
+    """Read the given snapshots' manifest lists on the executors. Unreadable lists fail the job."""
     wanted = set(snapshot_ids)
     seeds = [(s.manifest_list, tuple(s.manifests)) for s in meta.snapshots if s.snapshot_id in wanted]
     stat_files = [(s.snapshot_id, s.statistics_path, s.file_size_in_bytes) for s in meta.statistics]
     stat_files += [
         (s.snapshot_id, s.statistics_path, s.file_size_in_bytes) for s in meta.partition_statistics
     ]
-    stats = [
-        (path, rules.key(path), STATISTICS, int(size)) for sid, path, size in stat_files if sid in wanted
-    ]
+    rows: dict[tuple[str, str], tuple[str, str, str, int]] = {
+        (rules.key(path), STATISTICS): (path, rules.key(path), STATISTICS, int(size))
+        for sid, path, size in stat_files
+        if sid in wanted
+    }
+    manifests: dict[str, tuple[str, str, int]] = {}
+    if seeds:
+        sc = spark.sparkContext
+        # One round of tasks: a Python task costs a few hundred milliseconds to start.
+        slices = max(1, min(len(seeds), sc.defaultParallelism))
+        found = sc.parallelize(seeds, slices).flatMap(lambda seed: _snapshot_manifests(seed, rules)).collect()
+        for path, key, kind, size, live in found:
+            rows.setdefault((key, kind), (path, key, kind, size))
+            if kind == MANIFEST:
+                seen = manifests.get(key)
+                # Lists disagreeing on a manifest's counts: trust neither.
+                count = live if seen is None or seen[2] == live else -1
+                manifests[key] = (path, key, count)
+    return ManifestIndex(tuple(rows.values()), tuple(manifests.values()))
+
+
+def _manifest_entries(task: tuple[str, int, int], rules: PathRules) -> Iterator[tuple[Any, ...]]:
+    path, part, parts = task
+    with no_cycle_collection():
+        rows = [
+            (f.path, rules.key(f.path), f.kind, f.size) for f in live_files(_read(path), path, part, parts)
+        ]
+    return iter(rows)
+
+
+def reachable_files(
+    spark: SparkSession,
+    index: ManifestIndex,
+    rules: PathRules,
+    skip_manifests: frozenset[str] = frozenset(),
+    skip_empty: bool = False,
+) -> DataFrame:
+    """Every file the indexed snapshots reach (columns path, key, kind, size; one row per key and
+    kind); manifests are read on the executors, large ones split across tasks.
+
+    ``skip_manifests`` (keys) are not opened: callers pass manifests whose entries are counted
+    elsewhere. ``skip_empty`` trusts the lists' counts and leaves manifests without live entries
+    unopened; only for sets where a missed file means keeping it, never for what must be kept.
+    Unreadable manifests fail the job with the file's name.
+    """
     sc = spark.sparkContext
-    slices = max(1, min(len(seeds), sc.defaultParallelism * 4))
-    # Materialised once: the lists are read here, and the manifests are both rows and inputs.
-    manifests = (
-        spark.createDataFrame(
-            sc.parallelize(seeds, slices).flatMap(lambda seed: _snapshot_manifests(seed, rules)), FILES_SCHEMA
-        )
-        .dropDuplicates(["key", "kind"])
-        .localCheckpoint()
-    )
-    readable = manifests.where(manifests.kind == MANIFEST).select("path").dropDuplicates()
-    content = spark.createDataFrame(
-        readable.rdd.flatMap(lambda row: _manifest_entries(row[0], rules)), FILES_SCHEMA
-    )
-    out = manifests.unionByName(content)
-    if stats:
-        out = out.unionByName(spark.createDataFrame(stats, FILES_SCHEMA))
+    tasks: list[tuple[str, int, int]] = []
+    for path, key, live in index.manifests:
+        if key in skip_manifests or (skip_empty and live == 0):
+            continue
+        parts = max(1, min(-(-live // ENTRIES_PER_TASK), sc.defaultParallelism))
+        tasks.extend((path, part, parts) for part in range(parts))
+    out = spark.createDataFrame(list(index.rows), FILES_SCHEMA, verifySchema=False)
+    if tasks:
+        # Split manifests' slices first, so the large ones spread over the executors.
+        tasks.sort(key=lambda t: -t[2])
+        slices = max(1, min(len(tasks), sc.defaultParallelism))
+        entries = sc.parallelize(tasks, slices).flatMap(lambda task: _manifest_entries(task, rules))
+        out = out.unionByName(spark.createDataFrame(entries, FILES_SCHEMA, verifySchema=False))
     return out.dropDuplicates(["key", "kind"])
 
 
@@ -139,7 +226,11 @@ def delete_files(files: DataFrame, max_concurrent: int) -> DeleteOutcome:
     """Delete every row's ``path`` with at most ``max_concurrent`` tasks at once; a failed
     delete is reported and the others carry on."""
     parts = max(1, max_concurrent)
-    outputs = files.repartition(parts).rdd.mapPartitions(_delete_partition).collect()
+    rdd = files.rdd
+    have = rdd.getNumPartitions()
+    # Fewer partitions only merge (no shuffle); more spread the deletes over the executors.
+    rdd = rdd.coalesce(parts) if have > parts else files.repartition(parts).rdd if have < parts else rdd
+    outputs = rdd.mapPartitions(_delete_partition).collect()
     deleted: dict[str, int] = dict.fromkeys(KINDS, 0)
     freed = missing = 0
     failures: list[tuple[str, str]] = []
