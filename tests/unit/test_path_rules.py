@@ -11,8 +11,23 @@ from tablekeeper.io.uri import normalize_location
 from tablekeeper.spark.reachability import PathRules
 
 SEGMENTS = ["a", "B", ".", "..", "", "x=1", "_p", "%20", "f.parquet"]
-PREFIXES = ["", "/", "file:", "file:/", "file://", "file:///", "file://localhost/", "S3A://Bucket", "s3://bucket/",
-            "s3n://b", "hdfs://nn:8020/", "hdfs:///", "gs://g/", "abfss://c@acct.dfs.core.windows.net/", "rel/"]
+PREFIXES = [
+    "",
+    "/",
+    "file:",
+    "file:/",
+    "file://",
+    "file:///",
+    "file://localhost/",
+    "S3A://Bucket",
+    "s3://bucket/",
+    "s3n://b",
+    "hdfs://nn:8020/",
+    "hdfs:///",
+    "gs://g/",
+    "abfss://c@acct.dfs.core.windows.net/",
+    "rel/",
+]
 
 
 def _locations(n: int, seed: int) -> list[str]:
