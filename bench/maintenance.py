@@ -8,8 +8,9 @@
     the files under the location), all old; DeleteOrphanFilesSparkAction against tablekeeper.
 
 Data files are tiny (neither engine opens them); the work is reading metadata, comparing file
-sets, listing and deleting. Timings exclude JVM start-up. The goal is tablekeeper at most 0.8x
-Iceberg's time in both.
+sets, listing and deleting. Timings exclude JVM start-up. Engines alternate over ``--repeat`` runs
+(fresh processes, state restored each time) and the median is reported. The goal is tablekeeper
+at most 0.8x Iceberg's time in both.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -147,6 +149,26 @@ def run_engine(case: str, engine: str, work: Path) -> dict[str, object]:
     }
 
 
+def _summary(engine: str, runs: list[dict[str, object]]) -> dict[str, object]:
+    """Median seconds over an engine's runs (any failed run makes the engine failed)."""
+    failed = next((r for r in runs if "error" in r), None)
+    if failed is not None:
+        return {"engine": engine, "error": failed["error"]}
+    seconds = sorted(float(r["seconds"]) for r in runs)  # type: ignore[arg-type]
+    setups = sorted(float(r["setup_seconds"]) for r in runs)  # type: ignore[arg-type]
+    deleted = {int(r["deleted"]) for r in runs}  # type: ignore[call-overload]
+    if len(deleted) != 1:
+        return {"engine": engine, "error": f"runs deleted different counts: {sorted(deleted)}"}
+    return {
+        "engine": engine,
+        "seconds": statistics.median(seconds),
+        "min_seconds": seconds[0],
+        "max_seconds": seconds[-1],
+        "setup_seconds": statistics.median(setups),
+        "deleted": deleted.pop(),
+    }
+
+
 def _restore(saved: Path, work: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(saved, work, symlinks=True)  # copy2 keeps the old modification times
@@ -160,6 +182,7 @@ def main() -> None:
     parser.add_argument("--snapshots", type=int, default=500)
     parser.add_argument("--files", type=int, default=100_000)
     parser.add_argument("--orphan-files", type=int, default=180_000, help="referenced files of case (b)")
+    parser.add_argument("--repeat", type=int, default=3, help="alternating runs per engine (median reported)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -181,22 +204,30 @@ def main() -> None:
         shutil.rmtree(saved, ignore_errors=True)
         shutil.copytree(work, saved, symlinks=True)
         print(f"{case}: table ready in {time.perf_counter() - t:.1f}s ({shape})", file=sys.stderr)
-        results = []
-        for engine in ENGINES:
-            _restore(saved, work)
-            r = run_child("bench.maintenance", case, engine, "--work", str(work))
-            results.append({**r, "engine": engine})
+        runs: list[dict[str, object]] = []
+        # Engines alternate, each run in a fresh process on the restored state: this machine's
+        # speed drifts by a third within minutes, so one run per engine says little.
+        for rep in range(args.repeat):
+            for engine in ENGINES:
+                _restore(saved, work)
+                r = run_child("bench.maintenance", case, engine, "--work", str(work))
+                runs.append({**r, "engine": engine, "run": rep + 1})
+        results = [_summary(engine, [r for r in runs if r["engine"] == engine]) for engine in ENGINES]
         base = next((r for r in results if r.get("engine") == "iceberg" and "seconds" in r), None)
-        print(f"\n({case}) {shape}\n")
-        print(f"{'engine':<14} {'seconds':>9} {'x Iceberg time':>15} {'deleted':>9} {'setup s':>8}")
+        print(f"\n({case}) {shape}; median of {args.repeat} alternating runs\n")
+        head = ("engine", "seconds", "min-max", "x Iceberg time", "deleted", "setup s")
+        print("{:<14} {:>9} {:>13} {:>15} {:>9} {:>8}".format(*head))
         for r in results:
             if "error" in r:
                 print(f"{r['engine']!s:<14} failed: {r['error']}")
                 continue
             ratio = f"{float(r['seconds']) / float(base['seconds']):.2f}x" if base else "-"  # type: ignore[arg-type]
             secs, setup = float(r["seconds"]), float(r["setup_seconds"])  # type: ignore[arg-type]
-            print(f"{r['engine']!s:<14} {secs:>9.2f} {ratio:>15} {r['deleted']:>9,} {setup:>8.2f}")
-        report[case] = {"shape": shape, "results": results}
+            spread = f"{r['min_seconds']:.1f}-{r['max_seconds']:.1f}"
+            print(
+                f"{r['engine']!s:<14} {secs:>9.2f} {spread:>13} {ratio:>15} {r['deleted']:>9,} {setup:>8.2f}"
+            )
+        report[case] = {"shape": shape, "results": results, "runs": runs}
     out = OUT / "maintenance.json"
     out.write_text(json.dumps(report, indent=2))
     print(f"\nwrote {out}")

@@ -77,7 +77,7 @@ def _referenced(spark: SparkSession, table: LoadedTable, rules: PathRules) -> Da
     """Keys (and their path parts) of every file the table references, materialised."""
     meta = table.metadata
     index = index_manifests(spark, meta, [s.snapshot_id for s in meta.snapshots], rules)
-    reached = reachable_files(spark, index, rules)
+    reached = reachable_files(spark, index, rules, distinct=False)
     metadata_files = [table.metadata_location, *(e.metadata_file for e in meta.metadata_log)]
     metadata_files.append(join_location(meta.location, "metadata", "version-hint.text"))
     rows = [(p, rules.key(p), "metadata", 0) for p in metadata_files if p]

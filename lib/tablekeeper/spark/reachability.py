@@ -164,6 +164,7 @@ def reachable_files(
     rules: PathRules,
     skip_manifests: frozenset[str] = frozenset(),
     skip_empty: bool = False,
+    distinct: bool = True,
 ) -> DataFrame:
     """Every file the indexed snapshots reach (columns path, key, kind, size; one row per key and
     kind); manifests are read on the executors, large ones split across tasks.
@@ -171,7 +172,8 @@ def reachable_files(
     ``skip_manifests`` (keys) are not opened: callers pass manifests whose entries are counted
     elsewhere. ``skip_empty`` trusts the lists' counts and leaves manifests without live entries
     unopened; only for sets where a missed file means keeping it, never for what must be kept.
-    Unreadable manifests fail the job with the file's name.
+    Without ``distinct``, a file several manifests list comes once per listing (for callers that
+    only need keys and deduplicate those). Unreadable manifests fail the job with the file's name.
     """
     sc = spark.sparkContext
     tasks: list[tuple[str, int, int]] = []
@@ -187,7 +189,7 @@ def reachable_files(
         slices = max(1, min(len(tasks), sc.defaultParallelism))
         entries = sc.parallelize(tasks, slices).flatMap(lambda task: _manifest_entries(task, rules))
         out = out.unionByName(spark.createDataFrame(entries, FILES_SCHEMA, verifySchema=False))
-    return out.dropDuplicates(["key", "kind"])
+    return out.dropDuplicates(["key", "kind"]) if distinct else out
 
 
 @dataclass(frozen=True)
