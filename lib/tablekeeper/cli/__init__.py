@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="also remove partition specs and schemas no retained snapshot uses",
     )
     expire.add_argument(
-        "--max-concurrent-deletes", type=_positive, help="delete tasks at once (default: 2 per core)"
+        "--max-concurrent-deletes", type=_positive, help="delete tasks at once (default: one per core)"
     )
     expire.add_argument(
         "--file-list", help="dry run: write every file it would delete here instead of the JSON"
@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     orphans.add_argument("--prefix-mismatch", default="error", choices=["error", "ignore", "delete"])
     orphans.add_argument("--force-short-retention", action="store_true", help="allow --older-than under 24h")
     orphans.add_argument(
-        "--max-concurrent-deletes", type=_positive, help="delete tasks at once (default: 2 per core)"
+        "--max-concurrent-deletes", type=_positive, help="delete tasks at once (default: one per core)"
     )
     orphans.add_argument(
         "--file-list", help="write every orphan location here (the JSON keeps a count and sample)"
