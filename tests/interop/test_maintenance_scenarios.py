@@ -3,7 +3,6 @@ spelled under another authority (prefix mismatch), and one Spark job description
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from pathlib import Path
@@ -19,23 +18,9 @@ from tablekeeper.jobs.expire_snapshots import ExpireOptions, run_expire
 from tablekeeper.jobs.remove_orphans import OrphanOptions, run_orphans
 from tests.conftest import FS_CATALOG
 from tests.interop.test_expire_snapshots import _files
+from tests.interop.test_remove_orphans import _age, _plant
 
 pytestmark = pytest.mark.spark
-
-
-def _old(path: Path, days: float = 5, data: bytes = b"x") -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    stamp = time.time() - days * 86_400
-    os.utime(path, (stamp, stamp))
-    return path
-
-
-def _age_all(root: Path, days: float = 5) -> None:
-    stamp = time.time() - days * 86_400
-    for p in root.rglob("*"):
-        if p.is_file():
-            os.utime(p, (stamp, stamp))
 
 
 def _shape(catalog, identifier: str) -> tuple[set[int], set[int]]:  # type: ignore[no-untyped-def]
@@ -110,7 +95,7 @@ def _mismatched_table(spark, catalogs, warehouse: Path, name: str) -> tuple[str,
     spark.sql(f"CREATE TABLE {table} (id BIGINT) USING iceberg TBLPROPERTIES ('format-version'='2')")
     spark.sql(f"INSERT INTO {table} VALUES (1)")
     root = warehouse / "files" / "db" / name
-    moved = _old(root / "data" / "moved.parquet")
+    moved = _plant(root / "data" / "moved.parquet", 5)
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     spelled = f"file://otherhost{moved}"
     change = SnapshotChange(
@@ -127,8 +112,8 @@ def _mismatched_table(spark, catalogs, warehouse: Path, name: str) -> tuple[str,
         ),
     )
     Committer(catalog, f"db.{name}").commit_snapshot(change)
-    stray = _old(root / "data" / "stray.parquet")
-    _age_all(root)
+    stray = _plant(root / "data" / "stray.parquet", 5)
+    _age(root, 5)
     return f"db.{name}", root, moved, stray
 
 

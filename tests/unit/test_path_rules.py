@@ -56,3 +56,13 @@ def test_rules_pickle_and_compare_by_their_mappings() -> None:
     assert copy == rules
     assert copy.key("s3a://A/x/y") == "s3://b/x/y"
     assert PathRules({"s3a": "s3"}, None).key("s3a://A/x/y") == "s3://a/x/y"
+
+
+def test_prefix_is_what_keys_of_files_in_the_directory_start_with() -> None:
+    rules = PathRules()
+    for loc in _locations(500, 11):
+        directory = loc.rstrip("/")
+        if not directory or directory.endswith(":"):
+            continue
+        assert rules.prefix(directory) + "f.parquet" == normalize_location(directory + "/f.parquet"), loc
+    assert rules.prefix("s3a://B") == "s3://b/"

@@ -88,7 +88,7 @@ class _Classifier:
         """(key prefix of its files, hidden, root of the Delta table whose log it is in, root of
         the Iceberg table whose metadata directory it is)."""
         relative = parent[len(self.stem) + 1 :] if parent.startswith(self.stem + "/") else ""
-        prefix = self.rules.key(parent + "/x")[:-1]
+        prefix = self.rules.prefix(parent)
         directory = prefix.rstrip("/")
         cut = (directory + "/").rfind("/_delta_log/")
         log_root = directory[:cut] if cut >= 0 else None
@@ -130,7 +130,7 @@ def list_location(
         trees = sc.parallelize(frontier, slices).flatMap(lambda d: _list_tree(d, classify))
         listed = listed.unionByName(spark.createDataFrame(trees, LISTED_SCHEMA, verifySchema=False))
     listed = listed.localCheckpoint()  # read twice: nested-table markers, then the visible files
-    own_key = rules.key(stem + "/x")[:-2]
+    own_key = rules.prefix(stem)[:-1]
     roots = [
         r[0] for r in listed.where(listed.table_root.isNotNull()).select("table_root").distinct().collect()
     ]

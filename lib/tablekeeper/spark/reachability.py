@@ -54,7 +54,7 @@ class PathRules:
         if slash > 0 and (authority < 0 or 0 <= location.find("/", authority + 3) <= slash):
             name = location[slash + 1 :]
             if name not in ("", ".", ".."):
-                return self._prefix(location[:slash]) + name
+                return self.prefix(location[:slash]) + name
         return normalize_location(location, self.equivalent_schemes, self.equivalent_authorities)
 
     def __post_init__(self) -> None:
@@ -63,9 +63,10 @@ class PathRules:
         authorities = tuple(sorted((self.equivalent_authorities or {}).items()))
         object.__setattr__(self, "_rules", (schemes, authorities))
 
-    def _prefix(self, parent: str) -> str:
+    def prefix(self, directory: str) -> str:
+        """What the key of every file directly in ``directory`` starts with (ends with ``/``)."""
         schemes, authorities = self.__dict__["_rules"]
-        return _key_prefix(parent, schemes, authorities)
+        return _key_prefix(directory, schemes, authorities)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -128,11 +129,11 @@ def index_manifests(
     stat_files += [
         (s.snapshot_id, s.statistics_path, s.file_size_in_bytes) for s in meta.partition_statistics
     ]
-    rows: dict[tuple[str, str], tuple[str, str, str, int]] = {
-        (rules.key(path), STATISTICS): (path, rules.key(path), STATISTICS, int(size))
-        for sid, path, size in stat_files
-        if sid in wanted
-    }
+    rows: dict[tuple[str, str], tuple[str, str, str, int]] = {}
+    for sid, path, size in stat_files:
+        if sid in wanted:
+            key = rules.key(path)
+            rows[(key, STATISTICS)] = (path, key, STATISTICS, int(size))
     manifests: dict[str, tuple[str, str, int]] = {}
     if seeds:
         sc = spark.sparkContext
@@ -229,9 +230,11 @@ def delete_files(files: DataFrame, max_concurrent: int) -> DeleteOutcome:
     delete is reported and the others carry on."""
     parts = max(1, max_concurrent)
     rdd = files.rdd
-    have = rdd.getNumPartitions()
     # Fewer partitions only merge (no shuffle); more spread the deletes over the executors.
-    rdd = rdd.coalesce(parts) if have > parts else files.repartition(parts).rdd if have < parts else rdd
+    if rdd.getNumPartitions() > parts:
+        rdd = rdd.coalesce(parts)
+    elif rdd.getNumPartitions() < parts:
+        rdd = files.repartition(parts).rdd
     outputs = rdd.mapPartitions(_delete_partition).collect()
     deleted: dict[str, int] = dict.fromkeys(KINDS, 0)
     freed = missing = 0
