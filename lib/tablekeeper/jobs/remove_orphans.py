@@ -2,11 +2,12 @@
 
 Plan: list the location on the executors (hidden paths and nested tables skipped), keep files
 older than ``--older-than`` (3 days by default, never under 24 hours without
-``--force-short-retention``, so an in-flight writer's new files survive), and anti-join them with
+``--force-short-retention``, so an in-flight writer's new files survive), and compare them with
 every file the table references: all manifests of all snapshots and what they list, manifest
-lists, statistics, every metadata.json in the log and the version hint. Paths compare by
-normalised URI; a file whose path matches a reference but whose scheme or authority does not
-(after ``--equal-schemes`` / ``--equal-authorities``) is a prefix mismatch: an error by default.
+lists, statistics, every metadata.json in the log and the version hint (``spark.unreferenced``).
+Paths compare by normalised URI; a file whose path matches a reference but whose scheme or
+authority does not (after ``--equal-schemes`` / ``--equal-authorities``) is a prefix mismatch: an
+error by default.
 Nothing outside the table location is ever listed or deleted.
 """
 
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark import StorageLevel
+from pyspark.sql import SparkSession
 
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.errors import ConfigError, SafetyRefusal, TablekeeperError
@@ -26,15 +28,16 @@ from tablekeeper.jobs.expire_snapshots import GC_ENABLED
 from tablekeeper.jobs.options import parse_older_than, write_file_list
 from tablekeeper.jobs.result import JobClock, JobResult
 from tablekeeper.spark.concurrent import Background
-from tablekeeper.spark.listing import list_location, path_key_column
+from tablekeeper.spark.listing import list_location
 from tablekeeper.spark.reachability import (
-    FILES_SCHEMA,
     PathRules,
+    ReachableKeys,
     delete_files,
     index_manifests,
-    reachable_files,
+    reachable_keys,
     task_failure,
 )
+from tablekeeper.spark.unreferenced import MISMATCH, ORPHAN, summarize, unreferenced
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +45,6 @@ JOB = "remove-orphans"
 DEFAULT_OLDER_THAN = "3d"
 MIN_RETENTION_MS = 24 * 3600 * 1000
 SAMPLE = 100
-MISMATCH_SAMPLE = 5
 PrefixMismatch = Literal["error", "ignore", "delete"]
 
 
@@ -73,16 +75,16 @@ class OrphanOptions:
     file_list: str | None = None
 
 
-def _referenced(spark: SparkSession, table: LoadedTable, rules: PathRules) -> DataFrame:
-    """Keys (and their path parts) of every file the table references, materialised."""
+def _referenced(spark: SparkSession, table: LoadedTable, rules: PathRules) -> ReachableKeys:
+    """Keys of every file the table references: what all snapshots reach, every metadata.json
+    in the log and the version hint."""
     meta = table.metadata
     index = index_manifests(spark, meta, [s.snapshot_id for s in meta.snapshots], rules)
-    reached = reachable_files(spark, index, rules, distinct=False)
+    reached = reachable_keys(spark, index, rules)
     metadata_files = [table.metadata_location, *(e.metadata_file for e in meta.metadata_log)]
     metadata_files.append(join_location(meta.location, "metadata", "version-hint.text"))
-    rows = [(p, rules.key(p), "metadata", 0) for p in metadata_files if p]
-    keys = reached.unionByName(spark.createDataFrame(rows, FILES_SCHEMA)).select("key").distinct()
-    return keys.select("key", path_key_column(keys.key).alias("path_key")).localCheckpoint()
+    known = reached.known + tuple(rules.key(p) for p in metadata_files if p)
+    return replace(reached, known=known, estimate=reached.estimate + len(metadata_files))
 
 
 def _partition_names(table: LoadedTable) -> frozenset[str]:
@@ -120,40 +122,43 @@ def run_orphans(options: OrphanOptions, catalog: Catalog, identifier: str, spark
     rules = PathRules(options.equal_schemes, options.equal_authorities or None)
     sc = spark.sparkContext
     try:
-        # The references are read while the driver lists: both leave cores idle on their own.
+        # The manifest lists are read while the driver lists: both leave cores idle on their own.
         refs_job = Background(
             spark, f"{JOB}: files the table references", lambda: _referenced(spark, table, rules)
         )
         sc.setJobDescription(f"{JOB}: list {location}")
-        listed = list_location(spark, location, rules, _partition_names(table))
+        listing = list_location(spark, location, rules, _partition_names(table))
         refs = refs_job.result()
         sc.setJobDescription(f"{JOB}: compare")
-        old = listed.where(listed.mtime_ms < cutoff)
-        candidates = old.join(refs.select("key"), "key", "left_anti").localCheckpoint()
-        # A candidate whose path part is referenced under another scheme or authority.
-        path_only = candidates.join(refs.select("path_key"), "path_key", "left_semi")
-        mismatched = [r[0] for r in path_only.select("path").limit(MISMATCH_SAMPLE).collect()]
-        if mismatched and options.prefix_mismatch == "error":
+        old_rows = [r for r in listing.driver_rows if r[3] < cutoff]
+        old = listing.rows.filter(lambda r: r[3] < cutoff) if listing.rows is not None else None
+        found = unreferenced(sc, old_rows, old, refs.known, refs.entries, listing.count + refs.estimate)
+        found.persist(StorageLevel.MEMORY_AND_DISK)
+        found.localCheckpoint()  # what is deleted is exactly what was counted
+        summary = summarize(found, SAMPLE)
+        if summary.mismatches and options.prefix_mismatch == "error":
             raise SafetyRefusal(
-                f"{len(mismatched)}+ files match referenced paths under another scheme or authority "
-                f"(e.g. {mismatched[0]}): pass --equal-schemes/--equal-authorities, or "
+                f"{summary.mismatches} files match referenced paths under another scheme or authority "
+                f"(e.g. {summary.mismatch_sample[0]}): pass --equal-schemes/--equal-authorities, or "
                 "--prefix-mismatch ignore|delete once you know which is right"
             )
-        if options.prefix_mismatch != "delete" and mismatched:
-            candidates = candidates.join(refs.select("path_key"), "path_key", "left_anti").localCheckpoint()
-        orphans = candidates.selectExpr("path", "key", "'orphan' AS kind", "size")
-        rows = orphans.select("path", "size").collect() if options.dry_run else None
+        wanted = (ORPHAN, MISMATCH) if options.prefix_mismatch == "delete" else (ORPHAN,)
+        orphans = found.filter(lambda r: r[0] in wanted).map(lambda r: (r[1], r[2], "orphan", r[3]))
+        rows = orphans.map(lambda r: (r[0], r[3])).collect() if options.dry_run else None
         outcome = None
         if not options.dry_run:
             sc.setJobDescription(f"{JOB}: delete orphans")
             outcome = delete_files(orphans, options.max_concurrent_deletes or sc.defaultParallelism)
-            sample = [r[0] for r in orphans.select("path").limit(SAMPLE).collect()]
-            full = [r[0] for r in orphans.select("path").collect()] if options.file_list else None
+            full = orphans.map(lambda r: r[0]).collect() if options.file_list else None
     except TablekeeperError:
         raise
     except Exception as err:
         raise task_failure(err, f"{JOB} {identifier}: nothing deleted") from err
-    metrics: dict[str, object] = {"location": location, "older_than_ms": cutoff}
+    metrics: dict[str, object] = {
+        "location": location,
+        "older_than_ms": cutoff,
+        "prefix_mismatch_count": summary.mismatches,
+    }
     files: list[str] | None = None
     if rows is not None:
         paths = sorted(r[0] for r in rows)
@@ -170,7 +175,7 @@ def run_orphans(options: OrphanOptions, catalog: Catalog, identifier: str, spark
             "deleted_files_count": outcome.count("orphan"),
             "bytes_freed": outcome.bytes_freed,
             "failed_deletes_count": len(outcome.failures),
-            "orphan_file_location_sample": sorted(sample),
+            "orphan_file_location_sample": list(summary.sample),
         }
         if outcome.failures:
             metrics["failed_deletes"] = [f"{p}: {why}" for p, why in outcome.failures[:20]]

@@ -18,9 +18,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
+from pyspark import RDD, StorageLevel
+from pyspark.sql import SparkSession
 
 from tablekeeper.io import FileIO
 from tablekeeper.io.fileio import FileInfo
@@ -28,24 +27,8 @@ from tablekeeper.io.uri import strip_trailing_slash
 from tablekeeper.spark.concurrent import no_cycle_collection
 from tablekeeper.spark.reachability import PathRules
 
-LISTED_SCHEMA = StructType(
-    [
-        StructField("path", StringType(), False),
-        StructField("key", StringType(), False),
-        StructField("size", LongType(), False),
-        StructField("mtime_ms", LongType(), False),
-        StructField("hidden", BooleanType(), False),
-        # For a file that marks a table (its metadata.json, its Delta log): that table's root key.
-        StructField("table_root", StringType(), True),
-    ]
-)
 _METADATA_JSON = (".metadata.json", ".metadata.json.gz")
 _DRIVER_DEPTH = 3
-
-
-def path_key_column(key: Column) -> Column:
-    """The path part of a comparison key (no scheme or authority), for prefix-mismatch checks."""
-    return F.regexp_replace(key, r"^[^:/]+://[^/]*", "")
 
 
 def is_hidden(relative: str, partition_names: frozenset[str]) -> bool:
@@ -69,6 +52,7 @@ class _Classifier:
     partition_names: frozenset[str]
 
     def rows(self, infos: Iterable[FileInfo]) -> Iterator[tuple[Any, ...]]:
+        """(path, key, size, mtime_ms, hidden, root of the table the file marks or None)."""
         dirs: dict[str, tuple[str, bool, str | None, str | None]] = {}
         for info in infos:
             location = info.location
@@ -103,11 +87,31 @@ def _list_tree(location: str, classify: _Classifier) -> Iterator[tuple[Any, ...]
     return iter(rows)
 
 
+@dataclass(frozen=True)
+class Listing:
+    """The files of a location that are not hidden and not in a nested table, as rows (path,
+    key, size, mtime_ms): those the driver listed, and those executor tasks listed (listed once:
+    checkpointed, since a second listing could differ)."""
+
+    driver_rows: tuple[tuple[str, str, int, int], ...]
+    rows: RDD[tuple[str, str, int, int]] | None
+    count: int
+
+
+def _markers(rows: Iterable[tuple[Any, ...]]) -> Iterator[tuple[int, set[str]]]:
+    visible, roots = 0, set()
+    for row in rows:
+        if row[5] is not None:
+            roots.add(row[5])
+        if not row[4]:
+            visible += 1
+    yield visible, roots
+
+
 def list_location(
     spark: SparkSession, location: str, rules: PathRules, partition_names: frozenset[str]
-) -> DataFrame:
-    """Every file under ``location`` that is not hidden and not inside a nested table (columns
-    path, key, path_key, size, mtime_ms), listed once and materialised."""
+) -> Listing:
+    """List ``location``: the driver the first levels, executor tasks whole subtrees."""
     io = FileIO.for_location(location)
     stem = strip_trailing_slash(location)
     classify = _Classifier(stem, rules, partition_names)
@@ -124,20 +128,29 @@ def list_location(
             driver_rows.extend(classify.rows(files))
             deeper.extend(dirs)
         frontier = deeper
-    listed = spark.createDataFrame(driver_rows, LISTED_SCHEMA, verifySchema=False)
+    visible = sum(1 for r in driver_rows if not r[4])
+    roots = {r[5] for r in driver_rows if r[5] is not None}
+    trees = None
     if frontier:
         slices = max(1, min(len(frontier), wanted))
         trees = sc.parallelize(frontier, slices).flatMap(lambda d: _list_tree(d, classify))
-        listed = listed.unionByName(spark.createDataFrame(trees, LISTED_SCHEMA, verifySchema=False))
-    listed = listed.localCheckpoint()  # read twice: nested-table markers, then the visible files
-    own_key = rules.prefix(stem)[:-1]
-    roots = [
-        r[0] for r in listed.where(listed.table_root.isNotNull()).select("table_root").distinct().collect()
-    ]
-    visible = listed.where(~listed.hidden)
-    for root in _nested(roots, own_key):
-        visible = visible.where(~visible.key.startswith(root + "/"))
-    return visible.select("path", "key", path_key_column(visible.key).alias("path_key"), "size", "mtime_ms")
+        # Persisted first: a Python RDD that is only checkpointed would still be pipelined into
+        # (and so recomputed by) every RDD derived from it.
+        trees.persist(StorageLevel.MEMORY_AND_DISK)
+        trees.localCheckpoint()
+        for count, found in trees.mapPartitions(_markers).collect():
+            visible += count
+            roots |= found
+    nested = tuple(root + "/" for root in _nested(roots, rules.prefix(stem)[:-1]))
+
+    def keep(row: tuple[Any, ...]) -> bool:
+        return not row[4] and not (nested and row[1].startswith(nested))
+
+    return Listing(
+        tuple((r[0], r[1], r[2], r[3]) for r in driver_rows if keep(r)),
+        trees.filter(keep).map(lambda r: (r[0], r[1], r[2], r[3])) if trees is not None else None,
+        visible,
+    )
 
 
 def _nested(roots: Iterable[str], own_key: str) -> list[str]:

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark import RDD
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -159,13 +160,34 @@ def _manifest_entries(task: tuple[str, int, int], rules: PathRules) -> Iterator[
     return iter(rows)
 
 
+def _manifest_keys(task: tuple[str, int, int], rules: PathRules) -> Iterator[str]:
+    path, part, parts = task
+    with no_cycle_collection():
+        keys = [rules.key(f.path) for f in live_files(_read(path), path, part, parts)]
+    return iter(keys)
+
+
+def _tasks(
+    index: ManifestIndex, parallelism: int, skip_manifests: frozenset[str], skip_empty: bool
+) -> list[tuple[str, int, int]]:
+    """(manifest, slice, slices) to read: large manifests split so they spread over the
+    executors, and their slices first."""
+    tasks: list[tuple[str, int, int]] = []
+    for path, key, live in index.manifests:
+        if key in skip_manifests or (skip_empty and live == 0):
+            continue
+        parts = max(1, min(-(-live // ENTRIES_PER_TASK), parallelism))
+        tasks.extend((path, part, parts) for part in range(parts))
+    tasks.sort(key=lambda t: -t[2])
+    return tasks
+
+
 def reachable_files(
     spark: SparkSession,
     index: ManifestIndex,
     rules: PathRules,
     skip_manifests: frozenset[str] = frozenset(),
     skip_empty: bool = False,
-    distinct: bool = True,
 ) -> DataFrame:
     """Every file the indexed snapshots reach (columns path, key, kind, size; one row per key and
     kind); manifests are read on the executors, large ones split across tasks.
@@ -173,24 +195,38 @@ def reachable_files(
     ``skip_manifests`` (keys) are not opened: callers pass manifests whose entries are counted
     elsewhere. ``skip_empty`` trusts the lists' counts and leaves manifests without live entries
     unopened; only for sets where a missed file means keeping it, never for what must be kept.
-    Without ``distinct``, a file several manifests list comes once per listing (for callers that
-    only need keys and deduplicate those). Unreadable manifests fail the job with the file's name.
+    Unreadable manifests fail the job with the file's name.
     """
     sc = spark.sparkContext
-    tasks: list[tuple[str, int, int]] = []
-    for path, key, live in index.manifests:
-        if key in skip_manifests or (skip_empty and live == 0):
-            continue
-        parts = max(1, min(-(-live // ENTRIES_PER_TASK), sc.defaultParallelism))
-        tasks.extend((path, part, parts) for part in range(parts))
+    tasks = _tasks(index, sc.defaultParallelism, skip_manifests, skip_empty)
     out = spark.createDataFrame(list(index.rows), FILES_SCHEMA, verifySchema=False)
     if tasks:
-        # Split manifests' slices first, so the large ones spread over the executors.
-        tasks.sort(key=lambda t: -t[2])
-        slices = max(1, min(len(tasks), sc.defaultParallelism))
+        slices = max(1, min(len(tasks), sc.defaultParallelism))  # one round of Python tasks
         entries = sc.parallelize(tasks, slices).flatMap(lambda task: _manifest_entries(task, rules))
         out = out.unionByName(spark.createDataFrame(entries, FILES_SCHEMA, verifySchema=False))
-    return out.dropDuplicates(["key", "kind"]) if distinct else out
+    return out.dropDuplicates(["key", "kind"])
+
+
+@dataclass(frozen=True)
+class ReachableKeys:
+    """The keys of every file some snapshots reach: the lists, manifests and statistics files
+    (known on the driver) and the entries of the manifests (read by executor tasks; a file
+    several manifests list comes once per listing)."""
+
+    known: tuple[str, ...]
+    entries: RDD[str] | None
+    estimate: int  # of all keys
+
+
+def reachable_keys(spark: SparkSession, index: ManifestIndex, rules: PathRules) -> ReachableKeys:
+    sc = spark.sparkContext
+    tasks = _tasks(index, sc.defaultParallelism, frozenset(), False)
+    entries = None
+    if tasks:
+        slices = max(1, min(len(tasks), sc.defaultParallelism))
+        entries = sc.parallelize(tasks, slices).flatMap(lambda task: _manifest_keys(task, rules))
+    estimate = len(index.rows) + sum(max(live, 0) for _, _, live in index.manifests)
+    return ReachableKeys(tuple(row[1] for row in index.rows), entries, estimate)
 
 
 @dataclass(frozen=True)
@@ -225,16 +261,16 @@ def _delete_partition(rows: Iterable[Any]) -> Iterator[tuple[dict[str, int], int
     yield by_kind, freed, missing, failures
 
 
-def delete_files(files: DataFrame, max_concurrent: int) -> DeleteOutcome:
-    """Delete every row's ``path`` with at most ``max_concurrent`` tasks at once; a failed
-    delete is reported and the others carry on."""
+def delete_files(files: DataFrame | RDD[Any], max_concurrent: int) -> DeleteOutcome:
+    """Delete every row's ``path`` (rows path, key, kind, size) with at most ``max_concurrent``
+    tasks at once; a failed delete is reported and the others carry on."""
     parts = max(1, max_concurrent)
-    rdd = files.rdd
+    rdd = files.rdd if isinstance(files, DataFrame) else files
     # Fewer partitions only merge (no shuffle); more spread the deletes over the executors.
     if rdd.getNumPartitions() > parts:
         rdd = rdd.coalesce(parts)
     elif rdd.getNumPartitions() < parts:
-        rdd = files.repartition(parts).rdd
+        rdd = files.repartition(parts).rdd if isinstance(files, DataFrame) else files.repartition(parts)
     outputs = rdd.mapPartitions(_delete_partition).collect()
     deleted: dict[str, int] = dict.fromkeys(KINDS, 0)
     freed = missing = 0

@@ -1,0 +1,88 @@
+"""The spec's scan-planning rules for which delete files apply to a data file."""
+
+from __future__ import annotations
+
+import pytest
+
+from tablekeeper.errors import CorruptMetadataError
+from tablekeeper.iceberg.delete_index import DELETE_FILE_PATH_ID, DeleteIndex
+from tablekeeper.iceberg.manifest import DATA, EQUALITY_DELETES, POSITION_DELETES, DataFile, ManifestEntry
+
+PARTITIONED, UNPARTITIONED = 1, 0
+
+
+def _entry(
+    path: str, seq: int, content: int = DATA, part: tuple[object, ...] = (1,), **kw: object
+) -> ManifestEntry:
+    spec = kw.pop("spec_id", PARTITIONED if part else UNPARTITIONED)
+    f = DataFile(content, path, str(kw.pop("fmt", "PARQUET")), part, 10, 100, spec_id=int(spec), **kw)  # type: ignore[arg-type]
+    return ManifestEntry(1, 1, f, seq, seq)
+
+
+def _index(*deletes: ManifestEntry) -> DeleteIndex:
+    return DeleteIndex.for_specs(deletes, {PARTITIONED: 1, UNPARTITIONED: 0})
+
+
+def _paths(entries: tuple[ManifestEntry, ...]) -> list[str]:
+    return sorted(e.data_file.file_path for e in entries)
+
+
+def test_position_deletes_apply_at_equal_or_later_sequence_in_the_same_partition() -> None:
+    index = _index(
+        _entry("pos-older", 4, POSITION_DELETES),
+        _entry("pos-same", 5, POSITION_DELETES),
+        _entry("pos-newer", 6, POSITION_DELETES),
+        _entry("pos-other-partition", 9, POSITION_DELETES, part=(2,)),
+    )
+    applied = index.for_data_file(_entry("data", 5))
+    assert _paths(applied.positions) == ["pos-newer", "pos-same"]
+    assert applied.dv is None and applied.equalities == ()
+
+
+def test_equality_deletes_apply_only_at_later_sequence_and_globally_from_unpartitioned_specs() -> None:
+    index = _index(
+        _entry("eq-same", 5, EQUALITY_DELETES, equality_ids=(1,)),
+        _entry("eq-newer", 6, EQUALITY_DELETES, equality_ids=(1,)),
+        _entry("eq-other-partition", 7, EQUALITY_DELETES, part=(2,), equality_ids=(1,)),
+        _entry("eq-global", 8, EQUALITY_DELETES, part=(), equality_ids=(1,)),
+        _entry("eq-global-old", 3, EQUALITY_DELETES, part=(), equality_ids=(1,)),
+    )
+    assert _paths(index.for_data_file(_entry("data", 5)).equalities) == ["eq-global", "eq-newer"]
+
+
+def test_a_dv_replaces_position_delete_files_for_its_file() -> None:
+    dv = _entry("dv.puffin", 7, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data")
+    index = _index(dv, _entry("pos", 6, POSITION_DELETES))
+    applied = index.for_data_file(_entry("data", 5))
+    assert applied.dv is dv and applied.positions == ()
+    assert _paths(index.for_data_file(_entry("other", 5)).positions) == ["pos"]
+
+
+def test_position_delete_files_naming_one_file_apply_only_to_it() -> None:
+    one = {DELETE_FILE_PATH_ID: b"a.parquet"}
+    spread = ({DELETE_FILE_PATH_ID: b"a.parquet"}, {DELETE_FILE_PATH_ID: b"z.parquet"})
+    index = _index(
+        _entry("by-reference", 6, POSITION_DELETES, referenced_data_file="a.parquet"),
+        _entry("by-bounds", 6, POSITION_DELETES, lower_bounds=one, upper_bounds=one),
+        # A range is never trusted to rule a file out: a wrongly pruned delete revives rows.
+        _entry("by-range", 6, POSITION_DELETES, lower_bounds=spread[0], upper_bounds=spread[1]),
+    )
+    assert _paths(index.for_data_file(_entry("a.parquet", 5)).positions) == [
+        "by-bounds",
+        "by-range",
+        "by-reference",
+    ]
+    assert _paths(index.for_data_file(_entry("b.parquet", 5)).positions) == ["by-range"]
+    assert _paths(index.for_data_file(_entry("0.parquet", 5)).positions) == ["by-range"]
+
+
+def test_inconsistent_dvs_fail_closed() -> None:
+    older = _entry("dv.puffin", 3, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data")
+    with pytest.raises(CorruptMetadataError, match="older than the file"):
+        _index(older).for_data_file(_entry("data", 5))
+    twice = _entry("dv2.puffin", 6, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data")
+    with pytest.raises(CorruptMetadataError, match="two deletion vectors"):
+        _index(_entry("dv.puffin", 6, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data"), twice)
+    moved = _entry("dv.puffin", 6, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data", part=(2,))
+    with pytest.raises(CorruptMetadataError, match="another partition"):
+        _index(moved).for_data_file(_entry("data", 5))
