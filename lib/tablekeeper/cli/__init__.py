@@ -11,7 +11,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tablekeeper import __version__
 from tablekeeper.errors import ExitCode, TablekeeperError, exit_code
@@ -135,7 +135,43 @@ def build_parser() -> argparse.ArgumentParser:
         "--file-list", help="write every orphan location here (the JSON keeps a count and sample)"
     )
     _job_options(orphans)
+    _compact_parser(sub)
     return parser
+
+
+def _compact_parser(sub: Any) -> None:
+    compact = sub.add_parser(
+        "compact", help="rewrite small data files into target-size files, deletes applied, lineage kept"
+    )
+    _table_options(compact)
+    compact.add_argument("--strategy", default="binpack", choices=["binpack", "sort"])
+    compact.add_argument(
+        "--sort-order",
+        help='sort strategy: "c1 ASC NULLS FIRST, c2 DESC" (default: the table\'s order); '
+        "Delta: zorder(c1,c2)",
+    )
+    compact.add_argument(
+        "--where", help="Spark SQL predicate: only files holding matching rows (Delta: partition columns)"
+    )
+    compact.add_argument(
+        "--target-file-size", help="e.g. 512MB (default: write.target-file-size-bytes, else 512MB)"
+    )
+    compact.add_argument("--min-file-size", help="files below are rewritten (default 75%% of the target)")
+    compact.add_argument("--max-file-size", help="files above are rewritten (default 180%% of the target)")
+    compact.add_argument("--min-input-files", type=_positive, default=5, help="smallest group rewritten (5)")
+    compact.add_argument(
+        "--delete-file-threshold", type=int, help="rewrite files read with at least this many delete files"
+    )
+    compact.add_argument("--rewrite-all", action="store_true", help="rewrite every file, whatever its size")
+    compact.add_argument(
+        "--partial-progress", action="store_true", help="commit batches of groups as they finish"
+    )
+    compact.add_argument("--max-commits", type=_positive, default=10, help="with --partial-progress (10)")
+    compact.add_argument(
+        "--max-concurrent-groups", type=_positive, default=5, help="groups rewritten at once (5)"
+    )
+    compact.add_argument("--output-spec-id", type=int, help="partition spec of the new files (current)")
+    _job_options(compact)
 
 
 def _positive(text: str) -> int:
@@ -180,6 +216,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _expire_snapshots(args)
     if args.command == "remove-orphans":
         return _remove_orphans(args)
+    if args.command == "compact":
+        return _compact(args)
     raise AssertionError(f"unhandled command {args.command}")
 
 
@@ -375,6 +413,43 @@ def _remove_orphans(args: argparse.Namespace) -> int:
         return run_orphans(options, *_spark_table(args))
 
     return _run_job(args, "remove-orphans", args.table, run)
+
+
+def _compact(args: argparse.Namespace) -> int:
+    from tablekeeper.jobs.compact import CompactOptions, run_compact
+
+    def run() -> JobResult:
+        delta = _delta_path(args.table)
+        if delta is not None:
+            from tablekeeper.jobs.delta_maintenance import run_optimize
+
+            return run_optimize(
+                delta,
+                _delta_session(args),
+                sort_order=args.sort_order,
+                where=args.where,
+                dry_run=args.dry_run,
+            )
+        options = CompactOptions(
+            table=args.table,
+            strategy=args.strategy,
+            sort_order=args.sort_order,
+            where=args.where,
+            target_file_size=args.target_file_size,
+            min_file_size=args.min_file_size,
+            max_file_size=args.max_file_size,
+            min_input_files=args.min_input_files,
+            delete_file_threshold=args.delete_file_threshold,
+            rewrite_all=args.rewrite_all,
+            partial_progress=args.partial_progress,
+            max_commits=args.max_commits,
+            max_concurrent_groups=args.max_concurrent_groups,
+            output_spec_id=args.output_spec_id,
+            dry_run=args.dry_run,
+        )
+        return run_compact(options, *_spark_table(args))
+
+    return _run_job(args, "compact", args.table, run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -56,6 +56,12 @@ class SnapshotChange:
     # The snapshot's own time when it records an event from elsewhere (a Delta commit); the
     # metadata's last-updated time stays the commit's wall clock.
     snapshot_timestamp_ms: int | None = None
+    # Rewrites: the added files keep this data sequence number (the starting snapshot's), so
+    # equality deletes committed since still apply to them.
+    data_sequence_number: int | None = None
+    # Rewrites: fail when a delete file committed after this snapshot applies to a removed data
+    # file (its rows would come back); equality deletes count only without a data sequence number.
+    validate_deletes_since: int | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ def write_new_manifests(
     snapshot_id: int,
     commit_uuid: str,
     counter: Callable[[], int],
+    data_sequence_number: int | None = None,
 ) -> list[ManifestFile]:
     """One manifest per (content kind, spec) for files added by this commit."""
     groups: dict[tuple[int, int], list[DataFile]] = {}
@@ -100,7 +107,7 @@ def write_new_manifests(
         path = manifest_location(base.location, commit_uuid, counter())
         data, manifest = write_manifest(
             path,
-            [ManifestEntry(ADDED, snapshot_id, f) for f in group],
+            [ManifestEntry(ADDED, snapshot_id, f, data_sequence_number) for f in group],
             format_version=base.format_version,
             spec=base.spec(spec_id),
             schema=base.schema(),
@@ -159,6 +166,7 @@ def _apply_change(
     to_remove = set(change.removed_paths)
     deletes_of = set(change.removed_deletes_for)
     found: set[str] = set()
+    removed_data: list[ManifestEntry] = []
     # At most one DV per data file: a new DV must replace (remove) any live one for the same file.
     dv_targets = {f.referenced_data_file for f in change.added_files if f.is_dv and f.referenced_data_file}
     for m in parent_manifests:
@@ -201,6 +209,7 @@ def _apply_change(
                 kept.append(m)
             continue
         found |= {e.data_file.file_path for e in hits}
+        removed_data.extend(e for e in hits if e.data_file.content == DATA)
         new_entries = _without(entries, gone, snapshot_id)
         removed.extend(e.data_file for e in new_entries if e.status == DELETED)
         path = manifest_location(base.location, commit_uuid, counter())
@@ -223,6 +232,8 @@ def _apply_change(
             f"{len(missing)} file(s) to remove are no longer live on {change.branch} (e.g. {sample}): "
             "another commit removed them; re-plan the job"
         )
+    if change.validate_deletes_since is not None and removed_data:
+        _check_new_deletes(io, base, change, parent, removed_data)
     manifests = [*new_manifests, *rewritten, *kept]
     list_path = manifest_list_location(base.location, snapshot_id, attempt, commit_uuid)
     result = write_manifest_list(
@@ -262,6 +273,55 @@ def _apply_change(
     )
     metadata = add_snapshot(base, snapshot, branch=change.branch, timestamp_ms=timestamp_ms)
     return Attempt(metadata, snapshot, tuple(written), tuple(removed))
+
+
+def _check_new_deletes(
+    io: FileIO,
+    base: TableMetadata,
+    change: SnapshotChange,
+    parent: Snapshot | None,
+    removed: Sequence[ManifestEntry],
+) -> None:
+    """Fail when a delete file committed after ``change.validate_deletes_since`` applies to a data
+    file this commit removes. A position delete file that names no single file counts for every
+    file of its partition, as in Iceberg's validation."""
+    start = change.validate_deletes_since
+    newer: list[Snapshot] = []
+    for s in base.ancestors(parent.snapshot_id if parent else None):
+        if s.snapshot_id == start:
+            break
+        newer.append(s)
+    else:
+        if start is not None and parent is not None:
+            raise CommitConflict(
+                f"snapshot {start} is no longer an ancestor of {change.branch}: the branch was reset "
+                "since the job planned; re-plan it"
+            )
+    if not newer:
+        return
+    unpartitioned = {s.spec_id for s in base.partition_specs if s.is_unpartitioned}
+    paths = {e.data_file.file_path for e in removed}
+    scopes = {(e.data_file.spec_id, e.data_file.partition) for e in removed}
+    ids = {s.snapshot_id for s in newer}
+    for m in load_manifests(io, newer[0]):
+        if m.content != MANIFEST_DELETES or m.added_snapshot_id not in ids:
+            continue
+        for e in read_entries(io, base, m):
+            f = e.data_file
+            if e.status != ADDED or e.snapshot_id not in ids:
+                continue
+            if f.content == POSITION_DELETES:
+                target = f.referenced_data_file
+                hit = target in paths if target is not None else (f.spec_id, f.partition) in scopes
+            else:
+                hit = change.data_sequence_number is None and (
+                    f.spec_id in unpartitioned or (f.spec_id, f.partition) in scopes
+                )
+            if hit:
+                raise CommitConflict(
+                    f"delete file {f.file_path} was committed after the rewrite started and applies to "
+                    "files it replaces: the group is not committed; run compact again"
+                )
 
 
 def new_commit_uuid() -> str:

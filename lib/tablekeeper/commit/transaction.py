@@ -124,7 +124,13 @@ class Committer:
         # Manifests of new files do not depend on the base, so every attempt reuses them.
         planned = first.metadata if change.prepare is None else change.prepare(first.metadata, self._now_ms())
         driver_manifests = write_new_manifests(
-            first.io, planned, change.added_files, snapshot_id, commit_uuid, lambda: next(counter)
+            first.io,
+            planned,
+            change.added_files,
+            snapshot_id,
+            commit_uuid,
+            lambda: next(counter),
+            change.data_sequence_number,
         )
         new_manifests = [*driver_manifests, *change.added_manifests]
 

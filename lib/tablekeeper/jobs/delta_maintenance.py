@@ -201,3 +201,82 @@ def run_log_cleanup(path: str, spark: SparkSession, *, dry_run: bool) -> JobResu
             "deleted_log_files_sample": removed[:100],
         }
     return clock.result("expire-snapshots", path, dry_run=dry_run, metrics=metrics)
+
+
+# delta-spark's own default (spark.databricks.delta.optimize.minFileSize): smaller files are compacted.
+OPTIMIZE_MIN_FILE_SIZE = 1024 * 1024 * 1024
+
+
+def _optimize_candidates(path: str, zorder: bool) -> tuple[int, int, int, int]:
+    """(live files, candidate files, their bytes, partitions touched) as delta-spark's OPTIMIZE
+    picks them: files under its minimum size in partitions holding more than one, or every file
+    of a partition with Z-order."""
+    from tablekeeper.delta_table import load_snapshot
+
+    files = load_snapshot(path).files
+    sizes = files.column("size").to_pylist()
+    parts = [
+        tuple(sorted((v or {}).items()) if isinstance(v, dict) else (v or []))
+        for v in files.column("partition_values").to_pylist()
+    ]
+    by_part: dict[object, list[int]] = {}
+    for size, part in zip(sizes, parts, strict=True):
+        if zorder or size < OPTIMIZE_MIN_FILE_SIZE:
+            by_part.setdefault(part, []).append(int(size))
+    chosen = {p: s for p, s in by_part.items() if zorder or len(s) > 1}
+    return len(sizes), sum(len(s) for s in chosen.values()), sum(sum(s) for s in chosen.values()), len(chosen)
+
+
+def run_optimize(
+    path: str, spark: SparkSession, *, sort_order: str | None, where: str | None, dry_run: bool
+) -> JobResult:
+    """compact on a Delta table: delta-spark's OPTIMIZE (bin-pack, or Z-order with
+    ``--sort-order zorder(c1,c2)``; ``--where`` on partition columns)."""
+    from tablekeeper.jobs.options import parse_sort_order
+
+    clock = JobClock()
+    zorder: tuple[str, ...] = ()
+    if sort_order:
+        spec = parse_sort_order(sort_order)
+        if not spec.zorder:
+            raise UnsupportedFeatureError(
+                "Delta tables compact by bin-packing or zorder(c1,c2): a linear --sort-order is Iceberg-only"
+            )
+        zorder = spec.zorder
+    live, candidates, size, partitions = _optimize_candidates(path, bool(zorder))
+    metrics: dict[str, Any] = {
+        "format": "delta",
+        "strategy": "zorder" if zorder else "binpack",
+        "live_data_files": live,
+        "files_to_rewrite": candidates,
+        "bytes_to_rewrite": size,
+        "partitions_to_rewrite": partitions,
+    }
+    if dry_run:
+        metrics["note"] = "planned from the Delta log as OPTIMIZE picks files; nothing written"
+        return clock.result("compact", path, dry_run=True, metrics=metrics)
+    sql = f"OPTIMIZE {_quoted(path)}"
+    if where:
+        sql += f" WHERE {where}"
+    if zorder:
+        sql += " ZORDER BY (" + ", ".join("`" + c.replace("`", "``") + "`" for c in zorder) + ")"
+    try:
+        spark.sparkContext.setJobDescription("compact: Delta OPTIMIZE")
+        row = spark.sql(sql).collect()[0]
+    except Exception as err:
+        raise UnsupportedFeatureError(
+            f"OPTIMIZE of {path} failed, nothing committed: {_reason(err)}"
+        ) from err
+    m = row["metrics"]
+    metrics |= {
+        "rewritten_data_files_count": int(m["numFilesRemoved"]),
+        "added_data_files_count": int(m["numFilesAdded"]),
+        "rewritten_bytes_count": int(m["filesRemoved"]["totalSize"] or 0),
+        "added_bytes_count": int(m["filesAdded"]["totalSize"] or 0),
+        "failed_data_files_count": 0,
+        "removed_delete_files_count": int(m["numDeletionVectorsRemoved"] or 0)
+        if "numDeletionVectorsRemoved" in m.asDict()
+        else 0,
+        "partitions_optimized": int(m["partitionsOptimized"]),
+    }
+    return clock.result("compact", path, dry_run=False, metrics=metrics)

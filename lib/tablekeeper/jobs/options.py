@@ -1,10 +1,11 @@
-"""Options shared by the jobs that delete: ``--older-than`` and the file list of a dry run."""
+"""Options shared by the jobs: ``--older-than`` and the file list of a dry run, byte sizes, sort orders."""
 
 from __future__ import annotations
 
 import datetime as dt
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tablekeeper.errors import ConfigError
@@ -43,3 +44,60 @@ def write_file_list(location: str, paths: Sequence[str]) -> None:
         Path(location).write_text("".join(f"{p}\n" for p in paths), encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"cannot write --file-list {location}: {err.strerror or err}") from err
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_SIZE_UNIT = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str, option: str) -> int:
+    """A byte size: ``536870912``, ``512MB``, ``512m``, ``1.5GiB`` (units are powers of 1024,
+    as Iceberg's table properties count them)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ConfigError(f"{option} {text!r} is not a size: use e.g. 512MB, 1GB or a byte count")
+    unit = (match.group(2) or "").lower()[:1]
+    return int(float(match.group(1)) * _SIZE_UNIT[unit])
+
+
+@dataclass(frozen=True)
+class SortKey:
+    column: str
+    ascending: bool = True
+    nulls_first: bool = True
+
+
+@dataclass(frozen=True)
+class SortSpec:
+    keys: tuple[SortKey, ...] = ()
+    zorder: tuple[str, ...] = ()
+
+
+_SORT_TERM = re.compile(
+    r"^\s*(`[^`]+`|[A-Za-z_][\w.]*)\s*(ASC|DESC)?\s*(?:NULLS\s+(FIRST|LAST))?\s*$", re.IGNORECASE
+)
+_ZORDER = re.compile(r"^\s*zorder\s*\((.*)\)\s*$", re.IGNORECASE)
+
+
+def parse_sort_order(text: str) -> SortSpec:
+    """``--sort-order``: ``c1 ASC NULLS FIRST, c2 DESC`` (nulls first for ascending, last for
+    descending unless given, as Iceberg), or ``zorder(c1, c2)``."""
+    zorder = _ZORDER.match(text)
+    if zorder:
+        columns = tuple(c.strip().strip("`") for c in zorder.group(1).split(",") if c.strip())
+        if not columns:
+            raise ConfigError(f"--sort-order {text!r} names no column: use e.g. zorder(c1, c2)")
+        return SortSpec(zorder=columns)
+    keys = []
+    for term in text.split(","):
+        match = _SORT_TERM.match(term)
+        if not match:
+            raise ConfigError(
+                f"--sort-order term {term.strip()!r} is not 'column [ASC|DESC] [NULLS FIRST|LAST]' "
+                "(or zorder(c1, c2)); transforms such as bucket(...) are not supported in sort orders yet"
+            )
+        ascending = (match.group(2) or "ASC").upper() == "ASC"
+        nulls = match.group(3)
+        nulls_first = ascending if nulls is None else nulls.upper() == "FIRST"
+        keys.append(SortKey(match.group(1).strip("`"), ascending, nulls_first))
+    return SortSpec(tuple(keys))

@@ -1,0 +1,188 @@
+"""compact against Iceberg's RewriteDataFilesSparkAction, and raw Spark as the floor.
+
+A table of F small files (default 2,000, about 1 GB in all) is built once by Iceberg Spark and
+saved. Each engine then runs in its own process on a fresh copy:
+
+- ``iceberg``: ``SparkActions.rewriteDataFiles(table).binPack()`` with default options;
+- ``tablekeeper``: ``compact`` with default options (the same planning rules);
+- ``spark``: the floor, a plain ``spark.read.parquet`` of the same files and ``write.parquet`` into
+  as many files as the engines write, with the same codec (no deletes, ids or commit).
+
+Engines alternate over ``--repeat`` runs and the median is reported. Goals: tablekeeper at most
+1.0x Iceberg's time and within 1.25x of the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from bench.child import run_child
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "bench" / "out"
+ENGINES = ("iceberg", "tablekeeper", "spark")
+TABLE = "bench.c"
+
+
+def _catalogs(work: Path):  # type: ignore[no-untyped-def]
+    from tablekeeper.catalog.config import parse_catalogs
+
+    text = (
+        "default: b\ncatalogs:\n"
+        "  b: {type: sql, uri: 'sqlite:///${warehouse}/catalog.db', warehouse: '${warehouse}/wh'}\n"
+    )
+    return parse_catalogs(text, work)
+
+
+def _spark(work: Path):  # type: ignore[no-untyped-def]
+    from tablekeeper.spark.session import get_spark, local_jar_paths
+
+    return get_spark(
+        "bench-compact", catalogs=_catalogs(work), conf={"spark.jars": ",".join(map(str, local_jar_paths()))}
+    )
+
+
+def build(work: Path, files: int, rows: int) -> None:
+    if (work / "built").exists():
+        return
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    spark = _spark(work)
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS b.bench")
+    spark.sql(
+        f"CREATE TABLE b.{TABLE} (id BIGINT, k STRING, v DOUBLE, n BIGINT, s STRING) USING iceberg "
+        "TBLPROPERTIES ('format-version'='2', 'write.distribution-mode'='none')"
+    )
+    # Hashes do not compress: about 1 GB of Parquet for the default row count.
+    spark.range(rows).selectExpr(
+        "id",
+        "sha2(CAST(id AS STRING), 256) AS k",
+        "rand(1) AS v",
+        "id * 7919 % 100003 AS n",
+        "md5(CAST(id * 3 AS STRING)) AS s",
+    ).repartition(files).writeTo(f"b.{TABLE}").append()
+    spark.stop()
+    (work / "built").write_text("ok")
+
+
+def run_engine(engine: str, work: Path, output_files: int) -> dict[str, object]:
+    """Inside the child: one engine on the saved state."""
+    from tablekeeper.catalog import catalog_for
+
+    started = time.perf_counter()
+    spark = _spark(work)
+    setup = time.perf_counter() - started
+    t0 = time.perf_counter()
+    if engine == "iceberg":
+        jvm = spark.sparkContext._jvm
+        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, f"b.{TABLE}")
+        r = (
+            jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+            .rewriteDataFiles(table)
+            .binPack()
+            .execute()
+        )
+        rewritten, added = int(r.rewrittenDataFilesCount()), int(r.addedDataFilesCount())
+    elif engine == "tablekeeper":
+        from tablekeeper.jobs.compact import CompactOptions, run_compact
+
+        m = run_compact(CompactOptions(TABLE), catalog_for(_catalogs(work).get("b")), TABLE, spark).metrics
+        rewritten, added = int(m["rewritten_data_files_count"]), int(m["added_data_files_count"])
+    else:
+        paths = [str(p) for p in (work / "wh" / "bench" / "c" / "data").rglob("*.parquet")]
+        spark.read.parquet(*paths).coalesce(output_files).write.option("compression", "zstd").parquet(
+            str(work / "floor")
+        )
+        rewritten, added = len(paths), len(list((work / "floor").glob("*.parquet")))
+    return {
+        "engine": engine,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "setup_seconds": round(setup, 3),
+        "rewritten": rewritten,
+        "added": added,
+    }
+
+
+def _summary(engine: str, runs: list[dict[str, object]]) -> dict[str, object]:
+    failed = next((r for r in runs if "error" in r), None)
+    if failed is not None:
+        return {"engine": engine, "error": failed["error"]}
+    seconds = sorted(float(r["seconds"]) for r in runs)  # type: ignore[arg-type]
+    return {
+        "engine": engine,
+        "seconds": statistics.median(seconds),
+        "min_seconds": seconds[0],
+        "max_seconds": seconds[-1],
+        "rewritten": runs[-1]["rewritten"],
+        "added": runs[-1]["added"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--files", type=int, default=2000)
+    parser.add_argument("--rows", type=int, default=9_000_000, help="rows in all (about 1 GB by default)")
+    parser.add_argument("--output-files", type=int, default=2, help="files the floor writes")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--child", nargs=1, help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_engine(args.child[0], Path(args.work), args.output_files)))
+        return
+    OUT.mkdir(parents=True, exist_ok=True)
+    saved, work = OUT / "compact_saved", OUT / "compact_work"
+    t = time.perf_counter()
+    if not (saved / "built").exists():
+        # Built where the engines run (metadata holds absolute paths), then saved for each run.
+        build(work, args.files, args.rows)
+        shutil.rmtree(saved, ignore_errors=True)
+        shutil.copytree(work, saved)
+    size = sum(p.stat().st_size for p in (saved / "wh").rglob("*.parquet"))
+    shape = f"{args.files:,} files, {size / 2**20:,.0f} MiB"
+    print(f"compact: table ready in {time.perf_counter() - t:.1f}s ({shape})", file=sys.stderr)
+    runs: list[dict[str, object]] = []
+    for rep in range(args.repeat):
+        for engine in ENGINES:
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.copytree(saved, work)
+            r = run_child(
+                "bench.compact", engine, "--work", str(work), "--output-files", str(args.output_files)
+            )
+            runs.append({**r, "engine": engine, "run": rep + 1})
+            print(f"  run {rep + 1} {engine}: {r.get('seconds', r.get('error'))}", file=sys.stderr)
+    results = [_summary(e, [r for r in runs if r["engine"] == e]) for e in ENGINES]
+    by = {r["engine"]: r for r in results if "seconds" in r}
+    print(f"\n(compact) {shape}; median of {args.repeat} alternating runs\n")
+    print(
+        "{:<12} {:>9} {:>13} {:>10} {:>10} {:>9} {:>7}".format(
+            "engine", "seconds", "min-max", "x Iceberg", "x floor", "rewritten", "added"
+        )
+    )
+    for r in results:
+        if "error" in r:
+            print(f"{r['engine']!s:<12} failed: {r['error']}")
+            continue
+        secs = float(r["seconds"])  # type: ignore[arg-type]
+        vs_ice = f"{secs / float(by['iceberg']['seconds']):.2f}x" if "iceberg" in by else "-"  # type: ignore[arg-type]
+        vs_floor = f"{secs / float(by['spark']['seconds']):.2f}x" if "spark" in by else "-"  # type: ignore[arg-type]
+        spread = f"{r['min_seconds']:.1f}-{r['max_seconds']:.1f}"
+        print(
+            f"{r['engine']!s:<12} {secs:>9.2f} {spread:>13} {vs_ice:>10} {vs_floor:>10} "
+            f"{r['rewritten']!s:>9} {r['added']!s:>7}"
+        )
+    out = OUT / "compact.json"
+    out.write_text(json.dumps({"shape": shape, "results": results, "runs": runs}, indent=2))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,282 @@
+"""Which data files compaction rewrites, in which groups: Iceberg's ``rewrite_data_files``
+planning (bin-pack and sort share it), as a pure function of the live files and the options.
+
+- A file is a candidate when it is smaller than ``min-file-size-bytes``, larger than
+  ``max-file-size-bytes``, read with at least ``delete-file-threshold`` delete files, or has at
+  least ``delete-ratio-threshold`` of its rows deleted by deletes naming it alone (DVs and
+  single-file position deletes); with ``rewrite-all`` every file is.
+- Candidates are grouped by partition of the current spec (files of older specs share the
+  all-null partition, as in Iceberg) and packed in order into groups of at most
+  ``max-file-group-size-bytes``.
+- A group is rewritten when it has enough files (more than one and at least
+  ``min-input-files``), more than one file and more bytes than the target, more bytes than the
+  maximum, or a file with too many deletes; with ``rewrite-all`` every group is.
+Sizes are the data files' own sizes; delete files do not count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from tablekeeper.errors import ConfigError
+from tablekeeper.iceberg.delete_index import DELETE_FILE_PATH_ID, AppliedDeletes, DeleteIndex
+from tablekeeper.iceberg.manifest import DataFile, ManifestEntry
+
+TARGET_FILE_SIZE = "write.target-file-size-bytes"
+DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
+DEFAULT_MAX_GROUP_SIZE = 100 * 1024 * 1024 * 1024
+NO_DELETE_THRESHOLD = 2**31 - 1
+SPLIT_OVERHEAD = 5 * 1024
+
+
+@dataclass(frozen=True)
+class RewriteOptions:
+    target_file_size: int
+    min_file_size: int
+    max_file_size: int
+    min_input_files: int = 5
+    rewrite_all: bool = False
+    max_file_group_size: int = DEFAULT_MAX_GROUP_SIZE
+    delete_file_threshold: int = NO_DELETE_THRESHOLD
+    delete_ratio_threshold: float = 0.3
+    max_files_to_rewrite: int | None = None
+
+    @classmethod
+    def resolve(
+        cls,
+        properties: Mapping[str, str],
+        *,
+        target_file_size: int | None = None,
+        min_file_size: int | None = None,
+        max_file_size: int | None = None,
+        **rest: object,
+    ) -> RewriteOptions:
+        """Options with Iceberg's defaults: the target from the table's
+        ``write.target-file-size-bytes`` (else 512 MiB), minimum 75% and maximum 180% of it."""
+        target = target_file_size
+        if target is None:
+            raw = properties.get(TARGET_FILE_SIZE)
+            try:
+                target = int(raw) if raw is not None else DEFAULT_TARGET_FILE_SIZE
+            except ValueError:
+                raise ConfigError(f"table property {TARGET_FILE_SIZE}={raw!r} is not a byte count") from None
+        low = int(target * 0.75) if min_file_size is None else min_file_size
+        high = int(target * 1.80) if max_file_size is None else max_file_size
+        options = cls(target, low, high, **rest)  # type: ignore[arg-type]
+        options.validate()
+        return options
+
+    def validate(self) -> None:
+        if self.target_file_size <= 0:
+            raise ConfigError(f"--target-file-size {self.target_file_size} must be positive")
+        if not 0 <= self.min_file_size < self.target_file_size:
+            raise ConfigError(
+                f"--min-file-size {self.min_file_size} must be at least 0 and below the target "
+                f"{self.target_file_size}"
+            )
+        if self.max_file_size <= self.target_file_size:
+            raise ConfigError(
+                f"--max-file-size {self.max_file_size} must be above the target {self.target_file_size}"
+            )
+        if self.min_input_files < 1:
+            raise ConfigError(f"--min-input-files {self.min_input_files} must be at least 1")
+        if self.max_file_group_size <= 0:
+            raise ConfigError(f"--max-file-group-size {self.max_file_group_size} must be positive")
+        if self.delete_file_threshold < 0:
+            raise ConfigError(f"--delete-file-threshold {self.delete_file_threshold} must be at least 0")
+        if not 0 < self.delete_ratio_threshold <= 1:
+            raise ConfigError(f"--delete-ratio-threshold {self.delete_ratio_threshold} must be in (0, 1]")
+        if self.max_files_to_rewrite is not None and self.max_files_to_rewrite < 1:
+            raise ConfigError(f"--max-files-to-rewrite {self.max_files_to_rewrite} must be at least 1")
+
+    @property
+    def write_max_file_size(self) -> int:
+        """The size at which a written file rolls over (between target and maximum)."""
+        return int(self.target_file_size + (self.max_file_size - self.target_file_size) * 0.5)
+
+    def expected_output_files(self, input_size: int) -> int:
+        target = self.target_file_size
+        if input_size < target:
+            return 1
+        ceil, floor = -(-input_size // target), input_size // target
+        if input_size % target > self.min_file_size:
+            return ceil  # the remainder makes a file of acceptable size
+        if input_size // floor < min(1.1 * target, float(self.write_max_file_size)):
+            return floor  # the remainder spreads over the other files
+        return ceil
+
+    def split_size(self, input_size: int) -> int:
+        estimate = input_size // self.expected_output_files(input_size) + SPLIT_OVERHEAD
+        return (
+            self.target_file_size
+            if estimate < self.target_file_size
+            else min(estimate, self.write_max_file_size)
+        )
+
+
+@dataclass(frozen=True)
+class FileTask:
+    entry: ManifestEntry
+    deletes: AppliedDeletes
+
+    @property
+    def file(self) -> DataFile:
+        return self.entry.data_file
+
+    @property
+    def size(self) -> int:
+        return self.entry.data_file.file_size_in_bytes
+
+
+@dataclass(frozen=True)
+class FileGroup:
+    index: int  # 1-based over the plan
+    partition_index: int  # 1-based within its partition
+    partition: tuple[object, ...]  # in the current spec (all None for files of older specs)
+    tasks: tuple[FileTask, ...]
+    expected_output_files: int
+    split_size: int
+
+    @property
+    def input_size(self) -> int:
+        return sum(t.size for t in self.tasks)
+
+    @property
+    def record_count(self) -> int:
+        return sum(t.file.record_count for t in self.tasks)
+
+    @property
+    def delete_files(self) -> tuple[ManifestEntry, ...]:
+        seen: dict[str, ManifestEntry] = {}
+        for t in self.tasks:
+            for d in t.deletes.files:
+                seen.setdefault(d.data_file.file_path + f"@{d.data_file.content_offset}", d)
+        return tuple(seen.values())
+
+
+@dataclass(frozen=True)
+class RewritePlan:
+    groups: tuple[FileGroup, ...]
+    planned_groups: int  # before --max-files-to-rewrite cut the list
+    live_files: int
+
+    @property
+    def files(self) -> int:
+        return sum(len(g.tasks) for g in self.groups)
+
+    @property
+    def bytes(self) -> int:
+        return sum(g.input_size for g in self.groups)
+
+
+def _file_scoped(delete: DataFile) -> bool:
+    if delete.content != 1:
+        return False
+    if delete.referenced_data_file is not None:
+        return True
+    lower = (delete.lower_bounds or {}).get(DELETE_FILE_PATH_ID)
+    return lower is not None and lower == (delete.upper_bounds or {}).get(DELETE_FILE_PATH_ID)
+
+
+def too_many_deletes(task: FileTask, options: RewriteOptions) -> bool:
+    return task.deletes.count > 0 and task.deletes.count >= options.delete_file_threshold
+
+
+def too_high_delete_ratio(task: FileTask, options: RewriteOptions) -> bool:
+    rows = task.file.record_count
+    if not task.deletes.count or rows <= 0:
+        return False
+    known = sum(d.data_file.record_count for d in task.deletes.files if _file_scoped(d.data_file))
+    return min(known, rows) / rows >= options.delete_ratio_threshold
+
+
+def _delete_issue(task: FileTask, options: RewriteOptions) -> bool:
+    return too_many_deletes(task, options) or too_high_delete_ratio(task, options)
+
+
+def _candidate(task: FileTask, options: RewriteOptions) -> bool:
+    size = task.size
+    return size < options.min_file_size or size > options.max_file_size or _delete_issue(task, options)
+
+
+def _keep(tasks: list[FileTask], options: RewriteOptions) -> bool:
+    n, size = len(tasks), sum(t.size for t in tasks)
+    return (
+        (n > 1 and n >= options.min_input_files)
+        or (n > 1 and size > options.target_file_size)
+        or size > options.max_file_size
+        or any(_delete_issue(t, options) for t in tasks)
+    )
+
+
+def pack(tasks: Iterable[FileTask], max_size: int) -> list[list[FileTask]]:
+    """Next-fit in the given order: one open group; a task that does not fit starts the next."""
+    groups: list[list[FileTask]] = []
+    current: list[FileTask] = []
+    weight = 0
+    for t in tasks:
+        if current and weight + t.size > max_size:
+            groups.append(current)
+            current, weight = [], 0
+        current.append(t)
+        weight += t.size
+    if current:
+        groups.append(current)
+    return groups
+
+
+def plan_rewrite(
+    data: Iterable[ManifestEntry],
+    deletes: DeleteIndex,
+    current_spec_id: int,
+    current_spec_fields: int,
+    options: RewriteOptions,
+    matches: Callable[[ManifestEntry], bool] | None = None,
+) -> RewritePlan:
+    """Groups to rewrite among the live ``data`` entries; ``matches`` keeps only files that may
+    hold rows of the ``--where`` filter (a file is taken whole)."""
+    by_partition: dict[tuple[object, ...], list[FileTask]] = {}
+    live = 0
+    for entry in data:
+        live += 1
+        if matches is not None and not matches(entry):
+            continue
+        task = FileTask(entry, deletes.for_data_file(entry))
+        if not options.rewrite_all and not _candidate(task, options):
+            continue
+        f = entry.data_file
+        key = f.partition if f.spec_id == current_spec_id else (None,) * current_spec_fields
+        by_partition.setdefault(key, []).append(task)
+    groups: list[FileGroup] = []
+    planned = 0
+    budget = options.max_files_to_rewrite
+    for partition, tasks in by_partition.items():
+        kept = [
+            g for g in pack(tasks, options.max_file_group_size) if options.rewrite_all or _keep(g, options)
+        ]
+        for i, packed in enumerate(kept, start=1):
+            planned += 1
+            chosen = packed
+            if budget is not None:
+                if budget <= 0:
+                    continue
+                chosen = packed[:budget]  # not re-checked against the group rules, as in Iceberg
+                budget -= len(chosen)
+            size = sum(t.size for t in chosen)
+            groups.append(
+                FileGroup(
+                    planned,
+                    i,
+                    partition,
+                    tuple(chosen),
+                    options.expected_output_files(size),
+                    options.split_size(size),
+                )
+            )
+    return RewritePlan(tuple(groups), planned, live)
+
+
+def expected_files_after(plan: RewritePlan, live_files: int) -> int:
+    """Live data files once every group is rewritten as planned."""
+    return live_files - plan.files + sum(g.expected_output_files for g in plan.groups)

@@ -1,0 +1,398 @@
+"""compact: rewrite small (or too large, or heavily deleted) data files into files of the target
+size, with deletes applied and row lineage kept.
+
+Plan (``iceberg.rewrite_plan``): Iceberg's ``rewrite_data_files`` rules pick files and pack them
+into groups per partition. Execute (``spark.rewrite``): each group is read on Spark by field id
+with its position deletes, DVs and equality deletes applied, and written as Parquet (sorted with
+``--strategy sort``). Commit: one ``replace`` snapshot for all groups, or one per batch of groups
+with ``--partial-progress``. Each commit keeps the starting snapshot's data sequence number for
+the new files (equality deletes committed meanwhile still apply to them) and fails, cleaning up
+its new files, when a file it replaces was removed or got new position deletes since the start.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pyspark.sql import SparkSession
+
+from tablekeeper.catalog.base import Catalog, LoadedTable
+from tablekeeper.commit.producer import SnapshotChange
+from tablekeeper.commit.transaction import Committer
+from tablekeeper.errors import CommitStateUnknown, ConfigError, TablekeeperError, UnsupportedFeatureError
+from tablekeeper.iceberg.delete_index import DeleteIndex
+from tablekeeper.iceberg.manifest import DataFile, ManifestEntry
+from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
+from tablekeeper.iceberg.rewrite_plan import FileGroup, FileTask, RewriteOptions, RewritePlan, plan_rewrite
+from tablekeeper.io import FileIO
+from tablekeeper.jobs.options import SortKey, parse_size, parse_sort_order
+from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.spark.reachability import task_failure
+from tablekeeper.spark.rewrite import (
+    WriteTarget,
+    files_matching,
+    new_directory,
+    path_key,
+    rewrite_conf,
+    rewrite_files,
+)
+from tablekeeper.table import live_files
+
+log = logging.getLogger(__name__)
+
+JOB = "compact"
+Strategy = Literal["binpack", "sort"]
+COMPRESSION = "write.parquet.compression-codec"
+DATA_PATH = "write.data.path"
+_CODECS = {
+    "zstd": "zstd",
+    "snappy": "snappy",
+    "gzip": "gzip",
+    "lz4": "lz4",
+    "uncompressed": "none",
+    "none": "none",
+}
+
+
+@dataclass(frozen=True)
+class CompactOptions:
+    table: str
+    strategy: Strategy = "binpack"
+    sort_order: str | None = None
+    where: str | None = None
+    target_file_size: str | None = None
+    min_file_size: str | None = None
+    max_file_size: str | None = None
+    min_input_files: int = 5
+    delete_file_threshold: int | None = None
+    rewrite_all: bool = False
+    partial_progress: bool = False
+    max_commits: int = 10
+    max_concurrent_groups: int = 5
+    output_spec_id: int | None = None
+    branch: str = MAIN_BRANCH
+    dry_run: bool = False
+
+    def rewrite_options(self, properties: dict[str, str]) -> RewriteOptions:
+        extra: dict[str, Any] = {"min_input_files": self.min_input_files, "rewrite_all": self.rewrite_all}
+        if self.delete_file_threshold is not None:
+            extra["delete_file_threshold"] = self.delete_file_threshold
+        return RewriteOptions.resolve(
+            properties,
+            target_file_size=_size(self.target_file_size, "--target-file-size"),
+            min_file_size=_size(self.min_file_size, "--min-file-size"),
+            max_file_size=_size(self.max_file_size, "--max-file-size"),
+            **extra,
+        )
+
+
+def _size(text: str | None, option: str) -> int | None:
+    return None if text is None else parse_size(text, option)
+
+
+@dataclass
+class _Outcome:
+    group: FileGroup
+    added: tuple[DataFile, ...] = ()
+    directories: tuple[str, ...] = ()
+    error: str | None = None
+    committed: bool = False
+    snapshot_id: int | None = None
+
+
+def _sort_keys(options: CompactOptions, meta: TableMetadata) -> tuple[tuple[SortKey, ...], int | None, bool]:
+    """(sort keys, the sort order id the new files record, whether the sort is global)."""
+    order = meta.sort_order()
+    table_keys: list[SortKey] = []
+    for f in order.fields:
+        if f.transform != "identity":
+            break  # a local sort only needs a prefix of the table's order
+        name = meta.schema().column_name(f.source_id)
+        if name is None:
+            break
+        table_keys.append(SortKey(name, f.direction.lower() == "asc", f.null_order.lower() == "nulls-first"))
+    table_id = 0 if order.is_unsorted else order.order_id
+    if options.strategy == "binpack":
+        if options.sort_order:
+            raise ConfigError("--sort-order goes with --strategy sort: bin-pack keeps the table's own order")
+        return tuple(table_keys), table_id if table_keys else 0, False
+    if options.sort_order:
+        spec = parse_sort_order(options.sort_order)
+        if spec.zorder:
+            raise UnsupportedFeatureError(
+                "zorder(...) sorts Delta tables only; give Iceberg tables column terms"
+            )
+        same = list(spec.keys) == table_keys and bool(table_keys)
+        return spec.keys, table_id if same else 0, True
+    if not table_keys:
+        raise ConfigError(
+            f'{options.table} has no sort order (or one on transforms): give --sort-order "c1 ASC, c2 DESC"'
+        )
+    return tuple(table_keys), table_id, True
+
+
+def _check_columns(keys: Sequence[SortKey], meta: TableMetadata) -> None:
+    names = {f.name for f in meta.schema().fields}
+    for k in keys:
+        if k.column not in names:
+            raise ConfigError(
+                f"--sort-order column {k.column!r} is not a top-level column of {sorted(names)}"
+            )
+
+
+def plan(
+    spark: SparkSession, table: LoadedTable, options: CompactOptions
+) -> tuple[RewritePlan, RewriteOptions]:
+    meta = table.metadata
+    if options.output_spec_id is not None and options.output_spec_id != meta.default_spec_id:
+        raise UnsupportedFeatureError("--output-spec-id other than the current spec is not supported yet")
+    rewrite = options.rewrite_options(dict(meta.properties))
+    snapshot = meta.ref_snapshot(options.branch)
+    if snapshot is None:
+        return RewritePlan((), 0, 0), rewrite
+    files = live_files(table.io, meta, snapshot)
+    index = DeleteIndex(
+        files.deletes, frozenset(s.spec_id for s in meta.partition_specs if s.is_unpartitioned)
+    )
+    current = meta.spec(meta.default_spec_id)
+    matches = None
+    if options.where:
+        spark.sparkContext.setJobDescription(f"{JOB}: files with rows where {options.where}")
+        with rewrite_conf(spark):
+            keys = files_matching(
+                spark, meta.schema(), [e.data_file.file_path for e in files.data], options.where
+            )
+
+        def matches(entry: ManifestEntry) -> bool:
+            return path_key(entry.data_file.file_path) in keys
+
+    return plan_rewrite(files.data, index, current.spec_id, len(current.fields), rewrite, matches), rewrite
+
+
+def _group_json(o: _Outcome | FileGroup) -> dict[str, object]:
+    g = o.group if isinstance(o, _Outcome) else o
+    out: dict[str, object] = {
+        "group": g.index,
+        "partition": list(g.partition),
+        "files": len(g.tasks),
+        "bytes": g.input_size,
+        "delete_files": len(g.delete_files),
+        "expected_output_files": g.expected_output_files,
+    }
+    if isinstance(o, _Outcome):
+        out |= {"added_files": len(o.added), "committed": o.committed}
+        if o.error:
+            out["error"] = o.error
+    return out
+
+
+def _targets(
+    group: FileGroup, meta: TableMetadata, rewrite: RewriteOptions, keys: Sequence[SortKey], global_sort: bool
+) -> list[tuple[list[FileTask], WriteTarget]]:
+    """One write per (spec, partition) among the group's files: each keeps its own spec."""
+    by_scope: dict[tuple[int, tuple[Any, ...]], list[FileTask]] = {}
+    for t in group.tasks:
+        by_scope.setdefault((t.file.spec_id, t.file.partition), []).append(t)
+    codec = meta.properties.get(COMPRESSION, "zstd").lower()
+    if codec not in _CODECS:
+        raise UnsupportedFeatureError(f"{COMPRESSION}={codec} is not a Parquet codec tablekeeper writes")
+    root = meta.properties.get(DATA_PATH) or f"{meta.location.rstrip('/')}/data"
+    out = []
+    for (spec_id, partition), tasks in by_scope.items():
+        size = sum(t.size for t in tasks)
+        records = max(1, sum(t.file.record_count for t in tasks))
+        per_record = max(1.0, size / records)
+        target = WriteTarget(
+            spec=meta.spec(spec_id),
+            partition=partition,
+            directory=new_directory(root, f"g{group.index}"),
+            compression=_CODECS[codec],
+            max_records_per_file=max(1, int(rewrite.write_max_file_size / per_record)),
+            output_files=rewrite.expected_output_files(size),
+            sort=tuple((k.column, k.ascending, k.nulls_first) for k in keys),
+            global_sort=global_sort,
+        )
+        out.append((tasks, target))
+    return out
+
+
+def _rewrite_group(
+    spark: SparkSession,
+    meta: TableMetadata,
+    group: FileGroup,
+    rewrite: RewriteOptions,
+    keys: Sequence[SortKey],
+    global_sort: bool,
+    sort_order_id: int | None,
+) -> _Outcome:
+    outcome = _Outcome(group)
+    spark.sparkContext.setJobDescription(f"{JOB}: group {group.index} ({len(group.tasks)} files)")
+    added: list[DataFile] = []
+    directories: list[str] = []
+    try:
+        for tasks, target in _targets(group, meta, rewrite, keys, global_sort):
+            directories.append(target.directory)
+            added.extend(rewrite_files(spark, meta, tasks, target, sort_order_id).files)
+    except Exception as err:
+        outcome.error = (
+            err.message if isinstance(err, TablekeeperError) else task_failure(err, "rewrite").message
+        )
+        _clean(directories)
+        directories = []
+        added = []
+    outcome.added = tuple(added)
+    outcome.directories = tuple(directories)
+    return outcome
+
+
+def _clean(directories: Sequence[str]) -> None:
+    for d in directories:
+        try:
+            io = FileIO.for_location(d)
+            io.delete_many([i.location for i in io.list(d, recursive=True)])
+        except TablekeeperError as err:
+            log.warning("could not remove %s: %s", d, err.message)
+
+
+def _commit(
+    catalog: Catalog, identifier: str, start: TableMetadata, branch: str, batch: Sequence[_Outcome]
+) -> None:
+    snapshot = start.ref_snapshot(branch)
+    assert snapshot is not None
+    removed = frozenset(t.file.file_path for o in batch for t in o.group.tasks)
+    added = tuple(f for o in batch for f in o.added)
+    change = SnapshotChange(
+        operation="replace",
+        added_files=added,
+        removed_paths=removed,
+        branch=branch,
+        data_sequence_number=snapshot.sequence_number if start.format_version >= 2 else None,
+        validate_deletes_since=snapshot.snapshot_id,
+        summary={"tablekeeper.job": JOB},
+    )
+    try:
+        result = Committer(catalog, identifier).commit_snapshot(change)
+    except TablekeeperError as err:
+        if not isinstance(err, CommitStateUnknown):
+            _clean([d for o in batch for d in o.directories])
+        for o in batch:
+            o.error = f"commit failed: {err.message}"
+        raise
+    for o in batch:
+        o.committed = True
+        o.snapshot_id = result.snapshot.snapshot_id if result.snapshot is not None else None
+
+
+def run_compact(options: CompactOptions, catalog: Catalog, identifier: str, spark: SparkSession) -> JobResult:
+    clock = JobClock()
+    if options.max_commits < 1 or options.max_concurrent_groups < 1:
+        raise ConfigError("--max-commits and --max-concurrent-groups must be at least 1")
+    table = catalog.require(identifier)
+    meta = table.metadata
+    the_plan, rewrite = plan(spark, table, options)
+    keys, sort_order_id, global_sort = _sort_keys(options, meta)
+    _check_columns(keys, meta)
+    metrics: dict[str, object] = {
+        "strategy": options.strategy,
+        "target_file_size_bytes": rewrite.target_file_size,
+        "live_data_files": the_plan.live_files,
+        "planned_groups": the_plan.planned_groups,
+        "files_to_rewrite": the_plan.files,
+        "bytes_to_rewrite": the_plan.bytes,
+    }
+    if options.dry_run or not the_plan.groups:
+        metrics["groups"] = [_group_json(g) for g in the_plan.groups]
+        if not the_plan.groups:
+            metrics["note"] = "nothing to rewrite"
+        metrics |= _counts([])
+        return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
+    outcomes = _execute(
+        options, catalog, identifier, spark, meta, the_plan, rewrite, keys, global_sort, sort_order_id
+    )
+    metrics |= _counts(outcomes)
+    metrics["groups"] = [_group_json(o) for o in outcomes]
+    metrics["snapshot_ids"] = sorted({o.snapshot_id for o in outcomes if o.snapshot_id is not None})
+    return clock.result(JOB, identifier, dry_run=False, metrics=metrics)
+
+
+def _execute(
+    options: CompactOptions,
+    catalog: Catalog,
+    identifier: str,
+    spark: SparkSession,
+    meta: TableMetadata,
+    the_plan: RewritePlan,
+    rewrite: RewriteOptions,
+    keys: Sequence[SortKey],
+    global_sort: bool,
+    sort_order_id: int | None,
+) -> list[_Outcome]:
+    groups = the_plan.groups
+    per_commit = -(-len(groups) // options.max_commits) if options.partial_progress else len(groups)
+    lock = threading.Lock()
+    pending: list[_Outcome] = []
+    outcomes: list[_Outcome] = []
+    failures: list[TablekeeperError] = []
+
+    def commit(batch: list[_Outcome]) -> None:
+        try:
+            _commit(catalog, identifier, meta, options.branch, batch)
+        except TablekeeperError as err:
+            if not options.partial_progress:
+                raise
+            log.warning("commit of groups %s failed: %s", [o.group.index for o in batch], err.message)
+            failures.append(err)
+
+    def one(group: FileGroup) -> None:
+        outcome = _rewrite_group(spark, meta, group, rewrite, keys, global_sort, sort_order_id)
+        with lock:
+            outcomes.append(outcome)
+            if outcome.error is None and options.partial_progress:
+                pending.append(outcome)
+                if len(pending) >= per_commit:
+                    batch = pending[:]
+                    pending.clear()
+                    commit(batch)
+
+    with rewrite_conf(spark), ThreadPoolExecutor(max_workers=options.max_concurrent_groups) as pool:
+        for f in [pool.submit(one, g) for g in groups]:
+            f.result()
+    outcomes.sort(key=lambda o: o.group.index)
+    failed = [o for o in outcomes if o.error is not None]
+    if not options.partial_progress:
+        if failed:
+            _clean([d for o in outcomes for d in o.directories])
+            raise TablekeeperError(
+                f"{JOB} {identifier}: group {failed[0].group.index} failed ({failed[0].error}); nothing "
+                "committed. Use --partial-progress to commit the groups that succeed"
+            )
+        commit(outcomes)
+    elif pending:
+        commit(pending)
+    if options.partial_progress and failures and len(failures) >= min(len(groups), options.max_commits):
+        raise failures[0]
+    return outcomes
+
+
+def _counts(outcomes: Sequence[_Outcome]) -> dict[str, object]:
+    committed = [o for o in outcomes if o.committed]
+    dvs = {
+        d.data_file.file_path + f"@{d.data_file.content_offset}"
+        for o in committed
+        for t in o.group.tasks
+        if t.deletes.dv is not None
+        for d in (t.deletes.dv,)
+    }
+    return {
+        "rewritten_data_files_count": sum(len(o.group.tasks) for o in committed),
+        "added_data_files_count": sum(len(o.added) for o in committed),
+        "rewritten_bytes_count": sum(o.group.input_size for o in committed),
+        "failed_data_files_count": sum(len(o.group.tasks) for o in outcomes if not o.committed),
+        "removed_delete_files_count": len(dvs),
+        "failed_groups_count": sum(1 for o in outcomes if not o.committed),
+    }

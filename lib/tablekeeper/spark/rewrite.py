@@ -1,0 +1,437 @@
+"""Rewriting one file group on Spark: read by field id, apply deletes, keep row lineage, write.
+
+The group's data files are read with Spark's Parquet reader against the table's current schema
+(columns resolve by Iceberg field id, so renamed, reordered, added, dropped and promoted columns
+read as Iceberg reads them). Each row knows its file and position (``_metadata``), which is how
+position deletes and DVs are applied (an anti-join on file and position) and how per-file
+constants join in: the data sequence number (equality deletes apply only to older files, v3
+``_last_updated_sequence_number``), ``first_row_id`` (v3 ``_row_id``) and identity partition
+values (files converted from Delta hold no partition columns).
+
+The output is plain Spark Parquet with the ids, written into a fresh directory per write and
+described afterwards from the files' footers (read on the executors), so nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from tablekeeper.errors import ConfigError, CorruptMetadataError, UnsupportedFeatureError
+from tablekeeper.iceberg.conversions import to_json
+from tablekeeper.iceberg.manifest import DataFile, ManifestEntry
+from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.iceberg.parquet import data_file_from_footer
+from tablekeeper.iceberg.partitioning import PartitionSpec
+from tablekeeper.iceberg.puffin import deserialize_dv
+from tablekeeper.iceberg.rewrite_plan import FileTask
+from tablekeeper.iceberg.types import FixedType, IcebergType, Schema
+from tablekeeper.io import FileIO
+from tablekeeper.spark.concurrent import no_cycle_collection
+from tablekeeper.spark.schema import (
+    FIELD_ID,
+    LAST_UPDATED,
+    READ_WRITE_CONF,
+    ROW_ID,
+    spark_field,
+    spark_schema,
+    spark_type,
+)
+
+log = logging.getLogger(__name__)
+
+FILE, POS, SEQ, FIRST_ROW_ID, SCOPE = "_tk_file", "_tk_pos", "_tk_seq", "_tk_first_row_id", "_tk_scope"
+# Delete sets below this many rows are broadcast: the data side is then never shuffled.
+BROADCAST_DELETES = 2_000_000
+_SCHEME_AUTHORITY = r"^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?"
+_GLOB = re.compile(r"([\\\[\]{}*?])")
+
+
+def path_key(location: str) -> str:
+    """A file's path without scheme and authority: how rows of one group name their file
+    (unique within a table, and spelled alike by Spark and by the manifests)."""
+    return re.sub(_SCHEME_AUTHORITY, "", location, count=1)
+
+
+def _spark_path_key(col: Column) -> Column:
+    # Spark reports a file as an encoded URI; '+' is literal in a path, not a space.
+    decoded = F.url_decode(F.regexp_replace(col, r"\+", "%2B"))
+    return F.regexp_replace(decoded, _SCHEME_AUTHORITY, "")
+
+
+def _glob_escaped(location: str) -> str:
+    return _GLOB.sub(r"\\\1", location)
+
+
+@contextmanager
+def rewrite_conf(spark: SparkSession) -> Iterator[None]:
+    """Spark settings for reading and writing by field id, restored afterwards."""
+    conf = {
+        **READ_WRITE_CONF,
+        "spark.sql.session.timeZone": "UTC",
+        # Spark stats the files it reads with one task per path beyond 32 paths (up to 10,000
+        # tasks); a few tasks per core do it without the scheduling cost.
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(
+            max(8, spark.sparkContext.defaultParallelism * 4)
+        ),
+    }
+    saved: dict[str, str | None] = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, old in saved.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
+
+
+@dataclass(frozen=True)
+class WriteTarget:
+    """Where and how one rewrite writes: all its rows go to one spec and partition."""
+
+    spec: PartitionSpec
+    partition: tuple[Any, ...]
+    directory: str
+    compression: str
+    max_records_per_file: int
+    output_files: int
+    sort: tuple[tuple[str, bool, bool], ...]  # (column, ascending, nulls first)
+    global_sort: bool  # range-partition by the sort (sort strategy) or only sort within tasks
+
+
+def _constants(
+    spark: SparkSession, tasks: Sequence[FileTask], scopes: dict[tuple[int, tuple[Any, ...]], int]
+) -> DataFrame:
+    rows = [
+        (
+            path_key(t.file.file_path),
+            int(t.entry.sequence_number or 0),
+            t.file.first_row_id,
+            scopes[(t.file.spec_id, t.file.partition)],
+        )
+        for t in tasks
+    ]
+    schema = T.StructType(
+        [
+            T.StructField(FILE, T.StringType(), False),
+            T.StructField(SEQ, T.LongType(), False),
+            T.StructField(FIRST_ROW_ID, T.LongType(), True),
+            T.StructField(SCOPE, T.IntegerType(), False),
+        ]
+    )
+    return spark.createDataFrame(rows, schema)
+
+
+def _read(spark: SparkSession, schema: T.StructType, paths: Iterable[str]) -> DataFrame:
+    df = spark.read.schema(schema).parquet(*(_glob_escaped(p) for p in paths))
+    return df.select(
+        "*",
+        _spark_path_key(F.col("_metadata.file_path")).alias(FILE),
+        F.col("_metadata.row_index").alias(POS),
+    )
+
+
+def _dv_positions(dv: tuple[str, int, int, str, int]) -> Iterator[tuple[str, int]]:
+    location, offset, length, data_key, cardinality = dv
+    with FileIO.for_location(location).open_input(location) as stream:
+        blob = stream.read_at(length, offset)
+    with no_cycle_collection():
+        bitmap = deserialize_dv(blob)
+        rows = [(data_key, int(p)) for p in bitmap]
+    if len(rows) != cardinality:
+        raise CorruptMetadataError(
+            f"deletion vector for {data_key} in {location} holds {len(rows)} positions, not {cardinality}"
+        )
+    return iter(rows)
+
+
+_DELETED_SCHEMA = T.StructType(
+    [T.StructField(FILE, T.StringType(), False), T.StructField(POS, T.LongType(), False)]
+)
+
+
+def _position_deletes(spark: SparkSession, tasks: Sequence[FileTask]) -> tuple[DataFrame | None, int]:
+    """(file key, position) of every row a DV or position delete file removes from the tasks'
+    files, and an upper bound of their number."""
+    parts: list[DataFrame] = []
+    dvs = []
+    pairs: set[tuple[str, str]] = set()
+    bound = 0
+    for t in tasks:
+        data_key = path_key(t.file.file_path)
+        d = t.deletes.dv
+        if d is not None:
+            f = d.data_file
+            if f.content_offset is None or f.content_size_in_bytes is None:
+                raise CorruptMetadataError(f"deletion vector {f.file_path} has no content offset or size")
+            dvs.append((f.file_path, f.content_offset, f.content_size_in_bytes, data_key, f.record_count))
+            bound += f.record_count
+        for p in t.deletes.positions:
+            pairs.add((path_key(p.data_file.file_path), data_key))
+            bound += p.data_file.record_count
+    if dvs:
+        rdd = spark.sparkContext.parallelize(
+            dvs, max(1, min(len(dvs), spark.sparkContext.defaultParallelism))
+        )
+        parts.append(spark.createDataFrame(rdd.flatMap(_dv_positions), _DELETED_SCHEMA))
+    if pairs:
+        schema = T.StructType(
+            [
+                T.StructField("file_path", T.StringType(), True, {FIELD_ID: 2147483546}),
+                T.StructField("pos", T.LongType(), True, {FIELD_ID: 2147483545}),
+            ]
+        )
+        files = sorted({p[0] for p in pairs})
+        by_path = {
+            path_key(p.data_file.file_path): p.data_file.file_path for t in tasks for p in t.deletes.positions
+        }
+        deletes = spark.read.schema(schema).parquet(*(_glob_escaped(by_path[f]) for f in files))
+        deletes = deletes.select(
+            _spark_path_key(F.col("_metadata.file_path")).alias("_tk_delete"),
+            F.regexp_replace(F.col("file_path"), _SCHEME_AUTHORITY, "").alias(FILE),
+            F.col("pos").alias(POS),
+        )
+        allowed = spark.createDataFrame(
+            sorted(pairs),
+            T.StructType([T.StructField("_tk_delete", T.StringType()), T.StructField(FILE, T.StringType())]),
+        )
+        parts.append(deletes.join(F.broadcast(allowed), ["_tk_delete", FILE]).select(FILE, POS))
+    if not parts:
+        return None, 0
+    out = parts[0]
+    for part in parts[1:]:
+        out = out.unionByName(part)
+    return out, bound
+
+
+def _equality_deletes(
+    spark: SparkSession,
+    df: DataFrame,
+    tasks: Sequence[FileTask],
+    schema: Schema,
+    scopes: dict[tuple[int, tuple[Any, ...]], int],
+    unpartitioned: frozenset[int],
+) -> DataFrame:
+    by_ids: dict[tuple[int, ...], dict[str, ManifestEntry]] = {}
+    for t in tasks:
+        for e in t.deletes.equalities:
+            ids = tuple(e.data_file.equality_ids or ())
+            if not ids:
+                raise CorruptMetadataError(
+                    f"equality delete file {e.data_file.file_path} has no equality ids"
+                )
+            by_ids.setdefault(ids, {})[e.data_file.file_path] = e
+    for ids, entries in by_ids.items():
+        fields = []
+        for fid in ids:
+            field = next((f for f in schema.fields if f.id == fid), None)
+            if field is None:
+                raise UnsupportedFeatureError(
+                    f"equality deletes on field id {fid}, which is not a top-level column of the current "
+                    "schema: tablekeeper cannot apply them yet"
+                )
+            fields.append(field)
+        read_schema = T.StructType([spark_field(f) for f in fields])
+        consts = spark.createDataFrame(
+            [
+                (
+                    path_key(p),
+                    int(e.sequence_number or 0),
+                    -1
+                    if e.data_file.spec_id in unpartitioned
+                    else scopes.get((e.data_file.spec_id, e.data_file.partition), -2),
+                )
+                for p, e in entries.items()
+            ],
+            T.StructType(
+                [
+                    T.StructField("_tk_delete", T.StringType()),
+                    T.StructField("_tk_dseq", T.LongType()),
+                    T.StructField("_tk_dscope", T.IntegerType()),
+                ]
+            ),
+        )
+        deletes = spark.read.schema(read_schema).parquet(*(_glob_escaped(p) for p in entries))
+        deletes = deletes.select(
+            *(F.col(f.name).alias(f"_tk_eq{i}") for i, f in enumerate(fields)),
+            _spark_path_key(F.col("_metadata.file_path")).alias("_tk_delete"),
+        ).join(F.broadcast(consts), "_tk_delete")
+        condition = F.col(SEQ) < F.col("_tk_dseq")
+        condition = condition & ((F.col("_tk_dscope") == -1) | (F.col("_tk_dscope") == F.col(SCOPE)))
+        for i, f in enumerate(fields):
+            condition = condition & df[f.name].eqNullSafe(deletes[f"_tk_eq{i}"])
+        df = df.join(deletes, condition, "left_anti")
+    return df
+
+
+def _lineage(df: DataFrame) -> DataFrame:
+    known = F.col(FIRST_ROW_ID).isNotNull()
+    row_id = F.coalesce(F.col(ROW_ID.name), F.when(known, F.col(FIRST_ROW_ID) + F.col(POS)))
+    updated = F.coalesce(F.col(LAST_UPDATED.name), F.when(known, F.col(SEQ)))
+    return df.withColumn(ROW_ID.name, row_id).withColumn(LAST_UPDATED.name, updated)
+
+
+def _identity_fill(df: DataFrame, meta: TableMetadata, tasks: Sequence[FileTask]) -> DataFrame:
+    """Identity partition columns from the partition tuple where a file does not hold them."""
+    schema = meta.schema()
+    specs = {t.file.spec_id for t in tasks}
+    if len(specs) != 1 or len({t.file.partition for t in tasks}) != 1:
+        return df  # callers split groups by partition first
+    spec = meta.spec(next(iter(specs)))
+    partition = tasks[0].file.partition
+    for i, pf in enumerate(spec.fields):
+        if pf.transform != "identity":
+            continue
+        field = next((f for f in schema.fields if f.id == pf.source_id), None)
+        if field is None:
+            continue
+        value = _spark_literal(field.type, partition[i])
+        df = df.withColumn(field.name, F.coalesce(F.col(field.name), value))
+    return df
+
+
+def _spark_literal(t: IcebergType, value: Any) -> Column:
+    if value is None:
+        return F.lit(None)
+    name = getattr(t, "name", None)
+    if name == "date":
+        return F.date_from_unix_date(F.lit(int(value)))
+    if name == "timestamptz":
+        return F.timestamp_micros(F.lit(int(value)))
+    if name == "timestamp":
+        return F.timestamp_micros(F.lit(int(value))).cast("timestamp_ntz")
+    if name == "binary" or isinstance(t, FixedType):
+        return F.unhex(F.lit(bytes(value).hex()))
+    return F.lit(to_json(t, value)).cast(spark_type(t, "partition value"))
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    files: tuple[DataFile, ...]
+    directory: str
+
+
+def _footer(task: tuple[str, int, int, tuple[Any, ...], int | None, Schema]) -> DataFile:
+    location, size, spec_id, partition, sort_order_id, schema = task
+    io = FileIO.for_location(location)
+    with io.open_input(location) as stream:
+        footer = pq.read_metadata(stream)
+    f = data_file_from_footer(
+        footer, schema, path=location, file_size=size, spec_id=spec_id, partition=partition
+    )
+    if sort_order_id is not None:
+        f = replace(f, sort_order_id=sort_order_id)
+    return f
+
+
+def rewrite_files(
+    spark: SparkSession,
+    meta: TableMetadata,
+    tasks: Sequence[FileTask],
+    target: WriteTarget,
+    sort_order_id: int | None,
+) -> Rewritten:
+    """Rewrite ``tasks`` (files of one spec and partition) into ``target``; returns the new
+    files with metrics from their footers. The caller deletes the directory on failure."""
+    schema = meta.schema()
+    v3 = meta.format_version >= 3
+    scopes = {
+        key: i for i, key in enumerate(sorted({(t.file.spec_id, t.file.partition) for t in tasks}, key=repr))
+    }
+    read_schema = spark_schema(schema, (ROW_ID, LAST_UPDATED) if v3 else ())
+    df = _read(spark, read_schema, [t.file.file_path for t in tasks])
+    df = df.join(F.broadcast(_constants(spark, tasks, scopes)), FILE, "left")
+    # A row whose file is not matched would lose its deletes and lineage: fail, never guess.
+    df = df.where(
+        F.assert_true(F.col(SEQ).isNotNull(), F.concat(F.lit("unmatched data file "), F.col(FILE))).isNull()
+    )
+    deleted, bound = _position_deletes(spark, tasks)
+    if deleted is not None:
+        df = df.join(
+            F.broadcast(deleted) if bound <= BROADCAST_DELETES else deleted, [FILE, POS], "left_anti"
+        )
+    unpartitioned = frozenset(s.spec_id for s in meta.partition_specs if s.is_unpartitioned)
+    df = _equality_deletes(spark, df, tasks, schema, scopes, unpartitioned)
+    if v3:
+        df = _lineage(df)
+    df = _identity_fill(df, meta, tasks)
+    columns = [F.col(f.name).alias(f.name, metadata={FIELD_ID: f.id}) for f in schema.fields]
+    if v3:
+        columns += [F.col(f.name).alias(f.name, metadata={FIELD_ID: f.id}) for f in (ROW_ID, LAST_UPDATED)]
+    out = df.select(*columns)
+    order = [
+        (F.col(c).asc_nulls_first() if nulls_first else F.col(c).asc_nulls_last())
+        if asc
+        else (F.col(c).desc_nulls_first() if nulls_first else F.col(c).desc_nulls_last())
+        for c, asc, nulls_first in target.sort
+    ]
+    if target.global_sort and order:
+        out = out.repartitionByRange(target.output_files, *order).sortWithinPartitions(*order)
+    else:
+        out = out.coalesce(target.output_files)
+        if order:
+            out = out.sortWithinPartitions(*order)
+    (
+        out.write.option("compression", target.compression)
+        .option("maxRecordsPerFile", target.max_records_per_file)
+        .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+        .mode("errorifexists")
+        .parquet(target.directory)
+    )
+    return Rewritten(_describe(spark, target, schema, sort_order_id), target.directory)
+
+
+def _describe(
+    spark: SparkSession, target: WriteTarget, schema: Schema, sort_order_id: int | None
+) -> tuple[DataFile, ...]:
+    io = FileIO.for_location(target.directory)
+    written, clutter = [], []
+    for info in io.list(target.directory, recursive=True):
+        name = info.location.rsplit("/", 1)[-1]
+        if name.endswith(".parquet") and not name.startswith((".", "_")):
+            written.append(info)
+        else:
+            clutter.append(info.location)  # checksums and markers of the Hadoop committer
+    io.delete_many(clutter)
+    tasks = [
+        (i.location, i.size, target.spec.spec_id, target.partition, sort_order_id, schema) for i in written
+    ]
+    if not tasks:
+        return ()
+    sc = spark.sparkContext
+    files = sc.parallelize(tasks, max(1, min(len(tasks), sc.defaultParallelism))).map(_footer).collect()
+    return tuple(sorted(files, key=lambda f: f.file_path))
+
+
+def new_directory(data_root: str, label: str) -> str:
+    return f"{data_root.rstrip('/')}/compact-{label}-{uuid.uuid4().hex[:12]}"
+
+
+def files_matching(spark: SparkSession, schema: Schema, paths: Sequence[str], where: str) -> frozenset[str]:
+    """Path keys of the files holding at least one row that satisfies the Spark SQL predicate
+    ``where`` (only its columns are read, and Parquet statistics skip most row groups)."""
+    if not paths:
+        return frozenset()
+    df = _read(spark, spark_schema(schema), paths)
+    try:
+        matched = df.where(F.expr(where)).select(FILE).distinct().collect()
+    except Exception as err:
+        reason = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), err.__class__.__name__)
+        raise ConfigError(
+            f"--where {where!r} is not a predicate on the table's columns ({reason[:200]}): use Spark SQL, "
+            "e.g. \"cat = 'a' AND ts >= '2026-01-01'\""
+        ) from err
+    return frozenset(str(r[0]) for r in matched)
