@@ -96,6 +96,8 @@ def run_engine(engine: str, work: Path, output_files: int) -> dict[str, object]:
         rewritten, added = int(m["rewritten_data_files_count"]), int(m["added_data_files_count"])
     else:
         paths = [str(p) for p in (work / "wh" / "bench" / "c" / "data").rglob("*.parquet")]
+        # The same file-stat parallelism compact uses (Spark's default is a task per path).
+        spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.parallelism", "8")
         spark.read.parquet(*paths).coalesce(output_files).write.option("compression", "zstd").parquet(
             str(work / "floor")
         )
@@ -129,7 +131,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--files", type=int, default=2000)
-    parser.add_argument("--rows", type=int, default=9_000_000, help="rows in all (about 1 GB by default)")
+    parser.add_argument("--rows", type=int, default=15_500_000, help="rows in all (about 1 GB by default)")
     parser.add_argument("--output-files", type=int, default=2, help="files the floor writes")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--child", nargs=1, help=argparse.SUPPRESS)

@@ -24,6 +24,10 @@ def _data_files(spark, table: str) -> int:  # type: ignore[no-untyped-def]
     return int(spark.sql(f"SELECT count(*) FROM {table}.files WHERE content = 0").collect()[0][0])
 
 
+def _delete_files(spark, table: str) -> int:  # type: ignore[no-untyped-def]
+    return int(spark.sql(f"SELECT count(*) FROM {table}.files WHERE content > 0").collect()[0][0])
+
+
 def _small_files_table(spark, name: str, version: int) -> str:  # type: ignore[no-untyped-def]
     """Many small files per partition, merge-on-read deletes (position files on v2, DVs on v3),
     a renamed and an added column."""
@@ -53,6 +57,7 @@ def test_binpack_keeps_rows_and_lineage_and_drops_files(spark, catalogs, version
     lineage = ", _row_id, _last_updated_sequence_number" if version == 3 else ""
     before = _rows(spark, f"SELECT *{lineage} FROM {table}")
     files_before = _data_files(spark, table)
+    deletes_before = _delete_files(spark, table)
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     identifier = f"db.compact_v{version}"
     result = run_compact(CompactOptions(table=identifier, min_input_files=2), catalog, identifier, spark)
@@ -63,7 +68,8 @@ def test_binpack_keeps_rows_and_lineage_and_drops_files(spark, catalogs, version
     after = _rows(spark, f"SELECT *{lineage} FROM {table}")
     assert after == before
     assert _data_files(spark, table) == 2
-    deletes = int(spark.sql(f"SELECT count(*) FROM {table}.files WHERE content > 0").collect()[0][0])
+    deletes = _delete_files(spark, table)
+    assert deletes_before > 0 and m["removed_delete_files_count"] == deletes_before - deletes, m
     if version == 3:
         assert deletes == 0  # DVs go with their data files
         assert all(r[-2] is not None for r in after)
@@ -333,3 +339,73 @@ def test_partition_evolution_and_the_oracle(spark, catalogs) -> None:  # type: i
         f"SELECT count(DISTINCT spec_id, partition) FROM {ours}.files WHERE content = 0"
     ).collect()[0][0]
     assert tk == scopes and abs(ice - tk) <= 4, (ice, tk, m)
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_converted_delta_table_compacts(spark, catalogs, tmp_path, version: int) -> None:  # type: ignore[no-untyped-def]
+    """Files written by delta-spark hold no field ids and no partition columns, and carry DVs:
+    read through the name mapping, partition values filled in, deletes applied."""
+    from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
+    from tests.conftest import SQL_CATALOG
+
+    source = str(tmp_path / f"delta_{version}")
+    spark.range(0, 600).selectExpr("id", "CAST(id % 3 AS STRING) AS p", "id * 0.5 AS x").repartition(
+        6
+    ).write.format("delta").partitionBy("p").option("delta.enableDeletionVectors", "true").save(source)
+    spark.sql(f"DELETE FROM delta.`{source}` WHERE id % 10 = 0")
+    target = f"db.conv_compact_v{version}"
+    catalog = catalog_for(catalogs.get(SQL_CATALOG))
+    run_convert(ConvertOptions(source=source, target=target, format_version=version), catalog)
+    table = f"{SQL_CATALOG}.{target}"
+    before = _rows(spark, f"SELECT id, p, x FROM {table}")
+    assert len(before) == 540
+    m = run_compact(CompactOptions(table=target, min_input_files=2), catalog, target, spark).metrics
+    assert m["rewritten_data_files_count"] == 18 and m["added_data_files_count"] == 3, m
+    spark.sql(f"REFRESH TABLE {table}")
+    assert _rows(spark, f"SELECT id, p, x FROM {table}") == before
+
+
+def test_a_group_whose_rows_are_all_deleted_writes_nothing(spark, catalogs) -> None:  # type: ignore[no-untyped-def]
+    table = f"{FS_CATALOG}.db.compact_gone"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, cat STRING) USING iceberg PARTITIONED BY (cat) "
+        "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read')"
+    )
+    for i in range(3):
+        spark.sql(f"INSERT INTO {table} VALUES ({i}, 'a'), ({i + 10}, 'b'), ({i + 20}, 'b')")
+    # Two row-level deletes (neither covers a whole file by its metrics) remove all of 'b'.
+    spark.sql(f"DELETE FROM {table} WHERE cat = 'b' AND id >= 20")
+    spark.sql(f"DELETE FROM {table} WHERE cat = 'b' AND id < 20")
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    m = run_compact(
+        CompactOptions(table="db.compact_gone", min_input_files=2), catalog, "db.compact_gone", spark
+    ).metrics
+    assert m["rewritten_data_files_count"] == 6 and m["added_data_files_count"] == 1, m
+    spark.sql(f"REFRESH TABLE {table}")
+    assert _rows(spark, f"SELECT * FROM {table}") == [(0, "a"), (1, "a"), (2, "a")]
+    assert _data_files(spark, table) == 1 and _delete_files(spark, table) == 0
+
+
+def test_odd_characters_in_the_table_location(spark, catalogs, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Spark names files by encoded URI; deletes and lineage still find their files."""
+    from tests.conftest import SQL_CATALOG
+
+    location = tmp_path / "we ird%20+é[1]" / "t"
+    table = f"{SQL_CATALOG}.db.compact_odd"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, cat STRING) USING iceberg PARTITIONED BY (cat) "
+        f"LOCATION '{location}' TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read')"
+    )
+    for i in range(3):
+        spark.sql(f"INSERT INTO {table} SELECT id, 'a' FROM range({i * 10}, {(i + 1) * 10})")
+    spark.sql(f"DELETE FROM {table} WHERE id % 4 = 0")
+    before = _rows(spark, f"SELECT *, _row_id, _last_updated_sequence_number FROM {table}")
+    catalog = catalog_for(catalogs.get(SQL_CATALOG))
+    m = run_compact(
+        CompactOptions(table="db.compact_odd", min_input_files=2), catalog, "db.compact_odd", spark
+    ).metrics
+    assert m["rewritten_data_files_count"] == 3 and m["added_data_files_count"] == 1, m
+    spark.sql(f"REFRESH TABLE {table}")
+    assert _rows(spark, f"SELECT *, _row_id, _last_updated_sequence_number FROM {table}") == before

@@ -136,6 +136,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _job_options(orphans)
     _compact_parser(sub)
+    backfill = sub.add_parser(
+        "backfill-row-lineage", help="upgrade to Iceberg v3 and give existing rows row ids (metadata only)"
+    )
+    _table_options(backfill)
+    backfill.add_argument(
+        "--branch",
+        action="append",
+        default=[],
+        help="also assign ids on this branch (repeatable; main always)",
+    )
+    _job_options(backfill)
     return parser
 
 
@@ -218,6 +229,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _remove_orphans(args)
     if args.command == "compact":
         return _compact(args)
+    if args.command == "backfill-row-lineage":
+        return _backfill(args)
     raise AssertionError(f"unhandled command {args.command}")
 
 
@@ -450,6 +463,18 @@ def _compact(args: argparse.Namespace) -> int:
         return run_compact(options, *_spark_table(args))
 
     return _run_job(args, "compact", args.table, run)
+
+
+def _backfill(args: argparse.Namespace) -> int:
+    from tablekeeper.catalog import resolve_table
+    from tablekeeper.jobs.backfill_row_lineage import BackfillOptions, run_backfill
+
+    def run() -> JobResult:
+        catalog, identifier = resolve_table(args.table, args.catalog, _catalogs(args))
+        options = BackfillOptions(table=args.table, branches=tuple(args.branch), dry_run=args.dry_run)
+        return run_backfill(options, catalog, identifier)
+
+    return _run_job(args, "backfill-row-lineage", args.table, run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 
 from tablekeeper.commit.summary import SummaryDelta, build_summary
 from tablekeeper.errors import CommitConflict, UnsupportedFeatureError
+from tablekeeper.iceberg.delete_index import referenced_file
 from tablekeeper.iceberg.manifest import (
     ADDED,
     DATA,
@@ -62,6 +63,12 @@ class SnapshotChange:
     # Rewrites: fail when a delete file committed after this snapshot applies to a removed data
     # file (its rows would come back); equality deletes count only without a data sequence number.
     validate_deletes_since: int | None = None
+    # Rewrites: also remove delete files that can no longer apply to any live data file (older
+    # than every data file, or naming a removed file), as Iceberg's rewrite commit does.
+    drop_obsolete_deletes: bool = False
+    # Row-id backfill: data manifests without row counts (v1 lists) are rewritten with their live
+    # entries as EXISTING, so the manifest list can give them a row-id range.
+    rewrite_uncounted_manifests: bool = False
 
 
 @dataclass(frozen=True)
@@ -169,9 +176,37 @@ def _apply_change(
     removed_data: list[ManifestEntry] = []
     # At most one DV per data file: a new DV must replace (remove) any live one for the same file.
     dv_targets = {f.referenced_data_file for f in change.added_files if f.is_dv and f.referenced_data_file}
+    # A delete file older than every live data file applies to none (position deletes need a data
+    # file at most as new, equality deletes an older one). Computed before this commit's removals,
+    # which can only raise it: a lower bound keeps more, never less.
+    floor = _min_data_sequence(parent_manifests, change, base) if change.drop_obsolete_deletes else None
     for m in parent_manifests:
+        uncounted = m.added_rows_count is None or m.existing_rows_count is None
+        if change.rewrite_uncounted_manifests and m.content == MANIFEST_DATA and uncounted:
+            entries = [e for e in read_entries(io, base, m) if e.is_live]
+            if entries:
+                path = manifest_location(base.location, commit_uuid, counter())
+                data, manifest = write_manifest(
+                    path,
+                    _without(entries, lambda _: False, snapshot_id),
+                    format_version=base.format_version,
+                    spec=base.spec(m.partition_spec_id),
+                    schema=base.schema(),
+                    snapshot_id=snapshot_id,
+                    content=m.content,
+                )
+                io.create_if_absent(path, data)
+                written.append(path)
+                rewritten.append(manifest)
+            continue
         checks_dvs = bool(dv_targets) and m.content == MANIFEST_DELETES
-        if not to_remove and not checks_dvs and not (deletes_of and m.content == MANIFEST_DELETES):
+        obsolete = floor is not None and m.content == MANIFEST_DELETES and m.min_sequence_number < floor
+        if (
+            not to_remove
+            and not checks_dvs
+            and not obsolete
+            and not (deletes_of and m.content == MANIFEST_DELETES)
+        ):
             kept.append(m)
             continue
         entries = read_entries(io, base, m)
@@ -201,6 +236,14 @@ def _apply_change(
                 # A removed data file's DVs go with it (spec).
                 or (f.is_dv and f.referenced_data_file in to_remove)
                 or (f.content == POSITION_DELETES and f.referenced_data_file in deletes_of)
+                or (
+                    floor is not None
+                    and f.content != DATA
+                    and (
+                        (e.sequence_number is not None and e.sequence_number < floor)
+                        or (f.content == POSITION_DELETES and referenced_file(f) in to_remove)
+                    )
+                )
             )
 
         hits = [e for e in entries if gone(e)]
@@ -273,6 +316,17 @@ def _apply_change(
     )
     metadata = add_snapshot(base, snapshot, branch=change.branch, timestamp_ms=timestamp_ms)
     return Attempt(metadata, snapshot, tuple(written), tuple(removed))
+
+
+def _min_data_sequence(manifests: Sequence[ManifestFile], change: SnapshotChange, base: TableMetadata) -> int:
+    seqs = [m.min_sequence_number for m in manifests if m.content == MANIFEST_DATA and m.has_live_files()]
+    if any(f.content == DATA for f in change.added_files) or change.added_manifests:
+        seqs.append(
+            change.data_sequence_number
+            if change.data_sequence_number is not None
+            else base.next_sequence_number()
+        )
+    return min(seqs, default=0)
 
 
 def _check_new_deletes(

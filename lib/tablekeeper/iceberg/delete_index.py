@@ -49,22 +49,27 @@ def _seq(entry: ManifestEntry) -> int:
     return entry.sequence_number
 
 
+def referenced_file(delete: DataFile) -> str | None:
+    """The one data file a position delete file names: its ``referenced_data_file``, or its
+    ``file_path`` bounds when both are the same path. None when it may name several."""
+    if delete.referenced_data_file is not None:
+        return delete.referenced_data_file
+    lower = (delete.lower_bounds or {}).get(DELETE_FILE_PATH_ID)
+    if lower is None or lower != (delete.upper_bounds or {}).get(DELETE_FILE_PATH_ID):
+        return None
+    try:
+        return lower.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def _names(delete: DataFile, path: str) -> bool:
     """Whether a position delete file may hold positions of ``path``. Only a delete file that
     names one data file is ruled out; a range of paths is not trusted, since a pruned delete
     file would bring deleted rows back (bounds may be truncated or ordered by another engine's
     string order)."""
-    target = delete.referenced_data_file
-    if target is None:
-        lower = (delete.lower_bounds or {}).get(DELETE_FILE_PATH_ID)
-        upper = (delete.upper_bounds or {}).get(DELETE_FILE_PATH_ID)
-        if lower is None or lower != upper:
-            return True
-        try:
-            target = lower.decode("utf-8")
-        except UnicodeDecodeError:
-            return True
-    return target == path
+    target = referenced_file(delete)
+    return target is None or target == path
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from tablekeeper.errors import ConfigError
-from tablekeeper.iceberg.delete_index import DELETE_FILE_PATH_ID, AppliedDeletes, DeleteIndex
-from tablekeeper.iceberg.manifest import DataFile, ManifestEntry
+from tablekeeper.iceberg.delete_index import AppliedDeletes, DeleteIndex, referenced_file
+from tablekeeper.iceberg.manifest import POSITION_DELETES, DataFile, ManifestEntry
 
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
 DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
@@ -171,12 +171,7 @@ class RewritePlan:
 
 
 def _file_scoped(delete: DataFile) -> bool:
-    if delete.content != 1:
-        return False
-    if delete.referenced_data_file is not None:
-        return True
-    lower = (delete.lower_bounds or {}).get(DELETE_FILE_PATH_ID)
-    return lower is not None and lower == (delete.upper_bounds or {}).get(DELETE_FILE_PATH_ID)
+    return delete.content == POSITION_DELETES and referenced_file(delete) is not None
 
 
 def too_many_deletes(task: FileTask, options: RewriteOptions) -> bool:

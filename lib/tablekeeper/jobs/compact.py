@@ -32,12 +32,12 @@ from tablekeeper.iceberg.rewrite_plan import FileGroup, FileTask, RewriteOptions
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.options import SortKey, parse_size, parse_sort_order
 from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.spark.data_read import path_key
 from tablekeeper.spark.reachability import task_failure
 from tablekeeper.spark.rewrite import (
     WriteTarget,
     files_matching,
     new_directory,
-    path_key,
     rewrite_conf,
     rewrite_files,
 )
@@ -164,9 +164,7 @@ def plan(
     if options.where:
         spark.sparkContext.setJobDescription(f"{JOB}: files with rows where {options.where}")
         with rewrite_conf(spark):
-            keys = files_matching(
-                spark, meta.schema(), [e.data_file.file_path for e in files.data], options.where
-            )
+            keys = files_matching(spark, meta, [e.data_file.file_path for e in files.data], options.where)
 
         def matches(entry: ManifestEntry) -> bool:
             return path_key(entry.data_file.file_path) in keys
@@ -261,7 +259,8 @@ def _clean(directories: Sequence[str]) -> None:
 
 def _commit(
     catalog: Catalog, identifier: str, start: TableMetadata, branch: str, batch: Sequence[_Outcome]
-) -> None:
+) -> int:
+    """Commit a batch of rewritten groups; returns the delete files the commit removed."""
     snapshot = start.ref_snapshot(branch)
     assert snapshot is not None
     removed = frozenset(t.file.file_path for o in batch for t in o.group.tasks)
@@ -273,6 +272,7 @@ def _commit(
         branch=branch,
         data_sequence_number=snapshot.sequence_number if start.format_version >= 2 else None,
         validate_deletes_since=snapshot.snapshot_id,
+        drop_obsolete_deletes=True,
         summary={"tablekeeper.job": JOB},
     )
     try:
@@ -286,6 +286,8 @@ def _commit(
     for o in batch:
         o.committed = True
         o.snapshot_id = result.snapshot.snapshot_id if result.snapshot is not None else None
+    summary = result.snapshot.summary if result.snapshot is not None else {}
+    return int(summary.get("removed-delete-files", "0"))
 
 
 def run_compact(options: CompactOptions, catalog: Catalog, identifier: str, spark: SparkSession) -> JobResult:
@@ -309,12 +311,12 @@ def run_compact(options: CompactOptions, catalog: Catalog, identifier: str, spar
         metrics["groups"] = [_group_json(g) for g in the_plan.groups]
         if not the_plan.groups:
             metrics["note"] = "nothing to rewrite"
-        metrics |= _counts([])
+        metrics |= _counts([], 0)
         return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
-    outcomes = _execute(
+    outcomes, removed_deletes = _execute(
         options, catalog, identifier, spark, meta, the_plan, rewrite, keys, global_sort, sort_order_id
     )
-    metrics |= _counts(outcomes)
+    metrics |= _counts(outcomes, removed_deletes)
     metrics["groups"] = [_group_json(o) for o in outcomes]
     metrics["snapshot_ids"] = sorted({o.snapshot_id for o in outcomes if o.snapshot_id is not None})
     return clock.result(JOB, identifier, dry_run=False, metrics=metrics)
@@ -331,17 +333,18 @@ def _execute(
     keys: Sequence[SortKey],
     global_sort: bool,
     sort_order_id: int | None,
-) -> list[_Outcome]:
+) -> tuple[list[_Outcome], int]:
     groups = the_plan.groups
     per_commit = -(-len(groups) // options.max_commits) if options.partial_progress else len(groups)
     lock = threading.Lock()
+    removed_deletes: list[int] = []
     pending: list[_Outcome] = []
     outcomes: list[_Outcome] = []
     failures: list[TablekeeperError] = []
 
     def commit(batch: list[_Outcome]) -> None:
         try:
-            _commit(catalog, identifier, meta, options.branch, batch)
+            removed_deletes.append(_commit(catalog, identifier, meta, options.branch, batch))
         except TablekeeperError as err:
             if not options.partial_progress:
                 raise
@@ -376,23 +379,17 @@ def _execute(
         commit(pending)
     if options.partial_progress and failures and len(failures) >= min(len(groups), options.max_commits):
         raise failures[0]
-    return outcomes
+    return outcomes, sum(removed_deletes)
 
 
-def _counts(outcomes: Sequence[_Outcome]) -> dict[str, object]:
+def _counts(outcomes: Sequence[_Outcome], removed_deletes: int) -> dict[str, object]:
     committed = [o for o in outcomes if o.committed]
-    dvs = {
-        d.data_file.file_path + f"@{d.data_file.content_offset}"
-        for o in committed
-        for t in o.group.tasks
-        if t.deletes.dv is not None
-        for d in (t.deletes.dv,)
-    }
     return {
         "rewritten_data_files_count": sum(len(o.group.tasks) for o in committed),
         "added_data_files_count": sum(len(o.added) for o in committed),
         "rewritten_bytes_count": sum(o.group.input_size for o in committed),
         "failed_data_files_count": sum(len(o.group.tasks) for o in outcomes if not o.committed),
-        "removed_delete_files_count": len(dvs),
+        # DVs of rewritten files, and delete files no live data file can need any more.
+        "removed_delete_files_count": removed_deletes,
         "failed_groups_count": sum(1 for o in outcomes if not o.committed),
     }

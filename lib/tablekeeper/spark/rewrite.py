@@ -15,9 +15,8 @@ described afterwards from the files' footers (read on the executors), so nothing
 from __future__ import annotations
 
 import logging
-import re
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -31,6 +30,7 @@ from tablekeeper.errors import ConfigError, CorruptMetadataError, UnsupportedFea
 from tablekeeper.iceberg.conversions import to_json
 from tablekeeper.iceberg.manifest import DataFile, ManifestEntry
 from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.iceberg.name_mapping import NameMapping, parse_name_mapping
 from tablekeeper.iceberg.parquet import data_file_from_footer
 from tablekeeper.iceberg.partitioning import PartitionSpec
 from tablekeeper.iceberg.puffin import deserialize_dv
@@ -38,39 +38,28 @@ from tablekeeper.iceberg.rewrite_plan import FileTask
 from tablekeeper.iceberg.types import FixedType, IcebergType, Schema
 from tablekeeper.io import FileIO
 from tablekeeper.spark.concurrent import no_cycle_collection
+from tablekeeper.spark.data_read import FILE, POS, glob_escaped, path_key, read_data_files, spark_path_key
 from tablekeeper.spark.schema import (
     FIELD_ID,
     LAST_UPDATED,
     READ_WRITE_CONF,
     ROW_ID,
     spark_field,
-    spark_schema,
     spark_type,
 )
 
 log = logging.getLogger(__name__)
 
-FILE, POS, SEQ, FIRST_ROW_ID, SCOPE = "_tk_file", "_tk_pos", "_tk_seq", "_tk_first_row_id", "_tk_scope"
+SEQ, FIRST_ROW_ID, SCOPE = "_tk_seq", "_tk_first_row_id", "_tk_scope"
+NAME_MAPPING = "schema.name-mapping.default"
 # Delete sets below this many rows are broadcast: the data side is then never shuffled.
 BROADCAST_DELETES = 2_000_000
 _SCHEME_AUTHORITY = r"^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?"
-_GLOB = re.compile(r"([\\\[\]{}*?])")
 
 
-def path_key(location: str) -> str:
-    """A file's path without scheme and authority: how rows of one group name their file
-    (unique within a table, and spelled alike by Spark and by the manifests)."""
-    return re.sub(_SCHEME_AUTHORITY, "", location, count=1)
-
-
-def _spark_path_key(col: Column) -> Column:
-    # Spark reports a file as an encoded URI; '+' is literal in a path, not a space.
-    decoded = F.url_decode(F.regexp_replace(col, r"\+", "%2B"))
-    return F.regexp_replace(decoded, _SCHEME_AUTHORITY, "")
-
-
-def _glob_escaped(location: str) -> str:
-    return _GLOB.sub(r"\\\1", location)
+def name_mapping(meta: TableMetadata) -> NameMapping | None:
+    text = meta.properties.get(NAME_MAPPING)
+    return parse_name_mapping(text) if text else None
 
 
 @contextmanager
@@ -135,15 +124,6 @@ def _constants(
     return spark.createDataFrame(rows, schema)
 
 
-def _read(spark: SparkSession, schema: T.StructType, paths: Iterable[str]) -> DataFrame:
-    df = spark.read.schema(schema).parquet(*(_glob_escaped(p) for p in paths))
-    return df.select(
-        "*",
-        _spark_path_key(F.col("_metadata.file_path")).alias(FILE),
-        F.col("_metadata.row_index").alias(POS),
-    )
-
-
 def _dv_positions(dv: tuple[str, int, int, str, int]) -> Iterator[tuple[str, int]]:
     location, offset, length, data_key, cardinality = dv
     with FileIO.for_location(location).open_input(location) as stream:
@@ -198,9 +178,9 @@ def _position_deletes(spark: SparkSession, tasks: Sequence[FileTask]) -> tuple[D
         by_path = {
             path_key(p.data_file.file_path): p.data_file.file_path for t in tasks for p in t.deletes.positions
         }
-        deletes = spark.read.schema(schema).parquet(*(_glob_escaped(by_path[f]) for f in files))
+        deletes = spark.read.schema(schema).parquet(*(glob_escaped(by_path[f]) for f in files))
         deletes = deletes.select(
-            _spark_path_key(F.col("_metadata.file_path")).alias("_tk_delete"),
+            spark_path_key(F.col("_metadata.file_path")).alias("_tk_delete"),
             F.regexp_replace(F.col("file_path"), _SCHEME_AUTHORITY, "").alias(FILE),
             F.col("pos").alias(POS),
         )
@@ -264,10 +244,10 @@ def _equality_deletes(
                 ]
             ),
         )
-        deletes = spark.read.schema(read_schema).parquet(*(_glob_escaped(p) for p in entries))
+        deletes = spark.read.schema(read_schema).parquet(*(glob_escaped(p) for p in entries))
         deletes = deletes.select(
             *(F.col(f.name).alias(f"_tk_eq{i}") for i, f in enumerate(fields)),
-            _spark_path_key(F.col("_metadata.file_path")).alias("_tk_delete"),
+            spark_path_key(F.col("_metadata.file_path")).alias("_tk_delete"),
         ).join(F.broadcast(consts), "_tk_delete")
         condition = F.col(SEQ) < F.col("_tk_dseq")
         condition = condition & ((F.col("_tk_dscope") == -1) | (F.col("_tk_dscope") == F.col(SCOPE)))
@@ -351,20 +331,27 @@ def rewrite_files(
     scopes = {
         key: i for i, key in enumerate(sorted({(t.file.spec_id, t.file.partition) for t in tasks}, key=repr))
     }
-    read_schema = spark_schema(schema, (ROW_ID, LAST_UPDATED) if v3 else ())
-    df = _read(spark, read_schema, [t.file.file_path for t in tasks])
-    df = df.join(F.broadcast(_constants(spark, tasks, scopes)), FILE, "left")
-    # A row whose file is not matched would lose its deletes and lineage: fail, never guess.
-    df = df.where(
-        F.assert_true(F.col(SEQ).isNotNull(), F.concat(F.lit("unmatched data file "), F.col(FILE))).isNull()
+    df = read_data_files(
+        spark,
+        schema,
+        (ROW_ID, LAST_UPDATED) if v3 else (),
+        name_mapping(meta),
+        [t.file.file_path for t in tasks],
     )
-    deleted, bound = _position_deletes(spark, tasks)
-    if deleted is not None:
-        df = df.join(
-            F.broadcast(deleted) if bound <= BROADCAST_DELETES else deleted, [FILE, POS], "left_anti"
-        )
-    unpartitioned = frozenset(s.spec_id for s in meta.partition_specs if s.is_unpartitioned)
-    df = _equality_deletes(spark, df, tasks, schema, scopes, unpartitioned)
+    # Rows need their file's constants only for deletes and lineage: without either the rewrite
+    # is a plain scan (no per-row file key, no join).
+    if v3 or any(t.deletes.count for t in tasks):
+        df = df.join(F.broadcast(_constants(spark, tasks, scopes)), FILE, "left")
+        # A row whose file is not matched would lose its deletes and lineage: fail, never guess.
+        unmatched = F.concat(F.lit("unmatched data file "), F.col(FILE))
+        df = df.where(F.assert_true(F.col(SEQ).isNotNull(), unmatched).isNull())
+        deleted, bound = _position_deletes(spark, tasks)
+        if deleted is not None:
+            df = df.join(
+                F.broadcast(deleted) if bound <= BROADCAST_DELETES else deleted, [FILE, POS], "left_anti"
+            )
+        unpartitioned = frozenset(s.spec_id for s in meta.partition_specs if s.is_unpartitioned)
+        df = _equality_deletes(spark, df, tasks, schema, scopes, unpartitioned)
     if v3:
         df = _lineage(df)
     df = _identity_fill(df, meta, tasks)
@@ -413,19 +400,23 @@ def _describe(
         return ()
     sc = spark.sparkContext
     files = sc.parallelize(tasks, max(1, min(len(tasks), sc.defaultParallelism))).map(_footer).collect()
-    return tuple(sorted(files, key=lambda f: f.file_path))
+    # Spark writes a file even for a task left without rows (every row deleted): not a data file.
+    io.delete_many([f.file_path for f in files if f.record_count == 0])
+    return tuple(sorted((f for f in files if f.record_count > 0), key=lambda f: f.file_path))
 
 
 def new_directory(data_root: str, label: str) -> str:
     return f"{data_root.rstrip('/')}/compact-{label}-{uuid.uuid4().hex[:12]}"
 
 
-def files_matching(spark: SparkSession, schema: Schema, paths: Sequence[str], where: str) -> frozenset[str]:
+def files_matching(
+    spark: SparkSession, meta: TableMetadata, paths: Sequence[str], where: str
+) -> frozenset[str]:
     """Path keys of the files holding at least one row that satisfies the Spark SQL predicate
     ``where`` (only its columns are read, and Parquet statistics skip most row groups)."""
     if not paths:
         return frozenset()
-    df = _read(spark, spark_schema(schema), paths)
+    df = read_data_files(spark, meta.schema(), (), name_mapping(meta), paths)
     try:
         matched = df.where(F.expr(where)).select(FILE).distinct().collect()
     except Exception as err:

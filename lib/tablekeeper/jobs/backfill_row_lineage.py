@@ -1,0 +1,147 @@
+"""backfill-row-lineage: upgrade a table to Iceberg v3 and give every existing row a row id,
+without rewriting data.
+
+Under the final v3 rules a data file without ``first_row_id`` inherits one from its manifest,
+and a manifest without one gets a range from the manifest list that commits it. So the job is
+one metadata commit per branch: a ``replace`` snapshot (no data change) whose list carries the
+branch's manifests unchanged, each data manifest without ``first_row_id`` given the next range
+(its added plus existing rows) from the table's ``next-row-id``. Manifests from v1 lists, which
+hold no row counts, are rewritten with their live entries as EXISTING first. Tables written under
+the October-2024 draft (a ``row-lineage`` flag) are read as v3 and normalised on commit.
+
+A concurrent commit makes the commit retry on the refreshed table, so the ranges are reassigned
+from its ``next-row-id``; a second run finds every manifest assigned and does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tablekeeper.catalog.base import Catalog
+from tablekeeper.commit.producer import SnapshotChange
+from tablekeeper.commit.transaction import Committer
+from tablekeeper.errors import ConfigError, UnsupportedFeatureError
+from tablekeeper.iceberg.manifest import MANIFEST_DATA, ManifestFile
+from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
+from tablekeeper.iceberg.updates import upgrade_format_version
+from tablekeeper.io import FileIO
+from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.table import load_manifests, read_entries
+
+log = logging.getLogger(__name__)
+
+JOB = "backfill-row-lineage"
+LINEAGE_COLUMNS = ("_row_id", "_last_updated_sequence_number")
+
+
+@dataclass(frozen=True)
+class BackfillOptions:
+    table: str
+    branches: tuple[str, ...] = ()
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class BranchNeed:
+    branch: str
+    manifests: int  # data manifests without a first_row_id
+    rows: int  # rows they hold (added + existing)
+    uncounted: int  # of them, v1 manifests without row counts (rewritten)
+
+
+def _rows(io: FileIO, meta: TableMetadata, m: ManifestFile) -> int:
+    if m.added_rows_count is not None and m.existing_rows_count is not None:
+        return int(m.added_rows_count) + int(m.existing_rows_count)
+    return sum(e.data_file.record_count for e in read_entries(io, meta, m) if e.is_live)
+
+
+def _need(io: FileIO, meta: TableMetadata, branch: str) -> BranchNeed:
+    snapshot = meta.ref_snapshot(branch)
+    if snapshot is None:
+        return BranchNeed(branch, 0, 0, 0)
+    todo = [
+        m
+        for m in load_manifests(io, snapshot)
+        if m.content == MANIFEST_DATA and m.first_row_id is None and m.has_live_files()
+    ]
+    uncounted = sum(1 for m in todo if m.added_rows_count is None or m.existing_rows_count is None)
+    return BranchNeed(branch, len(todo), sum(_rows(io, meta, m) for m in todo), uncounted)
+
+
+def _check(meta: TableMetadata, identifier: str, branches: Sequence[str]) -> None:
+    if meta.format_version not in (1, 2, 3):
+        raise UnsupportedFeatureError(
+            f"{identifier} has format version {meta.format_version}: only 1-3 upgrade"
+        )
+    clash = [f.name for f in meta.schema().fields if f.name in LINEAGE_COLUMNS]
+    if clash:
+        raise UnsupportedFeatureError(
+            f"{identifier} has a column named {clash[0]}, which v3 reserves for row lineage: rename it first"
+        )
+    for b in branches:
+        ref = meta.refs.get(b)
+        if ref is None or not ref.is_branch:
+            raise ConfigError(
+                f"--branch {b!r} is not a branch of {identifier}: use one of {sorted(meta.refs)}"
+            )
+
+
+def _upgrade(meta: TableMetadata, timestamp_ms: int) -> TableMetadata:
+    return upgrade_format_version(meta, 3, timestamp_ms=timestamp_ms)
+
+
+def run_backfill(options: BackfillOptions, catalog: Catalog, identifier: str) -> JobResult:
+    clock = JobClock()
+    table = catalog.require(identifier)
+    meta = table.metadata
+    branches = (MAIN_BRANCH, *(b for b in options.branches if b != MAIN_BRANCH))
+    _check(meta, identifier, branches[1:])
+    before = meta.format_version
+    needs = [_need(table.io, meta, b) for b in branches]
+    start = meta.next_row_id if meta.format_version >= 3 and meta.next_row_id is not None else 0
+    metrics: dict[str, object] = {
+        "format_version_before": before,
+        "format_version_after": 3,
+        "branches": [n.branch for n in needs],
+        "manifests_assigned": sum(n.manifests for n in needs),
+        "manifests_rewritten": sum(n.uncounted for n in needs),
+        "rows_assigned": sum(n.rows for n in needs),
+    }
+    todo = [n for n in needs if n.manifests]
+    if not todo and before >= 3:
+        metrics |= {"snapshot_ids": [], "note": "every live data manifest already has row ids: nothing to do"}
+        return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
+    if options.dry_run:
+        total = sum(n.rows for n in needs)
+        metrics["row_id_range"] = [start, start + total - 1] if total else None
+        metrics["snapshot_ids"] = []
+        return clock.result(JOB, identifier, dry_run=True, metrics=metrics)
+    committer = Committer(catalog, identifier)
+    snapshot_ids: list[int] = []
+    low: int | None = None
+    high: int | None = None
+    if not todo:
+        committer.update_metadata(_upgrade)  # no live data yet: the upgrade alone
+    for n in todo:
+        change = SnapshotChange(
+            operation="replace",
+            branch=n.branch,
+            prepare=_upgrade,
+            rewrite_uncounted_manifests=True,
+            summary={"tablekeeper.job": JOB},
+        )
+        snap = committer.commit_snapshot(change).snapshot
+        if snap is None:
+            continue
+        snapshot_ids.append(snap.snapshot_id)
+        if snap.first_row_id is not None and snap.added_rows:
+            low = snap.first_row_id if low is None else min(low, snap.first_row_id)
+            last = snap.first_row_id + snap.added_rows - 1
+            high = last if high is None else max(high, last)
+    metrics["snapshot_ids"] = snapshot_ids
+    metrics["row_id_range"] = [low, high] if low is not None else None
+    after = catalog.require(identifier).metadata
+    metrics["next_row_id"] = after.next_row_id
+    return clock.result(JOB, identifier, dry_run=False, metrics=metrics)
