@@ -409,3 +409,26 @@ def test_odd_characters_in_the_table_location(spark, catalogs, tmp_path) -> None
     assert m["rewritten_data_files_count"] == 3 and m["added_data_files_count"] == 1, m
     spark.sql(f"REFRESH TABLE {table}")
     assert _rows(spark, f"SELECT *, _row_id, _last_updated_sequence_number FROM {table}") == before
+
+
+def test_files_come_out_near_the_target_size(spark, catalogs) -> None:  # type: ignore[no-untyped-def]
+    table = f"{FS_CATALOG}.db.compact_sizes"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, s STRING) USING iceberg TBLPROPERTIES ('format-version'='2')"
+    )
+    for i in range(12):
+        spark.sql(
+            f"INSERT INTO {table} SELECT id, sha2(CAST(id AS STRING), 256) "
+            f"FROM range({i * 2000}, {(i + 1) * 2000})"
+        )
+    total = int(spark.sql(f"SELECT sum(file_size_in_bytes) FROM {table}.files").collect()[0][0])
+    target = total // 4
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    options = CompactOptions(table="db.compact_sizes", target_file_size=str(target), min_input_files=2)
+    m = run_compact(options, catalog, "db.compact_sizes", spark).metrics
+    assert m["groups"][0]["expected_output_files"] == 4, m
+    spark.sql(f"REFRESH TABLE {table}")
+    sizes = sorted(int(r[0]) for r in spark.sql(f"SELECT file_size_in_bytes FROM {table}.files").collect())
+    assert 3 <= len(sizes) <= 5, sizes
+    assert all(0.5 * target <= s <= 1.4 * target for s in sizes[1:]), (target, sizes)

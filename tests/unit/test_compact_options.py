@@ -52,3 +52,14 @@ def test_command_line_options() -> None:
     )
     with pytest.raises(SystemExit):
         build_parser().parse_args(["compact", "--table", "db.t", "--strategy", "zorder"])
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [("128MB", 128 << 20), ("134217728b", 134217728), ("4194304", 4194304), ("1g", 1 << 30)],
+)
+def test_spark_size_settings(value: str, size: int) -> None:
+    from tablekeeper.spark.rewrite import _conf_bytes
+
+    assert _conf_bytes(value, 0) == size
+    assert _conf_bytes(None, 7) == 7 and _conf_bytes("lots", 7) == 7

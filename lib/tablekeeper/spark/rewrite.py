@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -52,6 +53,8 @@ log = logging.getLogger(__name__)
 
 SEQ, FIRST_ROW_ID, SCOPE = "_tk_seq", "_tk_first_row_id", "_tk_scope"
 NAME_MAPPING = "schema.name-mapping.default"
+# Up to this many written files, their footers are read by driver threads, not executor tasks.
+DRIVER_FOOTERS = 256
 # Delete sets below this many rows are broadcast: the data side is then never shuffled.
 BROADCAST_DELETES = 2_000_000
 _SCHEME_AUTHORITY = r"^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?"
@@ -367,8 +370,13 @@ def rewrite_files(
     ]
     if target.global_sort and order:
         out = out.repartitionByRange(target.output_files, *order).sortWithinPartitions(*order)
+    elif _read_partitions(spark, [t.size for t in tasks]) >= target.output_files:
+        out = out.coalesce(target.output_files)  # merges read splits: no shuffle
+        if order:
+            out = out.sortWithinPartitions(*order)
     else:
-        out = out.coalesce(target.output_files)
+        # Fewer read splits than files wanted (small files pack into few splits): spread rows.
+        out = out.repartition(target.output_files)
         if order:
             out = out.sortWithinPartitions(*order)
     (
@@ -379,6 +387,32 @@ def rewrite_files(
         .parquet(target.directory)
     )
     return Rewritten(_describe(spark, target, schema, sort_order_id), target.directory)
+
+
+def _conf_bytes(value: str | None, default: int) -> int:
+    """A Spark size setting (``134217728``, ``128m``, ``128MB``, ``4194304b``) in bytes."""
+    if not value:
+        return default
+    text = value.strip().lower().rstrip("b")
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    try:
+        return int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
+    except ValueError:
+        return default
+
+
+def _read_partitions(spark: SparkSession, sizes: Sequence[int]) -> int:
+    """How many splits Spark's file scan makes of files of these sizes (its packing rule, which
+    charges each file an open cost and caps a split at maxPartitionBytes), at least."""
+    conf = spark.conf
+    open_cost = int(conf.get("spark.sql.files.openCostInBytes", "4194304") or 4194304)
+    max_bytes = int(conf.get("spark.sql.files.maxPartitionBytes", "134217728") or 134217728)
+    min_parts = int(
+        conf.get("spark.sql.files.minPartitionNum", None) or spark.sparkContext.defaultParallelism
+    )
+    total = sum(size + open_cost for size in sizes)
+    split = min(max_bytes, max(open_cost, total // max(1, min_parts)))
+    return max(1, -(-total // max(1, split)))
 
 
 def _describe(
@@ -399,7 +433,12 @@ def _describe(
     if not tasks:
         return ()
     sc = spark.sparkContext
-    files = sc.parallelize(tasks, max(1, min(len(tasks), sc.defaultParallelism))).map(_footer).collect()
+    if len(tasks) <= DRIVER_FOOTERS:
+        # A footer is one small read: for a group's few files, threads here beat starting tasks.
+        with ThreadPoolExecutor(max_workers=min(16, len(tasks))) as pool:
+            files = list(pool.map(_footer, tasks))
+    else:
+        files = sc.parallelize(tasks, max(1, min(len(tasks), sc.defaultParallelism))).map(_footer).collect()
     # Spark writes a file even for a task left without rows (every row deleted): not a data file.
     io.delete_many([f.file_path for f in files if f.record_count == 0])
     return tuple(sorted((f for f in files if f.record_count > 0), key=lambda f: f.file_path))
