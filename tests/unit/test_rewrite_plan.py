@@ -34,7 +34,7 @@ def _dv(target: str, rows: int, part: tuple[object, ...] = ("a",)) -> ManifestEn
 
 
 def _plan(data: list[ManifestEntry], options: RewriteOptions, *deletes: ManifestEntry):  # type: ignore[no-untyped-def]
-    return plan_rewrite(data, DeleteIndex(deletes, frozenset()), SPEC, 1, options)
+    return plan_rewrite(data, DeleteIndex(deletes, frozenset()), options)
 
 
 def _options(**kw: object) -> RewriteOptions:
@@ -138,11 +138,16 @@ def test_groups_pack_in_order_up_to_the_group_size() -> None:
     assert [len(g.tasks) for g in plan.groups] == [2, 2]  # the last lone file is left
 
 
-def test_files_of_older_specs_share_the_all_null_partition() -> None:
-    data = [_data(f"o{i}", MB, ("x",), spec=OLD_SPEC) for i in range(3)]
-    data += [_data(f"p{i}", MB, ("y",), spec=OLD_SPEC) for i in range(3)]
-    (g,) = _plan(data, _options()).groups
-    assert g.partition == (None,) and len(g.tasks) == 6
+def test_files_of_older_specs_group_by_their_own_partition() -> None:
+    """Each group is written in its files' own spec: grouping by it lets a rerun converge."""
+    data = [_data(f"o{i}", MB, ("x",), spec=OLD_SPEC) for i in range(5)]
+    data += [_data(f"p{i}", MB, ("y",), spec=OLD_SPEC) for i in range(2)]
+    data += [_data(f"q{i}", MB, ("x",)) for i in range(5)]
+    plan = _plan(data, _options())
+    assert sorted((g.spec_id, g.partition, len(g.tasks)) for g in plan.groups) == [
+        (OLD_SPEC, ("x",), 5),
+        (SPEC, ("x",), 5),
+    ]
 
 
 def test_max_files_to_rewrite_cuts_the_plan() -> None:
@@ -156,9 +161,14 @@ def test_where_filter_keeps_only_matching_files() -> None:
     plan = plan_rewrite(
         data,
         DeleteIndex((), frozenset()),
-        SPEC,
-        1,
         _options(),
         matches=lambda e: e.data_file.file_path < "a5",
     )
     assert [t.file.file_path for t in plan.groups[0].tasks] == ["a0", "a1", "a2", "a3", "a4"]
+
+
+def test_files_spark_cannot_read_as_parquet_are_left_alone() -> None:
+    orc = ManifestEntry(1, 1, DataFile(DATA, "o.orc", "ORC", ("a",), 10, MB, spec_id=SPEC), 5, 5)
+    data = [_data(f"a{i}", MB) for i in range(5)] + [orc]
+    plan = _plan(data, _options())
+    assert plan.skipped_files == 1 and [len(g.tasks) for g in plan.groups] == [5]

@@ -353,19 +353,22 @@ def _check_new_deletes(
             )
     if not newer:
         return
+    started = base.snapshot(start) if start is not None else None
+    start_seq = started.sequence_number if started is not None else 0
     unpartitioned = {s.spec_id for s in base.partition_specs if s.is_unpartitioned}
     paths = {e.data_file.file_path for e in removed}
     scopes = {(e.data_file.spec_id, e.data_file.partition) for e in removed}
-    ids = {s.snapshot_id for s in newer}
     for m in load_manifests(io, newer[0]):
-        if m.content != MANIFEST_DELETES or m.added_snapshot_id not in ids:
+        # Deletes committed since the start have a larger data sequence number, whether their
+        # entry is still ADDED or was carried into a merged manifest as EXISTING.
+        if m.content != MANIFEST_DELETES or m.sequence_number <= start_seq:
             continue
         for e in read_entries(io, base, m):
             f = e.data_file
-            if e.status != ADDED or e.snapshot_id not in ids:
+            if not e.is_live or e.sequence_number is None or e.sequence_number <= start_seq:
                 continue
             if f.content == POSITION_DELETES:
-                target = f.referenced_data_file
+                target = referenced_file(f)
                 hit = target in paths if target is not None else (f.spec_id, f.partition) in scopes
             else:
                 hit = change.data_sequence_number is None and (

@@ -5,9 +5,10 @@ planning (bin-pack and sort share it), as a pure function of the live files and 
   ``max-file-size-bytes``, read with at least ``delete-file-threshold`` delete files, or has at
   least ``delete-ratio-threshold`` of its rows deleted by deletes naming it alone (DVs and
   single-file position deletes); with ``rewrite-all`` every file is.
-- Candidates are grouped by partition of the current spec (files of older specs share the
-  all-null partition, as in Iceberg) and packed in order into groups of at most
-  ``max-file-group-size-bytes``.
+- Candidates are grouped by their own spec and partition and packed in order into groups of at
+  most ``max-file-group-size-bytes``. (Iceberg puts files of older specs into one group and writes
+  them in the current spec; compact keeps each file's spec, so grouping by it is what lets a
+  second run find nothing left to do.)
 - A group is rewritten when it has enough files (more than one and at least
   ``min-input-files``), more than one file and more bytes than the target, more bytes than the
   maximum, or a file with too many deletes; with ``rewrite-all`` every group is.
@@ -28,6 +29,7 @@ DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
 DEFAULT_MAX_GROUP_SIZE = 100 * 1024 * 1024 * 1024
 NO_DELETE_THRESHOLD = 2**31 - 1
 SPLIT_OVERHEAD = 5 * 1024
+_READABLE = frozenset({"PARQUET", "PUFFIN"})
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,8 @@ class FileTask:
 class FileGroup:
     index: int  # 1-based over the plan
     partition_index: int  # 1-based within its partition
-    partition: tuple[object, ...]  # in the current spec (all None for files of older specs)
+    spec_id: int
+    partition: tuple[object, ...]  # in that spec
     tasks: tuple[FileTask, ...]
     expected_output_files: int
     split_size: int
@@ -160,6 +163,7 @@ class RewritePlan:
     groups: tuple[FileGroup, ...]
     planned_groups: int  # before --max-files-to-rewrite cut the list
     live_files: int
+    skipped_files: int = 0  # not Parquet, or read with deletes that are not Parquet or Puffin
 
     @property
     def files(self) -> int:
@@ -224,29 +228,33 @@ def pack(tasks: Iterable[FileTask], max_size: int) -> list[list[FileTask]]:
 def plan_rewrite(
     data: Iterable[ManifestEntry],
     deletes: DeleteIndex,
-    current_spec_id: int,
-    current_spec_fields: int,
     options: RewriteOptions,
     matches: Callable[[ManifestEntry], bool] | None = None,
 ) -> RewritePlan:
     """Groups to rewrite among the live ``data`` entries; ``matches`` keeps only files that may
     hold rows of the ``--where`` filter (a file is taken whole)."""
-    by_partition: dict[tuple[object, ...], list[FileTask]] = {}
-    live = 0
+    by_partition: dict[tuple[int, tuple[object, ...]], list[FileTask]] = {}
+    live = skipped = 0
     for entry in data:
         live += 1
         if matches is not None and not matches(entry):
             continue
         task = FileTask(entry, deletes.for_data_file(entry))
+        formats = {
+            entry.data_file.file_format.upper(),
+            *(d.data_file.file_format.upper() for d in task.deletes.files),
+        }
+        if not formats <= _READABLE:
+            skipped += 1  # ORC and Avro files are left as they are
+            continue
         if not options.rewrite_all and not _candidate(task, options):
             continue
         f = entry.data_file
-        key = f.partition if f.spec_id == current_spec_id else (None,) * current_spec_fields
-        by_partition.setdefault(key, []).append(task)
+        by_partition.setdefault((f.spec_id, f.partition), []).append(task)
     groups: list[FileGroup] = []
     planned = 0
     budget = options.max_files_to_rewrite
-    for partition, tasks in by_partition.items():
+    for (spec_id, partition), tasks in by_partition.items():
         kept = [
             g for g in pack(tasks, options.max_file_group_size) if options.rewrite_all or _keep(g, options)
         ]
@@ -263,13 +271,14 @@ def plan_rewrite(
                 FileGroup(
                     planned,
                     i,
+                    spec_id,
                     partition,
                     tuple(chosen),
                     options.expected_output_files(size),
                     options.split_size(size),
                 )
             )
-    return RewritePlan(tuple(groups), planned, live)
+    return RewritePlan(tuple(groups), planned, live, skipped)
 
 
 def expected_files_after(plan: RewritePlan, live_files: int) -> int:

@@ -110,25 +110,24 @@ def _sort_keys(options: CompactOptions, meta: TableMetadata) -> tuple[tuple[Sort
     order = meta.sort_order()
     table_keys: list[SortKey] = []
     for f in order.fields:
-        if f.transform != "identity":
-            break  # a local sort only needs a prefix of the table's order
         name = meta.schema().column_name(f.source_id)
-        if name is None:
-            break
+        if f.transform != "identity" or name is None:
+            break  # a local sort only needs a prefix of the table's order
         table_keys.append(SortKey(name, f.direction.lower() == "asc", f.null_order.lower() == "nulls-first"))
-    table_id = 0 if order.is_unsorted else order.order_id
+    # New files claim the table's order only when they follow all of it.
+    complete = bool(table_keys) and len(table_keys) == len(order.fields)
+    table_id = order.order_id if complete else 0
     if options.strategy == "binpack":
         if options.sort_order:
             raise ConfigError("--sort-order goes with --strategy sort: bin-pack keeps the table's own order")
-        return tuple(table_keys), table_id if table_keys else 0, False
+        return tuple(table_keys), table_id, False
     if options.sort_order:
         spec = parse_sort_order(options.sort_order)
         if spec.zorder:
             raise UnsupportedFeatureError(
                 "zorder(...) sorts Delta tables only; give Iceberg tables column terms"
             )
-        same = list(spec.keys) == table_keys and bool(table_keys)
-        return spec.keys, table_id if same else 0, True
+        return spec.keys, table_id if list(spec.keys) == table_keys else 0, True
     if not table_keys:
         raise ConfigError(
             f'{options.table} has no sort order (or one on transforms): give --sort-order "c1 ASC, c2 DESC"'
@@ -159,23 +158,23 @@ def plan(
     index = DeleteIndex(
         files.deletes, frozenset(s.spec_id for s in meta.partition_specs if s.is_unpartitioned)
     )
-    current = meta.spec(meta.default_spec_id)
     matches = None
     if options.where:
         spark.sparkContext.setJobDescription(f"{JOB}: files with rows where {options.where}")
         with rewrite_conf(spark):
-            keys = files_matching(spark, meta, [e.data_file.file_path for e in files.data], options.where)
+            keys = files_matching(spark, meta, [e.data_file for e in files.data], options.where)
 
         def matches(entry: ManifestEntry) -> bool:
             return path_key(entry.data_file.file_path) in keys
 
-    return plan_rewrite(files.data, index, current.spec_id, len(current.fields), rewrite, matches), rewrite
+    return plan_rewrite(files.data, index, rewrite, matches), rewrite
 
 
 def _group_json(o: _Outcome | FileGroup) -> dict[str, object]:
     g = o.group if isinstance(o, _Outcome) else o
     out: dict[str, object] = {
         "group": g.index,
+        "spec_id": g.spec_id,
         "partition": list(g.partition),
         "files": len(g.tasks),
         "bytes": g.input_size,
@@ -277,12 +276,18 @@ def _commit(
     )
     try:
         result = Committer(catalog, identifier).commit_snapshot(change)
-    except TablekeeperError as err:
-        if not isinstance(err, CommitStateUnknown):
-            _clean([d for o in batch for d in o.directories])
-        for o in batch:
-            o.error = f"commit failed: {err.message}"
+    except CommitStateUnknown as err:
+        for o in batch:  # the new metadata may be live and name these files: keep them
+            o.error = f"commit state unknown: {err.message}"
         raise
+    except Exception as err:
+        _clean([d for o in batch for d in o.directories])
+        message = err.message if isinstance(err, TablekeeperError) else f"{err.__class__.__name__}: {err}"
+        for o in batch:
+            o.error = f"commit failed: {message}"
+        if isinstance(err, TablekeeperError):
+            raise
+        raise TablekeeperError(f"{JOB} {identifier}: commit failed, new files removed ({message})") from err
     for o in batch:
         o.committed = True
         o.snapshot_id = result.snapshot.snapshot_id if result.snapshot is not None else None
@@ -303,6 +308,7 @@ def run_compact(options: CompactOptions, catalog: Catalog, identifier: str, spar
         "strategy": options.strategy,
         "target_file_size_bytes": rewrite.target_file_size,
         "live_data_files": the_plan.live_files,
+        "skipped_non_parquet_files": the_plan.skipped_files,
         "planned_groups": the_plan.planned_groups,
         "files_to_rewrite": the_plan.files,
         "bytes_to_rewrite": the_plan.bytes,
@@ -338,13 +344,17 @@ def _execute(
     per_commit = -(-len(groups) // options.max_commits) if options.partial_progress else len(groups)
     lock = threading.Lock()
     removed_deletes: list[int] = []
+    attempted: list[int] = []
     pending: list[_Outcome] = []
     outcomes: list[_Outcome] = []
     failures: list[TablekeeperError] = []
 
     def commit(batch: list[_Outcome]) -> None:
+        attempted.append(len(batch))
         try:
             removed_deletes.append(_commit(catalog, identifier, meta, options.branch, batch))
+        except CommitStateUnknown:
+            raise  # nothing more may be committed or cleaned until someone looks
         except TablekeeperError as err:
             if not options.partial_progress:
                 raise
@@ -362,9 +372,14 @@ def _execute(
                     pending.clear()
                     commit(batch)
 
-    with rewrite_conf(spark), ThreadPoolExecutor(max_workers=options.max_concurrent_groups) as pool:
-        for f in [pool.submit(one, g) for g in groups]:
-            f.result()
+    try:
+        with rewrite_conf(spark), ThreadPoolExecutor(max_workers=options.max_concurrent_groups) as pool:
+            for f in [pool.submit(one, g) for g in groups]:
+                f.result()
+    except BaseException as err:
+        if not isinstance(err, CommitStateUnknown):
+            _clean([d for o in outcomes if not o.committed for d in o.directories])
+        raise
     outcomes.sort(key=lambda o: o.group.index)
     failed = [o for o in outcomes if o.error is not None]
     if not options.partial_progress:
@@ -377,8 +392,8 @@ def _execute(
         commit(outcomes)
     elif pending:
         commit(pending)
-    if options.partial_progress and failures and len(failures) >= min(len(groups), options.max_commits):
-        raise failures[0]
+    if options.partial_progress and failures and len(failures) == len(attempted):
+        raise failures[0]  # not one batch committed
     return outcomes, sum(removed_deletes)
 
 

@@ -36,7 +36,7 @@ from tablekeeper.iceberg.parquet import data_file_from_footer
 from tablekeeper.iceberg.partitioning import PartitionSpec
 from tablekeeper.iceberg.puffin import deserialize_dv
 from tablekeeper.iceberg.rewrite_plan import FileTask
-from tablekeeper.iceberg.types import FixedType, IcebergType, Schema
+from tablekeeper.iceberg.types import FixedType, IcebergType, NestedField, Schema
 from tablekeeper.io import FileIO
 from tablekeeper.spark.concurrent import no_cycle_collection
 from tablekeeper.spark.data_read import FILE, POS, glob_escaped, path_key, read_data_files, spark_path_key
@@ -55,8 +55,9 @@ SEQ, FIRST_ROW_ID, SCOPE = "_tk_seq", "_tk_first_row_id", "_tk_scope"
 NAME_MAPPING = "schema.name-mapping.default"
 # Up to this many written files, their footers are read by driver threads, not executor tasks.
 DRIVER_FOOTERS = 256
-# Delete sets below this many rows are broadcast: the data side is then never shuffled.
-BROADCAST_DELETES = 2_000_000
+# Delete sets below this many bytes (estimated from their rows) are broadcast: the data side is
+# then never shuffled.
+BROADCAST_DELETE_BYTES = 64 << 20
 _SCHEME_AUTHORITY = r"^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?"
 
 
@@ -187,6 +188,7 @@ def _position_deletes(spark: SparkSession, tasks: Sequence[FileTask]) -> tuple[D
             F.regexp_replace(F.col("file_path"), _SCHEME_AUTHORITY, "").alias(FILE),
             F.col("pos").alias(POS),
         )
+        deletes = _known_delete_files(spark, deletes, files)
         allowed = spark.createDataFrame(
             sorted(pairs),
             T.StructType([T.StructField("_tk_delete", T.StringType()), T.StructField(FILE, T.StringType())]),
@@ -198,6 +200,20 @@ def _position_deletes(spark: SparkSession, tasks: Sequence[FileTask]) -> tuple[D
     for part in parts[1:]:
         out = out.unionByName(part)
     return out, bound
+
+
+def _known_delete_files(spark: SparkSession, deletes: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Fail on a delete row whose file does not match a planned delete file: a mismatch would
+    otherwise drop its deletes silently and bring deleted rows back."""
+    known = spark.createDataFrame(
+        [(k, True) for k in keys],
+        T.StructType(
+            [T.StructField("_tk_delete", T.StringType()), T.StructField("_tk_known", T.BooleanType())]
+        ),
+    )
+    checked = deletes.join(F.broadcast(known), "_tk_delete", "left")
+    missed = F.concat(F.lit("unmatched position delete file "), F.col("_tk_delete"))
+    return checked.where(F.assert_true(F.col("_tk_known").isNotNull(), missed).isNull()).drop("_tk_known")
 
 
 def _equality_deletes(
@@ -251,7 +267,9 @@ def _equality_deletes(
         deletes = deletes.select(
             *(F.col(f.name).alias(f"_tk_eq{i}") for i, f in enumerate(fields)),
             spark_path_key(F.col("_metadata.file_path")).alias("_tk_delete"),
-        ).join(F.broadcast(consts), "_tk_delete")
+        ).join(F.broadcast(consts), "_tk_delete", "left")
+        missed = F.concat(F.lit("unmatched equality delete file "), F.col("_tk_delete"))
+        deletes = deletes.where(F.assert_true(F.col("_tk_dseq").isNotNull(), missed).isNull())
         condition = F.col(SEQ) < F.col("_tk_dseq")
         condition = condition & ((F.col("_tk_dscope") == -1) | (F.col("_tk_dscope") == F.col(SCOPE)))
         for i, f in enumerate(fields):
@@ -341,6 +359,8 @@ def rewrite_files(
         name_mapping(meta),
         [t.file.file_path for t in tasks],
     )
+    # Before any delete: equality deletes may match on the identity partition columns.
+    df = _identity_fill(df, meta, tasks)
     # Rows need their file's constants only for deletes and lineage: without either the rewrite
     # is a plain scan (no per-row file key, no join).
     if v3 or any(t.deletes.count for t in tasks):
@@ -350,14 +370,12 @@ def rewrite_files(
         df = df.where(F.assert_true(F.col(SEQ).isNotNull(), unmatched).isNull())
         deleted, bound = _position_deletes(spark, tasks)
         if deleted is not None:
-            df = df.join(
-                F.broadcast(deleted) if bound <= BROADCAST_DELETES else deleted, [FILE, POS], "left_anti"
-            )
+            small = bound * (48 + max(len(t.file.file_path) for t in tasks)) <= BROADCAST_DELETE_BYTES
+            df = df.join(F.broadcast(deleted) if small else deleted, [FILE, POS], "left_anti")
         unpartitioned = frozenset(s.spec_id for s in meta.partition_specs if s.is_unpartitioned)
         df = _equality_deletes(spark, df, tasks, schema, scopes, unpartitioned)
     if v3:
         df = _lineage(df)
-    df = _identity_fill(df, meta, tasks)
     columns = [F.col(f.name).alias(f.name, metadata={FIELD_ID: f.id}) for f in schema.fields]
     if v3:
         columns += [F.col(f.name).alias(f.name, metadata={FIELD_ID: f.id}) for f in (ROW_ID, LAST_UPDATED)]
@@ -448,14 +466,65 @@ def new_directory(data_root: str, label: str) -> str:
     return f"{data_root.rstrip('/')}/compact-{label}-{uuid.uuid4().hex[:12]}"
 
 
+def _identity_values(
+    spark: SparkSession, df: DataFrame, meta: TableMetadata, files: Sequence[DataFile]
+) -> DataFrame:
+    """Identity partition columns filled per file from its partition tuple, for reads that span
+    partitions (files converted from Delta hold no partition columns)."""
+    schema = meta.schema()
+    fields: dict[int, NestedField] = {}
+    rows: list[tuple[str, dict[int, Any]]] = []
+    for f in files:
+        values: dict[int, Any] = {}
+        for i, pf in enumerate(meta.spec(f.spec_id).fields):
+            field = next((c for c in schema.fields if c.id == pf.source_id), None)
+            if pf.transform == "identity" and field is not None:
+                fields[field.id] = field
+                values[field.id] = f.partition[i]
+        rows.append((path_key(f.file_path), values))
+    if not fields:
+        return df
+    ids = sorted(fields)
+    text = [
+        tuple([key] + [None if v.get(i) is None else _text(fields[i].type, v[i]) for i in ids])
+        for key, v in rows
+    ]
+    consts = spark.createDataFrame(
+        text,
+        T.StructType(
+            [T.StructField(FILE, T.StringType())] + [T.StructField(f"_tk_id{i}", T.StringType()) for i in ids]
+        ),
+    )
+    df = df.join(F.broadcast(consts), FILE, "left")
+    for i in ids:
+        column = fields[i]
+        raw = F.col(f"_tk_id{i}")
+        value = F.unhex(raw) if _is_binary(column.type) else raw.cast(spark_type(column.type, column.name))
+        df = df.withColumn(column.name, F.coalesce(F.col(column.name), value))
+    return df.drop(*(f"_tk_id{i}" for i in ids))
+
+
+def _is_binary(t: IcebergType) -> bool:
+    return isinstance(t, FixedType) or getattr(t, "name", None) == "binary"
+
+
+def _text(t: IcebergType, value: Any) -> str:
+    """A partition value as text Spark casts to the column's type (hex for binary)."""
+    if _is_binary(t):
+        return bytes(value).hex()
+    out = to_json(t, value)
+    return str(out).lower() if isinstance(out, bool) else str(out)
+
+
 def files_matching(
-    spark: SparkSession, meta: TableMetadata, paths: Sequence[str], where: str
+    spark: SparkSession, meta: TableMetadata, files: Sequence[DataFile], where: str
 ) -> frozenset[str]:
     """Path keys of the files holding at least one row that satisfies the Spark SQL predicate
     ``where`` (only its columns are read, and Parquet statistics skip most row groups)."""
-    if not paths:
+    if not files:
         return frozenset()
-    df = read_data_files(spark, meta.schema(), (), name_mapping(meta), paths)
+    df = read_data_files(spark, meta.schema(), (), name_mapping(meta), [f.file_path for f in files])
+    df = _identity_values(spark, df, meta, files)
     try:
         matched = df.where(F.expr(where)).select(FILE).distinct().collect()
     except Exception as err:

@@ -45,6 +45,15 @@ READ_WRITE_CONF = {
     # Pruned nested fields lose their ids and then match by name: renamed struct fields would
     # read as nulls.
     "spark.sql.optimizer.nestedSchemaPruning.enabled": "false",
+    # A missing or unreadable file must fail the rewrite, never read as no rows or as nulls:
+    # its rows (or its deletes) would be lost when the commit replaces it.
+    "spark.sql.files.ignoreMissingFiles": "false",
+    "spark.sql.files.ignoreCorruptFiles": "false",
+    "spark.sql.parquet.fieldId.read.ignoreMissing": "false",
+    # Iceberg dates and timestamps are proleptic Gregorian: never rebased.
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+    "spark.sql.parquet.datetimeRebaseModeInRead": "CORRECTED",
+    "spark.sql.parquet.int96RebaseModeInRead": "CORRECTED",
 }
 
 
