@@ -13,6 +13,7 @@ import pytest
 from tablekeeper.catalog import catalog_for
 from tablekeeper.jobs.backfill_row_lineage import BackfillOptions, run_backfill
 from tests.conftest import FS_CATALOG
+from tests.support.pyiceberg_check import assert_pyiceberg_same_rows
 
 pytestmark = pytest.mark.spark
 
@@ -87,6 +88,7 @@ def test_backfill_gives_every_row_an_id_without_writing_data(spark, catalogs, ve
     assert _rows(spark, f"SELECT * FROM {table}.branch_side") == side
     assert _data_paths(spark, table) == files  # metadata only
     main_ids = _check_lineage(spark, table)
+    assert_pyiceberg_same_rows(spark, table, catalog.require(f"db.{name}").metadata_location)
     _check_lineage(spark, table, "side")
     # Twice: nothing to do.
     again = run_backfill(BackfillOptions(f"db.{name}", ("side",)), catalog, f"db.{name}").metrics

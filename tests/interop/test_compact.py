@@ -12,6 +12,7 @@ import pytest
 from tablekeeper.catalog import catalog_for
 from tablekeeper.jobs.compact import CompactOptions, run_compact
 from tests.conftest import FS_CATALOG
+from tests.support.pyiceberg_check import assert_pyiceberg_same_rows
 
 pytestmark = pytest.mark.spark
 
@@ -368,6 +369,7 @@ def test_converted_delta_table_compacts(spark, catalogs, tmp_path, version: int)
     assert m["rewritten_data_files_count"] == 12 and m["added_data_files_count"] == 2, m
     spark.sql(f"REFRESH TABLE {table}")
     assert _rows(spark, f"SELECT id, p, x FROM {table}") == before
+    assert_pyiceberg_same_rows(spark, table, catalog.require(target).metadata_location)
 
 
 def test_a_group_whose_rows_are_all_deleted_writes_nothing(spark, catalogs) -> None:  # type: ignore[no-untyped-def]

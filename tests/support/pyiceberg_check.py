@@ -32,3 +32,20 @@ def assert_pyiceberg_latest(spark: SparkSession, catalogs: Any, ident: str, sour
         f"{ident}: PyIceberg {got.num_rows} rows, delta-spark {want.num_rows}"
     )
     assert rows(got) == rows(want), f"{ident}: PyIceberg's rows differ from delta-spark's"
+
+
+def assert_pyiceberg_same_rows(spark: SparkSession, table: str, metadata_location: str) -> None:
+    """PyIceberg's scan of the table at ``metadata_location`` holds the rows Iceberg Spark reads
+    from ``table`` (user columns, compared as Python values)."""
+    from pyiceberg.table import StaticTable
+
+    got = StaticTable.from_metadata(metadata_location).scan().to_arrow()
+    want = spark.table(table).toArrow()
+
+    def rows(t: pa.Table) -> list[str]:
+        return sorted(repr(sorted(r.items())) for r in t.to_pylist())
+
+    assert got.num_rows == want.num_rows, (
+        f"{table}: PyIceberg {got.num_rows} rows, Iceberg Spark {want.num_rows}"
+    )
+    assert rows(got) == rows(want), f"{table}: PyIceberg's rows differ from Iceberg Spark's"
