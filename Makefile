@@ -60,6 +60,8 @@ bench: setup ## run the benchmarks (prints tables, writes bench/out/*.json)
 	$(PY) -m bench.delta_replay $(REPLAY_ARGS)
 	$(PY) -m bench.convert_delta $(CONVERT_ARGS)
 	$(PY) -m bench.maintenance $(MAINTENANCE_ARGS)
+	$(PY) -m bench.compact $(COMPACT_ARGS)
+	$(PY) -m bench.backfill $(BACKFILL_ARGS)
 
 clean: ## remove the venv, the jars and local warehouses
 	rm -rf $(VENV) $(JARS) warehouse dist build
