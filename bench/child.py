@@ -27,3 +27,14 @@ def run_child(module: str, engine: str, *args: str) -> dict[str, object]:
         return {"engine": engine, "error": lines[-1][:300]}
     result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
+
+
+def bench_catalogs(work: Path):  # type: ignore[no-untyped-def]
+    """One JDBC/sqlite catalog ``b`` with its warehouse under ``work``, as every benchmark uses."""
+    from tablekeeper.catalog.config import parse_catalogs
+
+    text = (
+        "default: b\ncatalogs:\n"
+        "  b: {type: sql, uri: 'sqlite:///${warehouse}/catalog.db', warehouse: '${warehouse}/wh'}\n"
+    )
+    return parse_catalogs(text, work)

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.child import run_child
+from bench.child import bench_catalogs, run_child
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
@@ -34,13 +34,7 @@ OLD = time.time() - 10 * 86_400
 
 
 def _catalogs(work: Path):  # type: ignore[no-untyped-def]
-    from tablekeeper.catalog.config import parse_catalogs
-
-    text = (
-        "default: b\ncatalogs:\n"
-        "  b: {type: sql, uri: 'sqlite:///${warehouse}/catalog.db', warehouse: '${warehouse}/wh'}\n"
-    )
-    return parse_catalogs(text, work)
+    return bench_catalogs(work)
 
 
 def _data_file(location: str, i: int):  # type: ignore[no-untyped-def]

@@ -151,6 +151,31 @@ def _without(
     return out
 
 
+def _write_replacement(
+    io: FileIO,
+    base: TableMetadata,
+    old: ManifestFile,
+    entries: Sequence[ManifestEntry],
+    snapshot_id: int,
+    path: str,
+    written: list[str],
+) -> ManifestFile:
+    """Write ``entries`` as the manifest that replaces ``old`` (same spec and content); its path
+    joins ``written`` so a failed attempt removes it."""
+    data, manifest = write_manifest(
+        path,
+        entries,
+        format_version=base.format_version,
+        spec=base.spec(old.partition_spec_id),
+        schema=base.schema(),
+        snapshot_id=snapshot_id,
+        content=old.content,
+    )
+    io.create_if_absent(path, data)
+    written.append(path)
+    return manifest
+
+
 def _apply_change(
     written: list[str],
     io: FileIO,
@@ -185,19 +210,17 @@ def _apply_change(
         if change.rewrite_uncounted_manifests and m.content == MANIFEST_DATA and uncounted:
             entries = [e for e in read_entries(io, base, m) if e.is_live]
             if entries:
-                path = manifest_location(base.location, commit_uuid, counter())
-                data, manifest = write_manifest(
-                    path,
-                    _without(entries, lambda _: False, snapshot_id),
-                    format_version=base.format_version,
-                    spec=base.spec(m.partition_spec_id),
-                    schema=base.schema(),
-                    snapshot_id=snapshot_id,
-                    content=m.content,
+                rewritten.append(
+                    _write_replacement(
+                        io,
+                        base,
+                        m,
+                        _without(entries, lambda _: False, snapshot_id),
+                        snapshot_id,
+                        manifest_location(base.location, commit_uuid, counter()),
+                        written,
+                    )
                 )
-                io.create_if_absent(path, data)
-                written.append(path)
-                rewritten.append(manifest)
             continue
         checks_dvs = bool(dv_targets) and m.content == MANIFEST_DELETES
         obsolete = floor is not None and m.content == MANIFEST_DELETES and m.min_sequence_number < floor
@@ -255,19 +278,17 @@ def _apply_change(
         removed_data.extend(e for e in hits if e.data_file.content == DATA)
         new_entries = _without(entries, gone, snapshot_id)
         removed.extend(e.data_file for e in new_entries if e.status == DELETED)
-        path = manifest_location(base.location, commit_uuid, counter())
-        data, manifest = write_manifest(
-            path,
-            new_entries,
-            format_version=base.format_version,
-            spec=base.spec(m.partition_spec_id),
-            schema=base.schema(),
-            snapshot_id=snapshot_id,
-            content=m.content,
+        rewritten.append(
+            _write_replacement(
+                io,
+                base,
+                m,
+                new_entries,
+                snapshot_id,
+                manifest_location(base.location, commit_uuid, counter()),
+                written,
+            )
         )
-        io.create_if_absent(path, data)
-        written.append(path)
-        rewritten.append(manifest)
     missing = to_remove - found
     if missing and change.validate_removed_live:
         sample = sorted(missing)[0]

@@ -24,7 +24,7 @@ from tablekeeper.io import FileIO
 from tablekeeper.spark.schema import spark_schema, spark_type
 
 FILE, POS = "_tk_file", "_tk_pos"
-_SCHEME_AUTHORITY = r"^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?"
+SCHEME_AUTHORITY = r"^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?"
 _GLOB = re.compile(r"([\\\[\]{}*?])")
 _ARROW_ID = b"PARQUET:field_id"
 
@@ -32,7 +32,7 @@ _ARROW_ID = b"PARQUET:field_id"
 def path_key(location: str) -> str:
     """A file's path without scheme and authority: how rows of one group name their file
     (unique within a table, and spelled alike by Spark and by the manifests)."""
-    return re.sub(_SCHEME_AUTHORITY, "", location, count=1)
+    return re.sub(SCHEME_AUTHORITY, "", location, count=1)
 
 
 def spark_path_key(col: Column) -> Column:
@@ -42,7 +42,7 @@ def spark_path_key(col: Column) -> Column:
     decoded = F.when(col.contains("%"), F.url_decode(F.regexp_replace(col, r"\+", "%2B"))).otherwise(col)
     local = decoded.startswith("file:/") & ~decoded.startswith("file://")  # how Spark spells local files
     return F.when(local, F.substring(decoded, 6, 1 << 30)).otherwise(
-        F.regexp_replace(decoded, _SCHEME_AUTHORITY, "")
+        F.regexp_replace(decoded, SCHEME_AUTHORITY, "")
     )
 
 

@@ -39,7 +39,15 @@ from tablekeeper.iceberg.rewrite_plan import FileTask
 from tablekeeper.iceberg.types import FixedType, IcebergType, NestedField, Schema
 from tablekeeper.io import FileIO
 from tablekeeper.spark.concurrent import no_cycle_collection
-from tablekeeper.spark.data_read import FILE, POS, glob_escaped, path_key, read_data_files, spark_path_key
+from tablekeeper.spark.data_read import (
+    FILE,
+    POS,
+    SCHEME_AUTHORITY,
+    glob_escaped,
+    path_key,
+    read_data_files,
+    spark_path_key,
+)
 from tablekeeper.spark.schema import (
     FIELD_ID,
     LAST_UPDATED,
@@ -58,7 +66,6 @@ DRIVER_FOOTERS = 256
 # Delete sets below this many bytes (estimated from their rows) are broadcast: the data side is
 # then never shuffled.
 BROADCAST_DELETE_BYTES = 64 << 20
-_SCHEME_AUTHORITY = r"^[A-Za-z][A-Za-z0-9+.-]*:(//[^/]*)?"
 
 
 def name_mapping(meta: TableMetadata) -> NameMapping | None:
@@ -185,7 +192,7 @@ def _position_deletes(spark: SparkSession, tasks: Sequence[FileTask]) -> tuple[D
         deletes = spark.read.schema(schema).parquet(*(glob_escaped(by_path[f]) for f in files))
         deletes = deletes.select(
             spark_path_key(F.col("_metadata.file_path")).alias("_tk_delete"),
-            F.regexp_replace(F.col("file_path"), _SCHEME_AUTHORITY, "").alias(FILE),
+            F.regexp_replace(F.col("file_path"), SCHEME_AUTHORITY, "").alias(FILE),
             F.col("pos").alias(POS),
         )
         deletes = _known_delete_files(spark, deletes, files)
