@@ -52,8 +52,13 @@ def _small_files_table(spark, name: str, version: int) -> str:  # type: ignore[n
     return table
 
 
-@pytest.mark.parametrize("version", [2, 3])
-def test_binpack_keeps_rows_and_lineage_and_drops_files(spark, catalogs, version: int) -> None:  # type: ignore[no-untyped-def]
+def _writers(m: dict[str, Any]) -> set[str]:
+    return {str(g["writer"]) for g in m["groups"]}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("version", "writer"), [(2, "auto"), (3, "auto"), (2, "spark"), (3, "spark")])
+def test_binpack_keeps_rows_and_lineage_and_drops_files(spark, catalogs, version: int, writer: str) -> None:  # type: ignore[no-untyped-def]
+    """Both writers: Arrow on the executors (auto, as no group needs a shuffle) and Spark SQL."""
     table = _small_files_table(spark, f"compact_v{version}", version)
     lineage = ", _row_id, _last_updated_sequence_number" if version == 3 else ""
     before = _rows(spark, f"SELECT *{lineage} FROM {table}")
@@ -61,8 +66,9 @@ def test_binpack_keeps_rows_and_lineage_and_drops_files(spark, catalogs, version
     deletes_before = _delete_files(spark, table)
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     identifier = f"db.compact_v{version}"
-    result = run_compact(CompactOptions(table=identifier, min_input_files=2), catalog, identifier, spark)
-    m = result.metrics
+    options = CompactOptions(table=identifier, min_input_files=2, writer=writer)  # type: ignore[arg-type]
+    m = run_compact(options, catalog, identifier, spark).metrics
+    assert _writers(m) == {"arrow" if writer == "auto" else "spark"}, m
     assert m["rewritten_data_files_count"] == files_before, m
     assert m["added_data_files_count"] == 2, m  # one per partition
     spark.sql(f"REFRESH TABLE {table}")
@@ -203,6 +209,7 @@ def test_equality_deletes_apply_by_sequence_number(spark, catalogs, warehouse) -
         CompactOptions(table="db.compact_eq", min_input_files=2), catalog, "db.compact_eq", spark
     ).metrics
     assert m["rewritten_data_files_count"] == 5, m
+    assert _writers(m) == {"spark"}, m  # equality deletes need a join
     spark.sql(f"REFRESH TABLE {table}")
     assert _rows(spark, f"SELECT * FROM {table}") == before
 
@@ -367,6 +374,7 @@ def test_converted_delta_table_compacts(spark, catalogs, tmp_path, version: int)
     assert m["rewritten_data_files_count"] == 6 and m["added_data_files_count"] == 1, m
     m = run_compact(CompactOptions(table=target, min_input_files=2), catalog, target, spark).metrics
     assert m["rewritten_data_files_count"] == 12 and m["added_data_files_count"] == 2, m
+    assert _writers(m) == {"arrow"}, m
     spark.sql(f"REFRESH TABLE {table}")
     assert _rows(spark, f"SELECT id, p, x FROM {table}") == before
     assert_pyiceberg_same_rows(spark, table, catalog.require(target).metadata_location)
@@ -439,3 +447,58 @@ def test_files_come_out_near_the_target_size(spark, catalogs) -> None:  # type: 
     sizes = sorted(int(r[0]) for r in spark.sql(f"SELECT file_size_in_bytes FROM {table}.files").collect())
     assert 3 <= len(sizes) <= 5, sizes
     assert all(0.5 * target <= s <= 1.4 * target for s in sizes[1:]), (target, sizes)
+
+
+def _typed_table(spark, name: str) -> str:  # type: ignore[no-untyped-def]
+    """Every type both writers handle, evolved between writes: promoted int, float and decimal,
+    a renamed and an added struct field, a dropped column, a date identity partition."""
+    table = f"{FS_CATALOG}.db.{name}"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id INT, f FLOAT, dec DECIMAL(5, 2), d DATE, ts TIMESTAMP, "
+        "ntz TIMESTAMP_NTZ, b BINARY, flag BOOLEAN, gone STRING, s STRUCT<x: INT, y: STRING>) USING iceberg "
+        "PARTITIONED BY (d) TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read')"
+    )
+    row = (
+        "SELECT CAST(id AS INT), CAST(id / 3 AS FLOAT), CAST(id / 7 AS DECIMAL(5, 2)), "
+        "date_add(DATE'2026-01-01', CAST(id % 2 AS INT)), "
+        "TIMESTAMP'2026-03-01 10:00:00' + make_interval(0, 0, 0, 0, 0, 0, id), "
+        "TIMESTAMP_NTZ'2026-03-01 10:00:00.123456', CAST(CAST(id AS STRING) AS BINARY), id % 3 = 0, 'x', "
+        "IF(id % 5 = 0, NULL, named_struct('x', CAST(id AS INT), 'y', CAST(id AS STRING)))"
+    )
+    for i in range(4):
+        spark.sql(f"INSERT INTO {table} {row} FROM range({i * 50}, {(i + 1) * 50})")
+    spark.sql(f"DELETE FROM {table} WHERE id % 9 = 0")
+    spark.sql(f"ALTER TABLE {table} ALTER COLUMN id TYPE BIGINT")
+    spark.sql(f"ALTER TABLE {table} ALTER COLUMN f TYPE DOUBLE")
+    spark.sql(f"ALTER TABLE {table} ALTER COLUMN dec TYPE DECIMAL(10, 2)")
+    spark.sql(f"ALTER TABLE {table} RENAME COLUMN s.y TO yy")
+    spark.sql(f"ALTER TABLE {table} ADD COLUMN s.z DOUBLE")
+    spark.sql(f"ALTER TABLE {table} DROP COLUMN gone")
+    spark.sql(
+        f"INSERT INTO {table} SELECT id, id * 0.25, CAST(id AS DECIMAL(10, 2)), DATE'2026-01-01', "
+        "TIMESTAMP'2026-03-02 00:00:00', NULL, NULL, NULL, named_struct('x', 1, 'yy', 'new', 'z', 2.5) "
+        "FROM range(1000, 1020)"
+    )
+    return table
+
+
+def test_both_writers_agree_on_every_type(spark, catalogs) -> None:  # type: ignore[no-untyped-def]
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    results = {}
+    for writer in ("auto", "spark"):
+        name = f"compact_types_{writer}"
+        table = _typed_table(spark, name)
+        query = f"SELECT *, _row_id, _last_updated_sequence_number FROM {table}"
+        before = _rows(spark, query)
+        options = CompactOptions(table=f"db.{name}", min_input_files=2, writer=writer)  # type: ignore[arg-type]
+        m = run_compact(options, catalog, f"db.{name}", spark).metrics
+        assert _writers(m) == {"arrow" if writer == "auto" else "spark"}, m
+        assert m["added_data_files_count"] == 2, m  # one per date
+        spark.sql(f"REFRESH TABLE {table}")
+        after = _rows(spark, query)
+        assert after == before
+        assert len(after) == 197 and any(r[-3] is None for r in after)  # null structs kept
+        assert_pyiceberg_same_rows(spark, table, catalog.require(f"db.{name}").metadata_location)
+        results[writer] = [r[:-2] for r in after]
+    assert results["auto"] == results["spark"]

@@ -182,6 +182,12 @@ def _compact_parser(sub: Any) -> None:
         "--max-concurrent-groups", type=_positive, default=5, help="groups rewritten at once (5)"
     )
     compact.add_argument("--output-spec-id", type=int, help="partition spec of the new files (current)")
+    compact.add_argument(
+        "--writer",
+        default="auto",
+        choices=["auto", "spark"],
+        help="auto: Arrow on the executors where no shuffle is needed; spark: always Spark SQL (auto)",
+    )
     _job_options(compact)
 
 
@@ -308,12 +314,14 @@ def _run_job(args: argparse.Namespace, job: str, table: str, run: Callable[[], J
 
 
 def _session(engine: str, catalogs: CatalogsConfig) -> SparkSession | None:
-    """spark: start or reuse a session; auto: only the one spark-submit already made."""
-    from pyspark.sql import SparkSession
-
+    """spark: start or reuse a session; auto: only an active one or the one spark-submit prepared."""
     if engine == "spark":
         return _spark_session(catalogs)
-    return SparkSession.getActiveSession() if engine == "auto" else None
+    if engine == "auto":
+        from tablekeeper.spark.session import submitted_session
+
+        return submitted_session()
+    return None
 
 
 def _convert_delta(args: argparse.Namespace) -> int:
@@ -459,6 +467,7 @@ def _compact(args: argparse.Namespace) -> int:
             max_concurrent_groups=args.max_concurrent_groups,
             output_spec_id=args.output_spec_id,
             dry_run=args.dry_run,
+            writer=args.writer,
         )
         return run_compact(options, *_spark_table(args))
 

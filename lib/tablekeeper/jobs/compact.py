@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 JOB = "compact"
 Strategy = Literal["binpack", "sort"]
+Writer = Literal["auto", "spark"]
 COMPRESSION = "write.parquet.compression-codec"
 DATA_PATH = "write.data.path"
 _CODECS = {
@@ -77,6 +78,12 @@ class CompactOptions:
     output_spec_id: int | None = None
     branch: str = MAIN_BRANCH
     dry_run: bool = False
+    # "auto": Arrow on the executors for groups that need no shuffle; "spark": always Spark SQL.
+    writer: Writer = "auto"
+
+    def __post_init__(self) -> None:
+        if self.writer not in ("auto", "spark"):
+            raise ConfigError(f"--writer {self.writer!r} is not auto or spark")
 
     def rewrite_options(self, properties: dict[str, str]) -> RewriteOptions:
         extra: dict[str, Any] = {"min_input_files": self.min_input_files, "rewrite_all": self.rewrite_all}
@@ -101,6 +108,7 @@ class _Outcome:
     added: tuple[DataFile, ...] = ()
     directories: tuple[str, ...] = ()
     error: str | None = None
+    writers: tuple[str, ...] = ()
     committed: bool = False
     snapshot_id: int | None = None
 
@@ -182,7 +190,11 @@ def _group_json(o: _Outcome | FileGroup) -> dict[str, object]:
         "expected_output_files": g.expected_output_files,
     }
     if isinstance(o, _Outcome):
-        out |= {"added_files": len(o.added), "committed": o.committed}
+        out |= {
+            "added_files": len(o.added),
+            "writer": "+".join(sorted(set(o.writers))),
+            "committed": o.committed,
+        }
         if o.error:
             out["error"] = o.error
     return out
@@ -226,6 +238,7 @@ def _rewrite_group(
     keys: Sequence[SortKey],
     global_sort: bool,
     sort_order_id: int | None,
+    writer: Writer,
 ) -> _Outcome:
     outcome = _Outcome(group)
     spark.sparkContext.setJobDescription(f"{JOB}: group {group.index} ({len(group.tasks)} files)")
@@ -234,7 +247,9 @@ def _rewrite_group(
     try:
         for tasks, target in _targets(group, meta, rewrite, keys, global_sort):
             directories.append(target.directory)
-            added.extend(rewrite_files(spark, meta, tasks, target, sort_order_id).files)
+            done = rewrite_files(spark, meta, tasks, target, sort_order_id, writer)
+            added.extend(done.files)
+            outcome.writers += (done.writer,)
     except Exception as err:
         outcome.error = (
             err.message if isinstance(err, TablekeeperError) else task_failure(err, "rewrite").message
@@ -362,7 +377,9 @@ def _execute(
             failures.append(err)
 
     def one(group: FileGroup) -> None:
-        outcome = _rewrite_group(spark, meta, group, rewrite, keys, global_sort, sort_order_id)
+        outcome = _rewrite_group(
+            spark, meta, group, rewrite, keys, global_sort, sort_order_id, options.writer
+        )
         with lock:
             outcomes.append(outcome)
             if outcome.error is None and options.partial_progress:

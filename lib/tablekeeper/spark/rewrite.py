@@ -38,6 +38,7 @@ from tablekeeper.iceberg.puffin import deserialize_dv
 from tablekeeper.iceberg.rewrite_plan import FileTask
 from tablekeeper.iceberg.types import FixedType, IcebergType, NestedField, Schema
 from tablekeeper.io import FileIO
+from tablekeeper.spark.arrow_rewrite import arrow_blocker, rewrite_with_arrow
 from tablekeeper.spark.concurrent import no_cycle_collection
 from tablekeeper.spark.data_read import (
     FILE,
@@ -330,6 +331,7 @@ def _spark_literal(t: IcebergType, value: Any) -> Column:
 class Rewritten:
     files: tuple[DataFile, ...]
     directory: str
+    writer: str  # "arrow" or "spark"
 
 
 def _footer(task: tuple[str, int, int, tuple[Any, ...], int | None, Schema]) -> DataFile:
@@ -351,9 +353,31 @@ def rewrite_files(
     tasks: Sequence[FileTask],
     target: WriteTarget,
     sort_order_id: int | None,
+    writer: str = "auto",
 ) -> Rewritten:
     """Rewrite ``tasks`` (files of one spec and partition) into ``target``; returns the new
-    files with metrics from their footers. The caller deletes the directory on failure."""
+    files with metrics from their footers. The caller deletes the directory on failure.
+
+    ``writer="auto"`` streams groups that need no shuffle through Arrow on the executors (no
+    sort, no equality deletes); everything else, and ``writer="spark"``, goes through Spark SQL."""
+    blocker = arrow_blocker(meta, tasks, bool(target.sort), target.compression)
+    if writer == "auto" and blocker is None:
+        files = rewrite_with_arrow(
+            spark,
+            meta,
+            tasks,
+            directory=target.directory,
+            spec_id=target.spec.spec_id,
+            partition=target.partition,
+            compression=target.compression,
+            output_files=target.output_files,
+            max_records=target.max_records_per_file,
+            sort_order_id=sort_order_id,
+            mapping=name_mapping(meta),
+        )
+        return Rewritten(files, target.directory, "arrow")
+    if writer == "auto":
+        log.info("rewriting %d files through Spark: %s", len(tasks), blocker)
     schema = meta.schema()
     v3 = meta.format_version >= 3
     scopes = {
@@ -411,7 +435,7 @@ def rewrite_files(
         .mode("errorifexists")
         .parquet(target.directory)
     )
-    return Rewritten(_describe(spark, target, schema, sort_order_id), target.directory)
+    return Rewritten(_describe(spark, target, schema, sort_order_id), target.directory, "spark")
 
 
 def _conf_bytes(value: str | None, default: int) -> int:

@@ -97,13 +97,31 @@ def _prepare_local_dirs(catalogs: CatalogsConfig) -> None:
             catalog.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
 
 
+# spark-submit (and the pyspark shell) start the JVM first and hand the Python driver its gateway in
+# this variable; the submit's master, jars (--packages) and --conf are then already in that JVM.
+SUBMIT_GATEWAY_ENV = "PYSPARK_GATEWAY_PORT"
+
+
+def submitted_session() -> SparkSession | None:
+    """The active session, or the one spark-submit prepared for this driver; None otherwise.
+
+    Under spark-submit no session exists until the driver builds one, and building it with the
+    local defaults (master, ``.jars/``) would override what the submit command set, so it is built
+    bare: master, jars and confs all come from the submit.
+    """
+    active = SparkSession.getActiveSession()
+    if active is None and SUBMIT_GATEWAY_ENV in os.environ:
+        active = SparkSession.builder.getOrCreate()
+    return active
+
+
 def get_spark(
     app_name: str = "tablekeeper",
     catalogs: CatalogsConfig | None = None,
     conf: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """Return the active session (checked) or start a local one with every runtime loaded."""
-    active = SparkSession.getActiveSession()
+    active = submitted_session()
     if active is not None:
         check_session(active)
         return active

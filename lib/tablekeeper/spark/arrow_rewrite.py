@@ -1,0 +1,356 @@
+"""Rewriting a file group with Arrow on the executors: the fast path of compaction.
+
+Spark's Parquet reader and writer cost most of a bin-pack rewrite (rows cross into the JVM and
+back through its row format). When a group needs no shuffle (no sort, no equality deletes), each
+output file is one Spark task that streams its input files through pyarrow: columns resolved by
+field id (or the name mapping), identity partition columns filled, position deletes and DVs
+dropped by position, v3 row lineage made explicit, rows buffered into row groups of the table's
+size and written with the table's codec. The task returns the new file's metrics read from its
+footer, so the driver lists nothing and trusts no file it was not told about.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark import TaskContext
+from pyspark.sql import SparkSession
+
+from tablekeeper.errors import CorruptMetadataError
+from tablekeeper.iceberg.arrow_project import fill, kept, positions, projector, supported, write_schema
+from tablekeeper.iceberg.manifest import DataFile
+from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.iceberg.name_mapping import NameMapping
+from tablekeeper.iceberg.parquet import FIELD_ID_KEY, data_file_from_footer
+from tablekeeper.iceberg.puffin import deserialize_dv
+from tablekeeper.iceberg.rewrite_plan import FileTask
+from tablekeeper.iceberg.types import NestedField, Schema
+from tablekeeper.io import FileIO
+from tablekeeper.spark.concurrent import no_cycle_collection
+from tablekeeper.spark.data_read import SCHEME_AUTHORITY, path_key
+from tablekeeper.spark.schema import LAST_UPDATED, ROW_ID
+
+log = logging.getLogger(__name__)
+
+ROW_GROUP_BYTES = "write.parquet.row-group-size-bytes"
+PAGE_BYTES = "write.parquet.page-size-bytes"
+DICT_BYTES = "write.parquet.dict-size-bytes"
+LEVEL = "write.parquet.compression-level"
+# Parquet-mr's defaults, which Iceberg Java writes with when the table sets no level.
+_DEFAULT_LEVELS = {"zstd": 3, "gzip": 6}
+_PYARROW_CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "uncompressed": "none"}
+_POS_FILE_ID, _POS_ID = b"2147483546", b"2147483545"
+_BATCH_ROWS = 1 << 16
+
+
+def arrow_blocker(meta: TableMetadata, tasks: Sequence[FileTask], sort: bool, compression: str) -> str | None:
+    """Why this rewrite must go through Spark, or None when Arrow can do it."""
+    if sort:
+        return "the output is sorted"
+    if any(t.deletes.equalities for t in tasks):
+        return "equality deletes apply"
+    if compression not in _PYARROW_CODECS:
+        return f"codec {compression}"
+    bad = next((f.name for f in meta.schema().fields if not supported(f.type)), None)
+    if bad is not None:
+        return f"column {bad} has a type the Arrow path does not write"
+    return None
+
+
+@dataclass(frozen=True)
+class _Input:
+    location: str
+    sequence_number: int
+    first_row_id: int | None
+    dv: tuple[str, int, int, int] | None  # puffin location, offset, length, cardinality
+    position_files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Job:
+    fields: tuple[NestedField, ...]
+    lineage: bool
+    mapping: NameMapping | None
+    fills: tuple[tuple[int, Any], ...]  # (index in fields, partition value)
+    directory: str
+    codec: str
+    level: int | None
+    row_group_bytes: int
+    page_bytes: int
+    dict_bytes: int
+    max_records: int
+    schema: Schema
+    spec_id: int
+    partition: tuple[Any, ...]
+    sort_order_id: int | None
+
+
+def _int_property(meta: TableMetadata, key: str, default: int | None) -> int | None:
+    text = meta.properties.get(key)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise CorruptMetadataError(f"table property {key}={text!r} is not an integer") from None
+
+
+def _bins(tasks: Sequence[FileTask], count: int) -> list[list[FileTask]]:
+    """``tasks`` in order, cut into at most ``count`` runs of about equal bytes."""
+    total = sum(t.size for t in tasks)
+    bins: list[list[FileTask]] = [[]]
+    done = 0
+    for t in tasks:
+        boundary = total * len(bins) / count
+        if bins[-1] and len(bins) < count and done + t.size / 2 > boundary:
+            bins.append([])
+        bins[-1].append(t)
+        done += t.size
+    return bins
+
+
+def _input(t: FileTask) -> _Input:
+    dv = None
+    if t.deletes.dv is not None:
+        f = t.deletes.dv.data_file
+        if f.content_offset is None or f.content_size_in_bytes is None:
+            raise CorruptMetadataError(f"deletion vector {f.file_path} has no content offset or size")
+        dv = (f.file_path, f.content_offset, f.content_size_in_bytes, f.record_count)
+    return _Input(
+        t.file.file_path,
+        int(t.entry.sequence_number or 0),
+        t.file.first_row_id,
+        dv,
+        tuple(sorted({p.data_file.file_path for p in t.deletes.positions})),
+    )
+
+
+def rewrite_with_arrow(
+    spark: SparkSession,
+    meta: TableMetadata,
+    tasks: Sequence[FileTask],
+    *,
+    directory: str,
+    spec_id: int,
+    partition: tuple[Any, ...],
+    compression: str,
+    output_files: int,
+    max_records: int,
+    sort_order_id: int | None,
+    mapping: NameMapping | None,
+) -> tuple[DataFile, ...]:
+    schema = meta.schema()
+    v3 = meta.format_version >= 3
+    fields = (*schema.fields, *((ROW_ID, LAST_UPDATED) if v3 else ()))
+    spec = meta.spec(spec_id)
+    fills = []
+    for i, pf in enumerate(spec.fields):
+        index = next((j for j, f in enumerate(schema.fields) if f.id == pf.source_id), None)
+        if pf.transform == "identity" and index is not None and partition[i] is not None:
+            fills.append((index, partition[i]))
+    codec = _PYARROW_CODECS[compression]
+    job = _Job(
+        fields=fields,
+        lineage=v3,
+        mapping=mapping,
+        fills=tuple(fills),
+        directory=directory,
+        codec=codec,
+        level=_int_property(meta, LEVEL, _DEFAULT_LEVELS.get(codec)),
+        row_group_bytes=_int_property(meta, ROW_GROUP_BYTES, 128 << 20) or (128 << 20),
+        page_bytes=_int_property(meta, PAGE_BYTES, 1 << 20) or (1 << 20),
+        dict_bytes=_int_property(meta, DICT_BYTES, 2 << 20) or (2 << 20),
+        max_records=max_records,
+        schema=schema,
+        spec_id=spec_id,
+        partition=partition,
+        sort_order_id=sort_order_id,
+    )
+    bins = [[_input(t) for t in b] for b in _bins(tasks, max(1, output_files))]
+    io = FileIO.for_location(directory)
+    io.mkdirs(directory)
+    sc = spark.sparkContext
+    written: list[DataFile] = (
+        sc.parallelize(list(enumerate(bins)), len(bins)).flatMap(lambda ib: _write_bin(job, *ib)).collect()
+    )
+    # A failed or speculative task attempt may have left a partial file: only reported files count.
+    reported = {f.file_path for f in written}
+    io.delete_many([i.location for i in io.list(directory, recursive=True) if i.location not in reported])
+    return tuple(sorted(written, key=lambda f: f.file_path))
+
+
+def _dv_positions(location: str, offset: int, length: int, cardinality: int) -> pa.Array:
+    with FileIO.for_location(location).open_input(location) as stream:
+        blob = stream.read_at(length, offset)
+    with no_cycle_collection():
+        values: array[int] = deserialize_dv(blob).to_array()
+    if len(values) != cardinality:
+        raise CorruptMetadataError(
+            f"deletion vector in {location} holds {len(values)} positions, not {cardinality}"
+        )
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def _position_file(location: str) -> dict[str, pa.Array]:
+    """A position delete file's positions by the path key of the data file they delete from."""
+    with FileIO.for_location(location).open_input(location) as stream:
+        f = pq.ParquetFile(stream)
+        names: dict[bytes, str] = {(c.metadata or {}).get(FIELD_ID_KEY, b""): c.name for c in f.schema_arrow}
+        path_col, pos_col = names.get(_POS_FILE_ID, "file_path"), names.get(_POS_ID, "pos")
+        table = f.read(columns=[path_col, pos_col], use_threads=False)
+    keys = pc.replace_substring_regex(table.column(path_col), SCHEME_AUTHORITY, "", max_replacements=1)
+    grouped = (
+        pa.table({"k": keys, "p": table.column(pos_col).cast(pa.int64())})
+        .group_by("k")
+        .aggregate([("p", "list")])
+    )
+    return {
+        str(k): pa.array(v, pa.int64())
+        for k, v in zip(grouped.column("k").to_pylist(), grouped.column("p_list").to_pylist(), strict=True)
+    }
+
+
+def _deleted(item: _Input, cache: dict[str, dict[str, pa.Array]]) -> pa.Array:
+    parts: list[pa.Array] = []
+    if item.dv is not None:
+        parts.append(_dv_positions(*item.dv))
+    key = path_key(item.location)
+    for location in item.position_files:
+        if location not in cache:
+            cache[location] = _position_file(location)
+        found = cache[location].get(key)
+        if found is not None:
+            parts.append(found)
+    if not parts:
+        return pa.array([], pa.int64())
+    return pc.unique(pa.concat_arrays(parts))
+
+
+class _Output:
+    """The task's output files: rows buffered into row groups, files rolled at max_records."""
+
+    def __init__(self, job: _Job, name: str) -> None:
+        self.job = job
+        self.name = name
+        self.io = FileIO.for_location(job.directory)
+        self.schema = write_schema(job.fields)
+        self.buffer: list[pa.RecordBatch] = []
+        self.buffered_bytes = 0
+        self.buffered_rows = 0
+        self.writer: pq.ParquetWriter | None = None
+        self.stream: Any = None
+        self.location = ""
+        self.file_rows = 0
+        self.done: list[DataFile] = []
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        if self.file_rows + self.buffered_rows + batch.num_rows > self.job.max_records and (
+            self.file_rows + self.buffered_rows
+        ):
+            self.flush()
+            self.close()
+        self.buffer.append(batch)
+        self.buffered_rows += batch.num_rows
+        self.buffered_bytes += batch.nbytes
+        if self.buffered_bytes >= self.job.row_group_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.buffer:
+            return
+        if self.writer is None:
+            self.location = f"{self.job.directory.rstrip('/')}/{self.name}-{len(self.done):05d}.parquet"
+            self.stream = self.io.filesystem.open_output_stream(self.io.fs_path(self.location))
+            self.writer = pq.ParquetWriter(
+                self.stream,
+                self.schema,
+                compression=self.job.codec,
+                compression_level=self.job.level,
+                data_page_size=self.job.page_bytes,
+                dictionary_pagesize_limit=self.job.dict_bytes,
+                store_schema=False,
+                write_statistics=True,
+            )
+        table = pa.Table.from_batches(self.buffer, self.schema)
+        self.writer.write_table(table, row_group_size=max(1, table.num_rows))
+        self.file_rows += table.num_rows
+        self.buffer, self.buffered_bytes, self.buffered_rows = [], 0, 0
+
+    def close(self) -> None:
+        if self.writer is None:
+            return
+        self.writer.close()
+        self.stream.close()
+        self.writer, self.stream, self.file_rows = None, None, 0
+        with self.io.open_input(self.location) as stream:
+            size = stream.size()
+            footer = pq.read_metadata(stream)
+        f = data_file_from_footer(
+            footer,
+            self.job.schema,
+            path=self.location,
+            file_size=size,
+            spec_id=self.job.spec_id,
+            partition=self.job.partition,
+        )
+        self.done.append(
+            f if self.job.sort_order_id is None else replace(f, sort_order_id=self.job.sort_order_id)
+        )
+
+
+def _batches(f: pq.ParquetFile, columns: list[str]) -> Iterator[tuple[int, pa.RecordBatch | None]]:
+    if columns:
+        for b in f.iter_batches(batch_size=_BATCH_ROWS, columns=columns, use_threads=False):
+            yield b.num_rows, b
+    else:  # none of the table's columns is in the file: only its row count matters
+        for i in range(f.metadata.num_row_groups):
+            yield f.metadata.row_group(i).num_rows, None
+
+
+def _write_bin(job: _Job, index: int, items: Sequence[_Input]) -> list[DataFile]:
+    context = TaskContext.get()
+    attempt = context.attemptNumber() if context is not None else 0
+    out = _Output(job, f"{index:05d}-{attempt}-{uuid.uuid4().hex[:12]}")
+    FileIO.for_location(job.directory).mkdirs(job.directory)
+    cache: dict[str, dict[str, pa.Array]] = {}
+    row_id, updated = len(job.fields) - 2, len(job.fields) - 1
+    for item in items:
+        deleted = _deleted(item, cache)
+        io = FileIO.for_location(item.location)
+        with io.open_input(item.location) as stream:
+            f = pq.ParquetFile(stream, coerce_int96_timestamp_unit="us")
+            columns, project = projector(f.schema_arrow, job.fields, job.mapping, item.location)
+            offset = 0
+            for n, batch in _batches(f, columns):
+                arrays = project(batch) if batch is not None else project(pa.record_batch([], names=[]))
+                if batch is None:
+                    arrays = [pa.nulls(n, type=a.type) for a in arrays]
+                for i, value in job.fills:
+                    arrays[i] = fill(arrays[i], value)
+                if job.lineage and item.first_row_id is not None:
+                    ids = pc.add(positions(offset, n), item.first_row_id)
+                    arrays[row_id] = pc.coalesce(arrays[row_id], ids)
+                    arrays[updated] = pc.coalesce(
+                        arrays[updated], pa.scalar(item.sequence_number, pa.int64())
+                    )
+                rows = pa.RecordBatch.from_arrays(arrays, schema=out.schema)
+                mask = kept(offset, n, deleted)
+                out.add(rows if mask is None else rows.filter(mask))
+                offset += n
+            if offset != f.metadata.num_rows:
+                raise CorruptMetadataError(
+                    f"{item.location} yielded {offset} rows but its footer says {f.metadata.num_rows}"
+                )
+    out.flush()
+    out.close()
+    return out.done
