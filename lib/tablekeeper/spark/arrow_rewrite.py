@@ -212,10 +212,8 @@ def _position_file(location: str) -> dict[str, pa.Array]:
         .group_by("k")
         .aggregate([("p", "list")])
     )
-    return {
-        str(k): pa.array(v, pa.int64())
-        for k, v in zip(grouped.column("k").to_pylist(), grouped.column("p_list").to_pylist(), strict=True)
-    }
+    lists = grouped.column("p_list").combine_chunks()
+    return {str(k): lists[i].values for i, k in enumerate(grouped.column("k").to_pylist())}
 
 
 def _deleted(item: _Input, cache: dict[str, dict[str, pa.Array]]) -> pa.Array:
