@@ -4,7 +4,8 @@ A table of F small files (default 2,000, about 1 GB in all) is built once by Ice
 saved. Each engine then runs in its own process on a fresh copy:
 
 - ``iceberg``: ``SparkActions.rewriteDataFiles(table).binPack()`` with default options;
-- ``tablekeeper``: ``compact`` with default options (the same planning rules);
+- ``tablekeeper``: ``compact`` with default options (the same planning rules; no shuffle is
+  needed, so its Arrow path rewrites the groups unless ``--tk-writer spark``);
 - ``spark``: the floor, a plain ``spark.read.parquet`` of the same files and ``write.parquet`` into
   as many files as the engines write, with the same codec (no deletes, ids or commit).
 
@@ -65,11 +66,16 @@ def build(work: Path, files: int, rows: int) -> None:
     (work / "built").write_text("ok")
 
 
-def run_engine(engine: str, work: Path, output_files: int) -> dict[str, object]:
+def _parquet_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*.parquet"))
+
+
+def run_engine(engine: str, work: Path, output_files: int, tk_writer: str) -> dict[str, object]:
     """Inside the child: one engine on the saved state."""
     from tablekeeper.catalog import catalog_for
 
     started = time.perf_counter()
+    input_bytes = _parquet_bytes(work / "wh")
     spark = _spark(work)
     setup = time.perf_counter() - started
     t0 = time.perf_counter()
@@ -86,7 +92,8 @@ def run_engine(engine: str, work: Path, output_files: int) -> dict[str, object]:
     elif engine == "tablekeeper":
         from tablekeeper.jobs.compact import CompactOptions, run_compact
 
-        m = run_compact(CompactOptions(TABLE), catalog_for(_catalogs(work).get("b")), TABLE, spark).metrics
+        options = CompactOptions(TABLE, writer=tk_writer)  # type: ignore[arg-type]
+        m = run_compact(options, catalog_for(_catalogs(work).get("b")), TABLE, spark).metrics
         rewritten, added = int(m["rewritten_data_files_count"]), int(m["added_data_files_count"])
     else:
         paths = [str(p) for p in (work / "wh" / "bench" / "c" / "data").rglob("*.parquet")]
@@ -96,12 +103,16 @@ def run_engine(engine: str, work: Path, output_files: int) -> dict[str, object]:
             str(work / "floor")
         )
         rewritten, added = len(paths), len(list((work / "floor").glob("*.parquet")))
+    seconds = time.perf_counter() - t0
+    written = work / "floor" if engine == "spark" else work / "wh"
+    out_bytes = _parquet_bytes(written) - (0 if engine == "spark" else input_bytes)
     return {
         "engine": engine,
-        "seconds": round(time.perf_counter() - t0, 3),
+        "seconds": round(seconds, 3),
         "setup_seconds": round(setup, 3),
         "rewritten": rewritten,
         "added": added,
+        "added_bytes": out_bytes,
     }
 
 
@@ -117,6 +128,7 @@ def _summary(engine: str, runs: list[dict[str, object]]) -> dict[str, object]:
         "max_seconds": seconds[-1],
         "rewritten": runs[-1]["rewritten"],
         "added": runs[-1]["added"],
+        "added_mib": round(int(runs[-1]["added_bytes"]) / 2**20),  # type: ignore[call-overload]
     }
 
 
@@ -128,11 +140,14 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=15_500_000, help="rows in all (about 1 GB by default)")
     parser.add_argument("--output-files", type=int, default=2, help="files the floor writes")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--tk-writer", default="auto", choices=["auto", "spark"], help="tablekeeper's compact --writer"
+    )
     parser.add_argument("--child", nargs=1, help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_engine(args.child[0], Path(args.work), args.output_files)))
+        print(json.dumps(run_engine(args.child[0], Path(args.work), args.output_files, args.tk_writer)))
         return
     OUT.mkdir(parents=True, exist_ok=True)
     saved, work = OUT / "compact_saved", OUT / "compact_work"
@@ -151,7 +166,14 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
             shutil.copytree(saved, work)
             r = run_child(
-                "bench.compact", engine, "--work", str(work), "--output-files", str(args.output_files)
+                "bench.compact",
+                engine,
+                "--work",
+                str(work),
+                "--output-files",
+                str(args.output_files),
+                "--tk-writer",
+                args.tk_writer,
             )
             runs.append({**r, "engine": engine, "run": rep + 1})
             print(f"  run {rep + 1} {engine}: {r.get('seconds', r.get('error'))}", file=sys.stderr)
@@ -159,8 +181,8 @@ def main() -> None:
     by = {r["engine"]: r for r in results if "seconds" in r}
     print(f"\n(compact) {shape}; median of {args.repeat} alternating runs\n")
     print(
-        "{:<12} {:>9} {:>13} {:>10} {:>10} {:>9} {:>7}".format(
-            "engine", "seconds", "min-max", "x Iceberg", "x floor", "rewritten", "added"
+        "{:<12} {:>9} {:>13} {:>10} {:>10} {:>9} {:>7} {:>9}".format(
+            "engine", "seconds", "min-max", "x Iceberg", "x floor", "rewritten", "added", "added MiB"
         )
     )
     for r in results:
@@ -173,7 +195,7 @@ def main() -> None:
         spread = f"{r['min_seconds']:.1f}-{r['max_seconds']:.1f}"
         print(
             f"{r['engine']!s:<12} {secs:>9.2f} {spread:>13} {vs_ice:>10} {vs_floor:>10} "
-            f"{r['rewritten']!s:>9} {r['added']!s:>7}"
+            f"{r['rewritten']!s:>9} {r['added']!s:>7} {r['added_mib']!s:>9}"
         )
     out = OUT / "compact.json"
     out.write_text(json.dumps({"shape": shape, "results": results, "runs": runs}, indent=2))
