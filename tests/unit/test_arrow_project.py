@@ -9,7 +9,16 @@ import pyarrow as pa
 import pytest
 
 from tablekeeper.errors import CorruptMetadataError
-from tablekeeper.iceberg.arrow_project import fill, kept, positions, projector, supported, write_schema
+from tablekeeper.iceberg.arrow_project import (
+    Deleted,
+    fill,
+    kept,
+    positions,
+    projector,
+    promotable,
+    supported,
+    write_schema,
+)
 from tablekeeper.iceberg.name_mapping import parse_name_mapping
 from tablekeeper.iceberg.parquet import FIELD_ID_KEY
 from tablekeeper.iceberg.types import (
@@ -96,21 +105,48 @@ def test_no_ids_and_no_mapping_fails_closed() -> None:
         projector(_batch(with_ids=False).schema, FIELDS, None, "f.parquet")
 
 
-def test_a_type_that_cannot_promote_fails() -> None:
-    batch = pa.record_batch([pa.array(["x"])], schema=pa.schema([_f("id", pa.string(), 1)]))
-    _, project = projector(batch.schema, (NestedField(1, "id", LONG),), None, "f.parquet")
-    with pytest.raises(CorruptMetadataError, match="cannot read as long"):
+@pytest.mark.parametrize(
+    ("source", "value", "target"),
+    [
+        (pa.string(), "1", LONG),  # parseable, still not a promotion
+        (pa.int32(), 1, STRING),
+        (pa.int64(), 1, PrimitiveType("double")),
+        (pa.bool_(), True, INT),
+        (pa.decimal128(5, 2), Decimal("1.50"), DecimalType(10, 3)),  # scale changes
+        (pa.int64(), 1, INT),  # narrowing
+    ],
+)
+def test_only_iceberg_promotions_are_read(source: pa.DataType, value: object, target: object) -> None:
+    batch = pa.record_batch([pa.array([value], source)], schema=pa.schema([_f("c", source, 1)]))
+    _, project = projector(batch.schema, (NestedField(1, "c", target),), None, "f.parquet")  # type: ignore[arg-type]
+    with pytest.raises(CorruptMetadataError, match="not an Iceberg type promotion"):
         project(batch)
+
+
+def test_promotions_and_spellings_that_read() -> None:
+    assert promotable(pa.int8(), pa.int32()) and promotable(pa.uint16(), pa.int32())
+    assert promotable(pa.large_string(), pa.string()) and promotable(pa.date32(), pa.timestamp("us"))
+    assert not promotable(pa.uint32(), pa.int32())
+
+
+def test_nanoseconds_round_down_before_1970() -> None:
+    source = pa.array([-1, 1_999, -1_001], pa.timestamp("ns"))
+    batch = pa.record_batch([source], schema=pa.schema([_f("ts", source.type, 1)]))
+    _, project = projector(batch.schema, (NestedField(1, "ts", PrimitiveType("timestamp")),), None, "f")
+    (out,) = project(batch)
+    assert out.type == pa.timestamp("us") and out.cast(pa.int64()).to_pylist() == [-1, 1, -2]
 
 
 def test_positions_and_delete_masks() -> None:
     assert positions(10, 4).to_pylist() == [10, 11, 12, 13]
     assert positions(0, 0).to_pylist() == []
-    deleted = pa.array([1, 11, 13, 40], pa.int64())
+    deleted = Deleted.of([pa.array([40, 11], pa.int64()), pa.array([13, 1, 11], pa.int64())])
+    assert deleted.positions.to_pylist() == [1, 11, 13, 40] and list(deleted.index) == [1, 11, 13, 40]
     mask = kept(10, 4, deleted)
     assert mask is not None and mask.to_pylist() == [True, False, True, False]
     assert kept(20, 5, deleted) is None
-    assert kept(0, 5, pa.array([], pa.int64())) is None
+    assert kept(40, 1, deleted) is not None
+    assert kept(0, 5, Deleted.of([])) is None
 
 
 def test_fill_replaces_only_nulls() -> None:

@@ -8,6 +8,8 @@ same way one level down. Pure: batches in, arrays out; the caller reads and writ
 
 from __future__ import annotations
 
+from array import array
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -127,14 +129,64 @@ class _Resolver:
             return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
         if source.type == target:
             return source
+        if pa.types.is_dictionary(source.type):
+            source = source.dictionary_decode()
+        if not promotable(source.type, target):
+            raise CorruptMetadataError(
+                f"column {f.name} (id {f.id}) is {source.type} in the file and cannot read as {f.type}: "
+                "not an Iceberg type promotion"
+            )
         try:
-            # Timestamps written as INT96 or nanoseconds read truncated to microseconds, as Iceberg
-            # reads them; every other cast is a promotion and must be exact.
-            return source.cast(target, safe=not pa.types.is_timestamp(target))
+            if pa.types.is_timestamp(source.type) and source.type.unit == "ns":
+                return _nanos_to_micros(source, target)
+            return source.cast(target, safe=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
             raise CorruptMetadataError(
                 f"column {f.name} (id {f.id}) is {source.type} in the file and cannot read as {f.type}: {err}"
             ) from err
+
+
+def _int_width(t: pa.DataType) -> int:
+    """Bits of a signed integer type, or of the signed type that holds an unsigned one; 0 if none."""
+    if pa.types.is_signed_integer(t):
+        return int(t.bit_width)
+    if pa.types.is_unsigned_integer(t) and t.bit_width <= 16:
+        return int(t.bit_width) * 2
+    return 0
+
+
+def promotable(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether a file column of Arrow type ``source`` reads as ``target`` under Iceberg's rules:
+    the same type in another Arrow spelling, or a promotion (int to long, float to double, a wider
+    decimal of the same scale, date to timestamp); never a conversion that changes values."""
+    t = pa.types
+    if t.is_null(source):
+        return True
+    if t.is_integer(target):
+        return 0 < _int_width(source) <= int(target.bit_width)
+    if t.is_floating(target):
+        return bool(t.is_floating(source) and source.bit_width <= target.bit_width)
+    if t.is_decimal(target):
+        return bool(
+            t.is_decimal(source) and source.scale == target.scale and source.precision <= target.precision
+        )
+    if t.is_string(target):
+        return bool(t.is_string(source) or t.is_large_string(source) or t.is_string_view(source))
+    if t.is_binary(target):
+        return bool(t.is_binary(source) or t.is_large_binary(source) or t.is_binary_view(source))
+    if t.is_timestamp(target):
+        return bool(t.is_timestamp(source) or t.is_date32(source))
+    return bool(source == target)
+
+
+def _nanos_to_micros(source: pa.Array, target: pa.DataType) -> pa.Array:
+    """Nanoseconds (INT96 or TIMESTAMP(NANOS)) to microseconds, rounded down as Iceberg Java does
+    (a cast would round toward zero before 1970)."""
+    nanos = source.cast(pa.int64())
+    micros = pc.divide(nanos, 1000)
+    below = pc.less(pc.subtract(nanos, pc.multiply(micros, 1000)), 0)
+    micros = pc.if_else(below, pc.subtract(micros, 1), micros)
+    return micros.cast(pa.timestamp("us", tz=source.type.tz)).cast(target)
 
 
 def projector(
@@ -173,16 +225,38 @@ def positions(offset: int, n: int) -> pa.Array:
     return pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n)), offset - 1)
 
 
-def kept(offset: int, n: int, deleted: pa.Array) -> pa.Array | None:
-    """A mask of the batch rows not in ``deleted`` (sorted positions), or None if none is."""
-    if len(deleted) == 0:
+@dataclass(frozen=True)
+class Deleted:
+    """A data file's deleted row positions, sorted and unique, with a searchable copy."""
+
+    positions: pa.Array
+    index: array[int]
+
+    @classmethod
+    def of(cls, parts: Sequence[pa.Array]) -> Deleted:
+        if not parts:
+            return cls(pa.array([], pa.int64()), array("q"))
+        values = pc.unique(pa.concat_arrays([p.cast(pa.int64()) for p in parts]))
+        values = values.take(pc.sort_indices(values))
+        index = array("q")
+        if len(values):
+            index.frombytes(
+                values.buffers()[1].to_pybytes()[values.offset * 8 : (values.offset + len(values)) * 8]
+            )
+        return cls(values, index)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def kept(offset: int, n: int, deleted: Deleted) -> pa.Array | None:
+    """A mask of the batch rows (positions ``offset .. offset + n - 1``) not deleted, or None if
+    every row is kept."""
+    lo = bisect_left(deleted.index, offset)
+    hi = bisect_left(deleted.index, offset + n, lo)
+    if lo == hi:
         return None
-    lo = pc.greater_equal(deleted, offset)
-    hi = pc.less(deleted, offset + n)
-    inside = deleted.filter(pc.and_(lo, hi))
-    if len(inside) == 0:
-        return None
-    return pc.invert(pc.is_in(positions(offset, n), value_set=inside))
+    return pc.invert(pc.is_in(positions(offset, n), value_set=deleted.positions.slice(lo, hi - lo)))
 
 
 def fill(column: pa.Array, value: Any) -> pa.Array:

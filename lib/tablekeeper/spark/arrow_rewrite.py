@@ -24,8 +24,16 @@ import pyarrow.parquet as pq
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 
-from tablekeeper.errors import CorruptMetadataError
-from tablekeeper.iceberg.arrow_project import fill, kept, positions, projector, supported, write_schema
+from tablekeeper.errors import CorruptMetadataError, StorageError
+from tablekeeper.iceberg.arrow_project import (
+    Deleted,
+    fill,
+    kept,
+    positions,
+    projector,
+    supported,
+    write_schema,
+)
 from tablekeeper.iceberg.manifest import DataFile
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.name_mapping import NameMapping
@@ -46,7 +54,9 @@ DICT_BYTES = "write.parquet.dict-size-bytes"
 LEVEL = "write.parquet.compression-level"
 # Parquet-mr's defaults, which Iceberg Java writes with when the table sets no level.
 _DEFAULT_LEVELS = {"zstd": 3, "gzip": 6}
-_PYARROW_CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "uncompressed": "none"}
+# Spark's lz4 is Hadoop's LZ4 framing, pyarrow's is LZ4_RAW, which older readers lack: Spark writes it.
+_PYARROW_CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "none": "none"}
+_LEVELLED = frozenset({"zstd", "gzip"})
 _POS_FILE_ID, _POS_ID = b"2147483546", b"2147483545"
 _BATCH_ROWS = 1 << 16
 
@@ -103,18 +113,21 @@ def _int_property(meta: TableMetadata, key: str, default: int | None) -> int | N
         raise CorruptMetadataError(f"table property {key}={text!r} is not an integer") from None
 
 
-def _bins(tasks: Sequence[FileTask], count: int) -> list[list[FileTask]]:
-    """``tasks`` in order, cut into at most ``count`` runs of about equal bytes."""
+def _bins(tasks: Sequence[FileTask], count: int) -> list[tuple[list[FileTask], int]]:
+    """``tasks`` in order, cut into runs near ``total / count`` bytes, each with the number of
+    files it is written into (a run holding a file larger than that writes several)."""
     total = sum(t.size for t in tasks)
+    ideal = max(1.0, total / max(1, count))
     bins: list[list[FileTask]] = [[]]
-    done = 0
+    size = 0
     for t in tasks:
-        boundary = total * len(bins) / count
-        if bins[-1] and len(bins) < count and done + t.size / 2 > boundary:
+        # A run closes only once it is half a file or more: no tiny file between two large ones.
+        if bins[-1] and size >= ideal / 2 and size + t.size > ideal:
             bins.append([])
+            size = 0
         bins[-1].append(t)
-        done += t.size
-    return bins
+        size += t.size
+    return [(b, max(1, round(sum(t.size for t in b) / ideal))) for b in bins]
 
 
 def _input(t: FileTask) -> _Input:
@@ -164,7 +177,8 @@ def rewrite_with_arrow(
         fills=tuple(fills),
         directory=directory,
         codec=codec,
-        level=_int_property(meta, LEVEL, _DEFAULT_LEVELS.get(codec)),
+        # Java ignores a level for codecs without one; pyarrow refuses it.
+        level=_int_property(meta, LEVEL, _DEFAULT_LEVELS.get(codec)) if codec in _LEVELLED else None,
         row_group_bytes=_int_property(meta, ROW_GROUP_BYTES, 128 << 20) or (128 << 20),
         page_bytes=_int_property(meta, PAGE_BYTES, 1 << 20) or (1 << 20),
         dict_bytes=_int_property(meta, DICT_BYTES, 2 << 20) or (2 << 20),
@@ -174,17 +188,27 @@ def rewrite_with_arrow(
         partition=partition,
         sort_order_id=sort_order_id,
     )
-    bins = [[_input(t) for t in b] for b in _bins(tasks, max(1, output_files))]
+    bins = [
+        ([_input(t) for t in b], max_records if files == 1 else min(max_records, _rows(b, files)))
+        for b, files in _bins(tasks, max(1, output_files))
+    ]
     io = FileIO.for_location(directory)
     io.mkdirs(directory)
     sc = spark.sparkContext
     written: list[DataFile] = (
-        sc.parallelize(list(enumerate(bins)), len(bins)).flatMap(lambda ib: _write_bin(job, *ib)).collect()
+        sc.parallelize(list(enumerate(bins)), len(bins))
+        .flatMap(lambda ib: _write_bin(job, ib[0], ib[1][0], ib[1][1]))
+        .collect()
     )
     # A failed or speculative task attempt may have left a partial file: only reported files count.
     reported = {f.file_path for f in written}
     io.delete_many([i.location for i in io.list(directory, recursive=True) if i.location not in reported])
     return tuple(sorted(written, key=lambda f: f.file_path))
+
+
+def _rows(tasks: Sequence[FileTask], files: int) -> int:
+    """Rows per file when a run's rows (before deletes) go into ``files`` files of equal rows."""
+    return max(1, -(-sum(t.file.record_count for t in tasks) // files))
 
 
 def _dv_positions(location: str, offset: int, length: int, cardinality: int) -> pa.Array:
@@ -199,45 +223,43 @@ def _dv_positions(location: str, offset: int, length: int, cardinality: int) -> 
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
-def _position_file(location: str) -> dict[str, pa.Array]:
-    """A position delete file's positions by the path key of the data file they delete from."""
+def _position_file(location: str, wanted: frozenset[str]) -> dict[str, pa.Array]:
+    """A position delete file's positions by the path key of the data file they delete from,
+    for the ``wanted`` data files only (a delete file may cover many more)."""
     with FileIO.for_location(location).open_input(location) as stream:
         f = pq.ParquetFile(stream)
         names: dict[bytes, str] = {(c.metadata or {}).get(FIELD_ID_KEY, b""): c.name for c in f.schema_arrow}
         path_col, pos_col = names.get(_POS_FILE_ID, "file_path"), names.get(_POS_ID, "pos")
         table = f.read(columns=[path_col, pos_col], use_threads=False)
     keys = pc.replace_substring_regex(table.column(path_col), SCHEME_AUTHORITY, "", max_replacements=1)
-    grouped = (
-        pa.table({"k": keys, "p": table.column(pos_col).cast(pa.int64())})
-        .group_by("k")
-        .aggregate([("p", "list")])
-    )
+    rows = pa.table({"k": keys, "p": table.column(pos_col).cast(pa.int64())})
+    rows = rows.filter(pc.is_in(rows.column("k"), value_set=pa.array(sorted(wanted), pa.string())))
+    grouped = rows.group_by("k").aggregate([("p", "list")])
     lists = grouped.column("p_list").combine_chunks()
     return {str(k): lists[i].values for i, k in enumerate(grouped.column("k").to_pylist())}
 
 
-def _deleted(item: _Input, cache: dict[str, dict[str, pa.Array]]) -> pa.Array:
+def _deleted(item: _Input, wanted: frozenset[str], cache: dict[str, dict[str, pa.Array]]) -> Deleted:
     parts: list[pa.Array] = []
     if item.dv is not None:
         parts.append(_dv_positions(*item.dv))
     key = path_key(item.location)
     for location in item.position_files:
         if location not in cache:
-            cache[location] = _position_file(location)
+            cache[location] = _position_file(location, wanted)
         found = cache[location].get(key)
         if found is not None:
             parts.append(found)
-    if not parts:
-        return pa.array([], pa.int64())
-    return pc.unique(pa.concat_arrays(parts))
+    return Deleted.of(parts)
 
 
 class _Output:
     """The task's output files: rows buffered into row groups, files rolled at max_records."""
 
-    def __init__(self, job: _Job, name: str) -> None:
+    def __init__(self, job: _Job, name: str, max_records: int) -> None:
         self.job = job
         self.name = name
+        self.max_records = max(1, max_records)
         self.io = FileIO.for_location(job.directory)
         self.schema = write_schema(job.fields)
         self.buffer: list[pa.RecordBatch] = []
@@ -250,18 +272,16 @@ class _Output:
         self.done: list[DataFile] = []
 
     def add(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows == 0:
-            return
-        if self.file_rows + self.buffered_rows + batch.num_rows > self.job.max_records and (
-            self.file_rows + self.buffered_rows
-        ):
-            self.flush()
-            self.close()
-        self.buffer.append(batch)
-        self.buffered_rows += batch.num_rows
-        self.buffered_bytes += batch.nbytes
-        if self.buffered_bytes >= self.job.row_group_bytes:
-            self.flush()
+        while batch.num_rows:
+            room = self.max_records - self.file_rows - self.buffered_rows
+            part, batch = batch.slice(0, room), batch.slice(room)
+            self.buffer.append(part)
+            self.buffered_rows += part.num_rows
+            self.buffered_bytes += part.nbytes
+            if self.buffered_bytes >= self.job.row_group_bytes or part.num_rows == room:
+                self.flush()
+            if self.file_rows >= self.max_records:
+                self.close()
 
     def flush(self) -> None:
         if not self.buffer:
@@ -305,6 +325,19 @@ class _Output:
             f if self.job.sort_order_id is None else replace(f, sort_order_id=self.job.sort_order_id)
         )
 
+    def abandon(self) -> None:
+        """After a failure: close what is open and delete every file this attempt wrote, so no
+        attempt outlives the driver's cleanup as an orphan."""
+        try:
+            if self.writer is not None:
+                self.writer.close()
+            if self.stream is not None:
+                self.stream.close()
+        except Exception:  # the first failure is the one to report
+            log.debug("closing a failed output", exc_info=True)
+        written = [f.file_path for f in self.done] + ([self.location] if self.location else [])
+        self.io.delete_many(written)
+
 
 def _batches(f: pq.ParquetFile, columns: list[str]) -> Iterator[tuple[int, pa.RecordBatch | None]]:
     if columns:
@@ -315,40 +348,54 @@ def _batches(f: pq.ParquetFile, columns: list[str]) -> Iterator[tuple[int, pa.Re
             yield f.metadata.row_group(i).num_rows, None
 
 
-def _write_bin(job: _Job, index: int, items: Sequence[_Input]) -> list[DataFile]:
+def _write_bin(job: _Job, index: int, items: Sequence[_Input], max_records: int) -> list[DataFile]:
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
-    out = _Output(job, f"{index:05d}-{attempt}-{uuid.uuid4().hex[:12]}")
+    out = _Output(job, f"{index:05d}-{attempt}-{uuid.uuid4().hex[:12]}", max_records)
     FileIO.for_location(job.directory).mkdirs(job.directory)
     cache: dict[str, dict[str, pa.Array]] = {}
-    row_id, updated = len(job.fields) - 2, len(job.fields) - 1
-    for item in items:
-        deleted = _deleted(item, cache)
-        io = FileIO.for_location(item.location)
-        with io.open_input(item.location) as stream:
-            f = pq.ParquetFile(stream, coerce_int96_timestamp_unit="us")
-            columns, project = projector(f.schema_arrow, job.fields, job.mapping, item.location)
-            offset = 0
-            for n, batch in _batches(f, columns):
-                arrays = project(batch) if batch is not None else project(pa.record_batch([], names=[]))
-                if batch is None:
-                    arrays = [pa.nulls(n, type=a.type) for a in arrays]
-                for i, value in job.fills:
-                    arrays[i] = fill(arrays[i], value)
-                if job.lineage and item.first_row_id is not None:
-                    ids = pc.add(positions(offset, n), item.first_row_id)
-                    arrays[row_id] = pc.coalesce(arrays[row_id], ids)
-                    arrays[updated] = pc.coalesce(
-                        arrays[updated], pa.scalar(item.sequence_number, pa.int64())
-                    )
-                rows = pa.RecordBatch.from_arrays(arrays, schema=out.schema)
-                mask = kept(offset, n, deleted)
-                out.add(rows if mask is None else rows.filter(mask))
-                offset += n
-            if offset != f.metadata.num_rows:
-                raise CorruptMetadataError(
-                    f"{item.location} yielded {offset} rows but its footer says {f.metadata.num_rows}"
-                )
-    out.flush()
-    out.close()
+    wanted = frozenset(path_key(i.location) for i in items)
+    try:
+        for item in items:
+            try:
+                _copy(job, item, _deleted(item, wanted, cache), out)
+            except (pa.ArrowException, OSError) as err:
+                # Arrow's and the store's own errors name neither the file nor tablekeeper: the
+                # driver would only see a Py4J line.
+                kind = StorageError if isinstance(err, OSError) else CorruptMetadataError
+                reason = (str(err).strip().splitlines() or [err.__class__.__name__])[0]
+                raise kind(f"rewriting {item.location}: {reason}") from err
+        out.flush()
+        out.close()
+    except BaseException:
+        out.abandon()
+        raise
     return out.done
+
+
+def _copy(job: _Job, item: _Input, deleted: Deleted, out: _Output) -> None:
+    row_id, updated = len(job.fields) - 2, len(job.fields) - 1
+    io = FileIO.for_location(item.location)
+    with io.open_input(item.location) as stream:
+        f = pq.ParquetFile(stream, coerce_int96_timestamp_unit="us")
+        columns, project = projector(f.schema_arrow, job.fields, job.mapping, item.location)
+        offset = 0
+        for n, batch in _batches(f, columns):
+            if batch is None:
+                arrays = [pa.nulls(n, type=a.type) for a in project(pa.record_batch([], names=[]))]
+            else:
+                arrays = project(batch)
+            for i, value in job.fills:
+                arrays[i] = fill(arrays[i], value)
+            if job.lineage and item.first_row_id is not None:
+                ids = pc.add(positions(offset, n), item.first_row_id)
+                arrays[row_id] = pc.coalesce(arrays[row_id], ids)
+                arrays[updated] = pc.coalesce(arrays[updated], pa.scalar(item.sequence_number, pa.int64()))
+            rows = pa.RecordBatch.from_arrays(arrays, schema=out.schema)
+            mask = kept(offset, n, deleted)
+            out.add(rows if mask is None else rows.filter(mask))
+            offset += n
+        if offset != f.metadata.num_rows:
+            raise CorruptMetadataError(
+                f"{item.location} yielded {offset} rows but its footer says {f.metadata.num_rows}"
+            )

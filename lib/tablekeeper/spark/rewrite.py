@@ -36,7 +36,7 @@ from tablekeeper.iceberg.parquet import data_file_from_footer
 from tablekeeper.iceberg.partitioning import PartitionSpec
 from tablekeeper.iceberg.puffin import deserialize_dv
 from tablekeeper.iceberg.rewrite_plan import FileTask
-from tablekeeper.iceberg.types import FixedType, IcebergType, NestedField, Schema
+from tablekeeper.iceberg.types import FixedType, IcebergType, NestedField, Schema, StructType
 from tablekeeper.io import FileIO
 from tablekeeper.spark.arrow_rewrite import arrow_blocker, rewrite_with_arrow
 from tablekeeper.spark.concurrent import no_cycle_collection
@@ -360,6 +360,7 @@ def rewrite_files(
 
     ``writer="auto"`` streams groups that need no shuffle through Arrow on the executors (no
     sort, no equality deletes); everything else, and ``writer="spark"``, goes through Spark SQL."""
+    _refuse_initial_defaults(meta.schema())
     blocker = arrow_blocker(meta, tasks, bool(target.sort), target.compression)
     if writer == "auto" and blocker is None:
         files = rewrite_with_arrow(
@@ -436,6 +437,23 @@ def rewrite_files(
         .parquet(target.directory)
     )
     return Rewritten(_describe(spark, target, schema, sort_order_id), target.directory, "spark")
+
+
+def _refuse_initial_defaults(schema: Schema) -> None:
+    """Files written before a column with an initial default was added read that default; both
+    writers would store null in its place, losing it for good."""
+
+    def walk(fields: Sequence[NestedField], prefix: str) -> None:
+        for f in fields:
+            if f.initial_default is not None:
+                raise UnsupportedFeatureError(
+                    f"column {prefix}{f.name} has an initial default (v3): tablekeeper cannot rewrite "
+                    "its older files without losing it yet"
+                )
+            if isinstance(f.type, StructType):
+                walk(f.type.fields, f"{prefix}{f.name}.")
+
+    walk(schema.fields, "")
 
 
 def _conf_bytes(value: str | None, default: int) -> int:

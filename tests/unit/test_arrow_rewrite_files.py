@@ -1,0 +1,93 @@
+"""How compaction's Arrow path cuts a group into tasks and files: runs near the ideal size, no
+tiny file between large ones, files rolled at exactly the row limit, and a failed attempt
+leaves no file behind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tablekeeper.iceberg.types import NestedField, PrimitiveType, Schema
+from tablekeeper.spark.arrow_rewrite import _bins, _Job, _Output
+
+
+@dataclass(frozen=True)
+class _Sized:
+    size: int
+
+
+def _shape(sizes: list[int], count: int) -> list[tuple[list[int], int]]:
+    return [([t.size for t in b], files) for b, files in _bins([_Sized(s) for s in sizes], count)]  # type: ignore[misc]
+
+
+def test_runs_never_leave_a_tiny_file_between_large_ones() -> None:
+    assert _shape([170, 5, 5, 5, 5, 5, 5, 170], 4) == [([170], 2), ([5, 5, 5, 5, 5, 5, 170], 2)]
+
+
+def test_a_large_input_is_written_into_several_files() -> None:
+    assert _shape([170, 170], 4) == [([170], 2), ([170], 2)]
+
+
+def test_even_inputs_split_evenly() -> None:
+    assert _shape([10] * 8, 2) == [([10] * 4, 1), ([10] * 4, 1)]
+    assert _shape([10] * 3, 1) == [([10] * 3, 1)]
+
+
+def _job(directory: Path) -> _Job:
+    fields = (NestedField(1, "id", PrimitiveType("long")),)
+    return _Job(
+        fields=fields,
+        lineage=False,
+        mapping=None,
+        fills=(),
+        directory=str(directory),
+        codec="zstd",
+        level=3,
+        row_group_bytes=128 << 20,
+        page_bytes=1 << 20,
+        dict_bytes=2 << 20,
+        max_records=1 << 40,
+        schema=Schema(0, fields),
+        spec_id=0,
+        partition=(),
+        sort_order_id=None,
+    )
+
+
+def test_files_roll_at_exactly_the_row_limit(tmp_path: Path) -> None:
+    out = _Output(_job(tmp_path), "t", max_records=50_000)
+    for start in range(0, 130_000, 65_536):
+        ids = pa.array(range(start, min(start + 65_536, 130_000)), pa.int64())
+        out.add(pa.record_batch([ids], schema=out.schema))
+    out.flush()
+    out.close()
+    assert [f.record_count for f in out.done] == [50_000, 50_000, 30_000]
+    rows = [r for f in out.done for r in pq.read_table(f.file_path).column("id").to_pylist()]
+    assert rows == list(range(130_000))
+
+
+def test_a_failed_attempt_deletes_what_it_wrote(tmp_path: Path) -> None:
+    out = _Output(_job(tmp_path), "t", max_records=10)
+    out.add(pa.record_batch([pa.array(range(25), pa.int64())], schema=out.schema))
+    out.flush()  # the last 5 rows into a third file, left open
+    assert len(list(tmp_path.iterdir())) == 3
+    out.abandon()
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("codec", ["snappy", "none"])
+def test_codecs_without_a_level_write(tmp_path: Path, codec: str) -> None:
+    job = _job(tmp_path)
+    out = _Output(
+        _Job(**{**job.__dict__, "codec": codec, "level": None}),  # type: ignore[arg-type]
+        "t",
+        max_records=100,
+    )
+    out.add(pa.record_batch([pa.array([1, 2], pa.int64())], schema=out.schema))
+    out.flush()
+    out.close()
+    assert out.done[0].record_count == 2
