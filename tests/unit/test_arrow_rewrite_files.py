@@ -32,6 +32,12 @@ def test_a_large_input_is_written_into_several_files() -> None:
     assert _shape([170, 170], 4) == [([170], 2), ([170], 2)]
 
 
+def test_the_last_run_takes_the_rest() -> None:
+    sizes = [500_000 + (i * 7919) % 1000 for i in range(2000)]
+    shape = _shape(sizes, 2)
+    assert [files for _, files in shape] == [1, 1] and sum(len(b) for b, _ in shape) == 2000
+
+
 def test_even_inputs_split_evenly() -> None:
     assert _shape([10] * 8, 2) == [([10] * 4, 1), ([10] * 4, 1)]
     assert _shape([10] * 3, 1) == [([10] * 3, 1)]

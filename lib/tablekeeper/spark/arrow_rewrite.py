@@ -121,8 +121,9 @@ def _bins(tasks: Sequence[FileTask], count: int) -> list[tuple[list[FileTask], i
     bins: list[list[FileTask]] = [[]]
     size = 0
     for t in tasks:
-        # A run closes only once it is half a file or more: no tiny file between two large ones.
-        if bins[-1] and size >= ideal / 2 and size + t.size > ideal:
+        # A run closes only once it is half a file or more (no tiny file between two large ones),
+        # and the last run takes the rest (no tiny file at the end).
+        if bins[-1] and len(bins) < count and size >= ideal / 2 and size + t.size > ideal:
             bins.append([])
             size = 0
         bins[-1].append(t)
