@@ -6,24 +6,41 @@ SHELL := bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Airflow lives in its own venv: its Spark provider brings pyspark-client, whose jar-less `pyspark`
+# package would shadow the job environment's pyspark. Its providers need Python 3.11+.
+AIRFLOW_PYTHON ?= $(PYTHON)
+AIRFLOW_VENV := .airflow-venv
+AIRFLOW_PY := $(AIRFLOW_VENV)/bin/python
+VERSION := $(shell awk -F'"' '/^version = /{print $$2; exit}' pyproject.toml)
+WHEEL := dist/tablekeeper-$(VERSION)-py3-none-any.whl
+PY_FILES_ZIP := dist/tablekeeper.zip
+LIB_FILES := $(shell find lib/tablekeeper -name '*.py' -o -name py.typed)
 JARS := .jars
 # Coordinates live only in conf/jars.txt ("<role> <group:artifact:version>" lines).
 JAR_COORDS = $(shell awk '!/^[[:space:]]*#/ && NF >= 2 {print $$2}' conf/jars.txt)
 MVN_DEPENDENCY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars test lint demo bench clean
+.PHONY: help setup jars package test lint demo bench clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-setup: $(VENV)/.installed jars ## create .venv with the pinned deps and fetch the jars (idempotent)
+setup: $(VENV)/.installed $(AIRFLOW_VENV)/.installed jars ## create .venv and .airflow-venv with the pinned deps, fetch the jars (idempotent)
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ needed: set PYTHON=python3.x")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+$(AIRFLOW_VENV)/.installed: conf/airflow-requirements.txt conf/airflow-constraints.txt
+	@$(AIRFLOW_PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "the Airflow Spark provider needs Python 3.11+: set AIRFLOW_PYTHON=python3.x")'
+	@test -x $(AIRFLOW_PY) || $(AIRFLOW_PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(AIRFLOW_PY) -m pip install --quiet --disable-pip-version-check \
+	  -r conf/airflow-requirements.txt -c conf/airflow-constraints.txt
 	@touch $@
 
 # Always checked (four file tests when nothing is missing), so a deleted jar comes back.
@@ -45,14 +62,26 @@ jars:
 	  case "$$keep" in *" $$(basename $$jar) "*) ;; *) echo "removing stale $$jar"; rm -f "$$jar";; esac; \
 	done
 
-test: setup ## set up, then run every test (unit, spark, interop)
+package: $(WHEEL) $(PY_FILES_ZIP) ## build the wheel and the zip spark-submit --py-files takes into dist/
+
+# Order-only on the venv: building must never reinstall the environment it runs in.
+$(WHEEL): pyproject.toml $(LIB_FILES) | $(VENV)/.installed
+	@rm -f dist/tablekeeper-*.whl
+	$(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir dist .
+
+# A pure-Python wheel is a zip with the package at its root, which is all --py-files needs; its
+# .dist-info rides along, so tablekeeper.__version__ is right when imported from the zip.
+$(PY_FILES_ZIP): $(WHEEL)
+	cp $< $@
+
+test: setup package ## set up, then run every test (unit, spark, interop, dags)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup ## ruff on everything, mypy --strict on lib/
 	$(VENV)/bin/ruff check lib tests jobs bench airflow_dags
 	$(VENV)/bin/mypy --strict
 
-demo: setup ## set up, then run the main job on embedded defaults (Delta -> Iceberg, read back)
+demo: setup ## set up, then tour every job on embedded defaults (Delta -> Iceberg -> maintenance)
 	$(VENV)/bin/tablekeeper doctor
 	$(PY) -m tablekeeper.demo
 
@@ -63,5 +92,5 @@ bench: setup ## run the benchmarks (prints tables, writes bench/out/*.json)
 	$(PY) -m bench.compact $(COMPACT_ARGS)
 	$(PY) -m bench.backfill $(BACKFILL_ARGS)
 
-clean: ## remove the venv, the jars and local warehouses
-	rm -rf $(VENV) $(JARS) warehouse dist build
+clean: ## remove the venvs, the jars, local warehouses and dist/
+	rm -rf $(VENV) $(AIRFLOW_VENV) $(JARS) warehouse dist build

@@ -1,0 +1,255 @@
+"""The DAG folder as Airflow 3 loads it (probed inside .airflow-venv): every file imports without
+errors or deprecation warnings, the task graphs and templated arguments are what the tables file
+says, every job's arguments are ones tablekeeper's own parser accepts, and a wrong tables file is
+an import error naming the mistake. No Spark here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tablekeeper.cli import build_parser
+from tablekeeper.spark.session import packages_arg
+from tests.dags.conftest import AIRFLOW_PYTHON, DAGS_FOLDER, airflow_env, write_tables
+from tests.support.spark_submit import REPO_ROOT
+
+EXAMPLE = REPO_ROOT / "conf" / "tables.example.yaml"
+PROBE = Path(__file__).resolve().parent / "airflow_probe.py"
+DS = "2026-01-02"  # the probe's logical date
+CONVERT_XCOM = {"job": "convert-delta", "metrics": {"delta_version": 4, "snapshot_id": 77}, "status": "ok"}
+CHAIN = ["compact", "expire_snapshots", "remove_orphans", "backfill_row_lineage"]
+
+TEMPLATED = {
+    "submit": {"conn_id": "spark_cluster", "conf": {"spark.executor.cores": "2"}, "results_dir": "/shared/r"},
+    "defaults": {
+        "catalog": "files",
+        "schedule": "@daily",
+        "retries": 2,
+        "jobs": {"compact": {"min-input-files": 3}, "expire-snapshots": {"older-than": "5d"}},
+    },
+    "tables": [
+        {
+            "table": "db.t",
+            "catalog_file": "${home}/conf/catalogs.yaml",
+            "pool": "tk_db_t",
+            "jobs": {
+                "compact": {"where": "day >= '{{ ds }}'", "rewrite-all": True, "partial-progress": False},
+                "expire-snapshots": False,
+                "backfill-row-lineage": {"branch": ["audit", "dev"]},
+            },
+            "submit": {"conf": {"spark.executor.memory": "8g"}, "deploy_mode": "cluster"},
+        }
+    ],
+    "migrations": [{"source": "/d/orders", "target": "db.orders", "validate": False, "tags": ["once"]}],
+}
+BAD = {
+    "typo": ({"tables": [{"table": "db.t", "schedul": "@daily"}]}, "unknown key schedul"),
+    "job": ({"tables": [{"table": "db.t", "jobs": {"vacuum": {}}}]}, "unknown job 'vacuum'"),
+    "reserved": (
+        {"tables": [{"table": "db.t", "jobs": {"compact": {"table": "x"}}}]},
+        "'table' is set by the DAG",
+    ),
+    "dashes": (
+        {"tables": [{"table": "db.t", "jobs": {"compact": {"--where": "x"}}}]},
+        "is not an option name",
+    ),
+    "cluster": (
+        {"submit": {"deploy_mode": "cluster"}, "tables": [{"table": "db.t", "jobs": {"compact": {}}}]},
+        "deploy_mode cluster needs submit.results_dir",
+    ),
+    "delta": (
+        {"tables": [{"table": "db.t", "format": "delta", "jobs": {"compact": {}}}]},
+        "named by its path",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def probed(airflow: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One Airflow process probing the example, the templated file and every bad file."""
+    tmp = tmp_path_factory.mktemp("probe")
+    files = {"example": EXAMPLE, "templated": write_tables(tmp / "templated.yaml", TEMPLATED)}
+    files |= {name: write_tables(tmp / f"bad-{name}.yaml", doc) for name, (doc, _) in BAD.items()}
+    out = tmp / "probe.json"
+    proc = subprocess.run(
+        [str(AIRFLOW_PYTHON), str(PROBE), str(out), *(str(f) for f in files.values())],
+        env=airflow_env(tmp / "airflow-home", EXAMPLE),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    by_path = json.loads(out.read_text())
+    return {name: by_path[str(path)] for name, path in files.items()}
+
+
+def test_every_dag_file_imports_cleanly(probed: dict[str, Any]) -> None:
+    example = probed["example"]
+    py_files = sorted(p.name for p in DAGS_FOLDER.glob("*.py"))
+    assert sorted(example["files"]) == py_files
+    # No error and no warning at all, deprecated imports (DeprecatedImportWarning) included.
+    assert example["files"] == {name: {"warnings": [], "error": None} for name in py_files}
+    assert example["import_errors"] == {}
+    assert example["captured_warnings"] == {}
+
+
+def test_example_tables_file_makes_a_dag_per_table_and_migration(probed: dict[str, Any]) -> None:
+    dags = probed["example"]["dags"]
+    assert sorted(dags) == [
+        "tablekeeper_delta_migration__db_orders",
+        "tablekeeper_maintenance__db_clicks",
+        "tablekeeper_maintenance__db_events",
+        "tablekeeper_maintenance__delta_sessions",
+    ]
+    events = dags["tablekeeper_maintenance__db_events"]
+    assert (events["schedule"], events["max_active_runs"], events["catchup"]) == ("0 2 * * *", 1, False)
+    assert events["fileloc"] == "maintenance.py"
+    tasks = events["tasks"]
+    # One job after the other, never two on the table at once.
+    assert [(t, tasks[t]["upstream"]) for t in CHAIN] == [
+        ("compact", []),
+        ("expire_snapshots", ["compact"]),
+        ("remove_orphans", ["expire_snapshots"]),
+        ("backfill_row_lineage", ["remove_orphans"]),
+    ]
+    for task_id, task in tasks.items():
+        assert task["classes"][:2] == ["TablekeeperJobOperator", "SparkSubmitOperator"]
+        assert task["pool"] == "tablekeeper_db_events"
+        assert task["retries"] == 1
+        assert task["application"] == str(REPO_ROOT / "jobs" / f"{task_id}.py")
+        assert Path(task["application"]).is_file()
+        # The jars are conf/jars.txt's runtime coordinates, the ones `tablekeeper doctor` prints.
+        assert task["packages"] == packages_arg()
+        assert task["py_files"] == str(REPO_ROOT / "dist" / "tablekeeper.zip")
+        assert task["conf"]["spark.jars.ivySettings"] == str(REPO_ROOT / "conf" / "ivysettings.xml")
+        assert task["conf"]["spark.sql.extensions"] == (
+            "io.delta.sql.DeltaSparkSessionExtension,org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+        )
+        assert task["env_vars"] == {"TABLEKEEPER_WAREHOUSE": "/data/warehouse"}
+        assert (task["conn_id"], task["spark_binary"]) == ("spark_default", "spark-submit")
+        assert "application_args" in task["template_fields"]
+    assert tasks["compact"]["args"] == [
+        "--table", "db.events", "--catalog", "local",
+        "--strategy", "sort", "--sort-order", "event_date ASC, user_id ASC", "--target-file-size", "256MB",
+    ]  # fmt: skip
+    assert tasks["expire_snapshots"]["args"] == [
+        "--table", "db.events", "--catalog", "local", "--older-than", "5d", "--retain-last", "10",
+    ]  # fmt: skip
+
+    clicks = dags["tablekeeper_maintenance__db_clicks"]["tasks"]
+    assert sorted(clicks) == ["compact", "expire_snapshots"]  # remove-orphans: false
+    assert clicks["compact"]["raw_args"][-1] == "event_date >= date_sub('{{ ds }}', 7)"
+    assert clicks["compact"]["args"][-2:] == ["--where", f"event_date >= date_sub('{DS}', 7)"]
+    assert clicks["compact"]["executor_memory"] == "4g"
+    assert clicks["compact"]["pool"] == "default_pool"
+
+    sessions = dags["tablekeeper_maintenance__delta_sessions"]
+    assert "delta" in sessions["tags"]
+    assert sessions["tasks"]["remove_orphans"]["args"] == [
+        "--table",
+        "/data/delta/sessions",
+        "--older-than",
+        "7d",
+    ]
+
+
+def test_example_migration_converts_incrementally_then_validates_at_the_converted_version(
+    probed: dict[str, Any],
+) -> None:
+    dag = probed["example"]["dags"]["tablekeeper_delta_migration__db_orders"]
+    assert (dag["schedule"], dag["max_active_runs"], dag["fileloc"]) == ("@hourly", 1, "delta_migration.py")
+    convert, validate = dag["tasks"]["convert_delta"], dag["tasks"]["validate_row_counts"]
+    assert validate["upstream"] == ["convert_delta"]
+    assert convert["application"] == str(REPO_ROOT / "jobs" / "convert_delta.py")
+    assert convert["args"] == [
+        "--source", "/data/delta/orders", "--target", "db.orders", "--catalog", "local",
+        "--mode", "incremental", "--format-version", "3", "--history", "all",
+    ]  # fmt: skip
+    assert validate["application"] == str(DAGS_FOLDER / "validate_conversion.py")
+    assert validate["args"][:-1] == [
+        "--source", "/data/delta/orders", "--target", "db.orders", "--catalog", "local", "--convert-result",
+    ]  # fmt: skip
+    # The rendered template hands convert-delta's XCom over as JSON.
+    assert json.loads(validate["args"][-1]) == CONVERT_XCOM
+    assert validate["raw_args"][-1] == "{{ ti.xcom_pull(task_ids='convert_delta') | tojson }}"
+
+
+def test_templated_file_merges_defaults_and_table_settings(probed: dict[str, Any]) -> None:
+    templated = probed["templated"]
+    assert templated["import_errors"] == {}
+    dag = templated["dags"]["tablekeeper_maintenance__db_t"]
+    tasks = dag["tasks"]
+    assert dag["schedule"] == "@daily"
+    assert [(t, tasks[t]["upstream"]) for t in tasks] == [
+        ("compact", []),
+        ("backfill_row_lineage", ["compact"]),
+    ]
+    catalog = [
+        "--table",
+        "db.t",
+        "--catalog",
+        "files",
+        "--conf-file",
+        str(REPO_ROOT / "conf" / "catalogs.yaml"),
+    ]
+    assert tasks["compact"]["args"] == [
+        *catalog,
+        "--min-input-files",
+        "3",
+        "--where",
+        f"day >= '{DS}'",
+        "--rewrite-all",
+    ]
+    assert tasks["backfill_row_lineage"]["args"] == [*catalog, "--branch", "audit", "--branch", "dev"]
+    for task in tasks.values():
+        assert (task["pool"], task["retries"], task["conn_id"]) == ("tk_db_t", 2, "spark_cluster")
+        assert task["conf"] == {"spark.executor.cores": "2", "spark.executor.memory": "8g"}
+    migration = templated["dags"]["tablekeeper_delta_migration__db_orders"]
+    assert list(migration["tasks"]) == ["convert_delta"]  # validate: false
+    assert migration["schedule"] is None  # never the maintenance default
+    assert "once" in migration["tags"]
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_wrong_tables_file_is_an_import_error_naming_the_mistake(probed: dict[str, Any], name: str) -> None:
+    errors = probed[name]["import_errors"]
+    assert sorted(errors) == ["delta_migration.py", "maintenance.py"]
+    for error in errors.values():
+        assert "TablesFileError" in error and BAD[name][1] in error
+    assert probed[name]["dags"] == {}
+
+
+def _validate_conversion_parser() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "validate_conversion", DAGS_FOLDER / "validate_conversion.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_parser()
+
+
+@pytest.mark.parametrize(("source", "tasks"), [("example", 11), ("templated", 3)])
+def test_every_rendered_job_command_is_accepted_by_its_parser(
+    probed: dict[str, Any], source: str, tasks: int
+) -> None:
+    """What the DAGs submit, with the --result-file the operator adds, parses with the real parsers."""
+    validate_parser = _validate_conversion_parser()
+    checked = 0
+    for dag in probed[source]["dags"].values():
+        for task in dag["tasks"].values():
+            argv = [*task["args"], "--result-file", "/tmp/result.json"]
+            if task["job"] == "validate-conversion":
+                parsed = validate_parser.parse_args(argv)
+            else:
+                parsed = build_parser().parse_args([task["job"], *argv])
+                assert parsed.command == task["job"]
+            assert parsed.result_file == "/tmp/result.json"
+            checked += 1
+    assert checked == tasks
