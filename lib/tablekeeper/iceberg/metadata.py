@@ -460,9 +460,9 @@ def table_metadata_to_obj(meta: TableMetadata) -> dict[str, Any]:
         out["next-row-id"] = meta.next_row_id or 0
     if meta.encryption_keys:
         out["encryption-keys"] = [dict(k) for k in meta.encryption_keys]
-    out["refs"] = {name: _ref_to_obj(r) for name, r in meta.refs.items()}
-    out["snapshots"] = [_snapshot_to_obj(s, v) for s in meta.snapshots]
-    out["statistics"] = [_statistics_to_obj(s) for s in meta.statistics]
+    out["refs"] = {name: ref_to_obj(r) for name, r in meta.refs.items()}
+    out["snapshots"] = [snapshot_to_obj(s, v) for s in meta.snapshots]
+    out["statistics"] = [statistics_to_obj(s) for s in meta.statistics]
     out["partition-statistics"] = [
         {
             "snapshot-id": s.snapshot_id,
@@ -480,7 +480,7 @@ def table_metadata_to_obj(meta: TableMetadata) -> dict[str, Any]:
     return out
 
 
-def _ref_to_obj(ref: SnapshotRef) -> dict[str, Any]:
+def ref_to_obj(ref: SnapshotRef) -> dict[str, Any]:
     out: dict[str, Any] = {"snapshot-id": ref.snapshot_id, "type": ref.type}
     for key, value in (
         ("min-snapshots-to-keep", ref.min_snapshots_to_keep),
@@ -492,7 +492,7 @@ def _ref_to_obj(ref: SnapshotRef) -> dict[str, Any]:
     return out
 
 
-def _snapshot_to_obj(s: Snapshot, format_version: int) -> dict[str, Any]:
+def snapshot_to_obj(s: Snapshot, format_version: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if s.sequence_number > 0:
         out["sequence-number"] = s.sequence_number
@@ -519,7 +519,7 @@ def _snapshot_to_obj(s: Snapshot, format_version: int) -> dict[str, Any]:
     return out
 
 
-def _statistics_to_obj(s: StatisticsFile) -> dict[str, Any]:
+def statistics_to_obj(s: StatisticsFile) -> dict[str, Any]:
     out: dict[str, Any] = {
         "snapshot-id": s.snapshot_id,
         "statistics-path": s.statistics_path,

@@ -1,0 +1,110 @@
+"""Metadata transitions as REST commits: the updates rebuild the new metadata's content in an
+order a server can apply, and the requirements pin what each transition was computed from."""
+
+from __future__ import annotations
+
+import pytest
+
+from tablekeeper.errors import UnsupportedFeatureError
+from tablekeeper.iceberg.metadata import MAIN_BRANCH, Snapshot, SnapshotRef, with_changes
+from tablekeeper.iceberg.table_changes import table_change
+from tablekeeper.iceberg.types import LONG, NestedField, Schema
+from tablekeeper.iceberg.updates import (
+    add_schema,
+    add_snapshot,
+    new_table_metadata,
+    set_properties,
+    set_ref,
+    upgrade_format_version,
+)
+
+SCHEMA = Schema(0, (NestedField(1, "id", LONG, True),))
+T = 1_790_000_000_000
+
+
+def _base(version: int = 2):  # type: ignore[no-untyped-def]
+    return new_table_metadata(schema=SCHEMA, location="s3://b/t", timestamp_ms=T, format_version=version)
+
+
+def _snap(sid: int, parent: int | None, seq: int) -> Snapshot:
+    return Snapshot(
+        sid, T + seq, f"s3://b/t/metadata/snap-{sid}.avro", seq, parent, {"operation": "append"}, 0
+    )
+
+
+def test_an_append_adds_the_snapshot_then_moves_main_guarded_by_its_old_value() -> None:
+    base = _base()
+    new = add_snapshot(base, _snap(1, None, 1), timestamp_ms=T + 1)
+    change = table_change(base, new)
+    assert [u.action for u in change.updates] == ["add-snapshot", "set-snapshot-ref"]
+    assert change.updates[0].to_json()["snapshot"]["snapshot-id"] == 1
+    assert change.updates[1].to_json() == {
+        "action": "set-snapshot-ref",
+        "ref-name": MAIN_BRANCH,
+        "snapshot-id": 1,
+        "type": "branch",
+    }
+    assert [r.to_json() for r in change.requirements] == [
+        {"type": "assert-table-uuid", "uuid": base.table_uuid},
+        {"type": "assert-ref-snapshot-id", "ref": MAIN_BRANCH, "snapshot-id": None},
+    ]
+    body = change.request(("db",), "t")
+    assert body["identifier"] == {"namespace": ["db"], "name": "t"}
+
+
+def test_expiring_snapshots_pins_every_ref() -> None:
+    base = add_snapshot(_base(), _snap(1, None, 1), timestamp_ms=T + 1)
+    base = add_snapshot(base, _snap(2, 1, 2), timestamp_ms=T + 2)
+    base = set_ref(base, "audit", SnapshotRef(2, "tag"), timestamp_ms=T + 3)
+    new = with_changes(base, snapshots=tuple(s for s in base.snapshots if s.snapshot_id != 1))
+    change = table_change(base, new)
+    assert [u.to_json() for u in change.updates] == [{"action": "remove-snapshots", "snapshot-ids": [1]}]
+    pinned = {
+        (r.body["ref"], r.body["snapshot-id"]) for r in change.requirements if r.type != "assert-table-uuid"
+    }
+    assert pinned == {(MAIN_BRANCH, 2), ("audit", 2)}
+
+
+def test_upgrade_schema_and_properties_come_before_snapshots() -> None:
+    base = _base()
+    new = upgrade_format_version(base, 3, timestamp_ms=T + 1)
+    wider = Schema(1, (*SCHEMA.fields, NestedField(2, "note", LONG)))
+    new = add_schema(new, wider, timestamp_ms=T + 2)
+    new = set_properties(new, {"gc.enabled": "true"}, timestamp_ms=T + 3)
+    first = Snapshot(7, T + 4, "s3://b/t/metadata/snap-7.avro", 1, None, {"operation": "append"}, 1, 0, 10)
+    new = add_snapshot(new, first, timestamp_ms=T + 4)
+    assert table_change(base, new).updates[4].to_json()["snapshot"]["first-row-id"] == 0
+    actions = [u.action for u in table_change(base, new).updates]
+    assert actions == [
+        "upgrade-format-version",
+        "add-schema",
+        "set-current-schema",
+        "set-properties",
+        "add-snapshot",
+        "set-snapshot-ref",
+    ]
+    kinds = {r.type for r in table_change(base, new).requirements}
+    assert {"assert-last-assigned-field-id", "assert-current-schema-id"} <= kinds
+
+
+def test_removed_properties_and_refs() -> None:
+    base = set_properties(_base(), {"a": "1", "b": "2"}, timestamp_ms=T)
+    base = add_snapshot(base, _snap(1, None, 1), timestamp_ms=T + 1)
+    base = set_ref(base, "old", SnapshotRef(1, "tag"), timestamp_ms=T + 2)
+    new = set_properties(base, {}, ("a",), timestamp_ms=T + 3)
+    new = with_changes(new, refs={k: v for k, v in new.refs.items() if k != "old"})
+    updates = [u.to_json() for u in table_change(base, new).updates]
+    assert updates == [
+        {"action": "remove-properties", "removals": ["a"]},
+        {"action": "remove-snapshot-ref", "ref-name": "old"},
+    ]
+
+
+def test_no_change_is_no_update_and_the_uuid_is_fixed() -> None:
+    base = _base()
+    assert table_change(base, base).updates == ()
+    with pytest.raises(UnsupportedFeatureError, match="uuid"):
+        table_change(base, with_changes(base, table_uuid="00000000-0000-0000-0000-000000000000"))
+    with pytest.raises(UnsupportedFeatureError, match="never goes down"):
+        v3 = _base(3)
+        table_change(v3, with_changes(v3, format_version=2))
