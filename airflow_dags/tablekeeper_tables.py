@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,26 +179,21 @@ def load_tables(path: Path | None = None, home: Path | None = None) -> TablesFil
     _known(submit, SUBMIT_KEYS | TABLEKEEPER_SUBMIT_KEYS, f"{where}: submit")
     defaults = _expand(_mapping(doc.get("defaults") or {}, f"{where}: defaults"), variables)
     _known(defaults, DEFAULT_KEYS, f"{where}: defaults")
-    tables = tuple(
-        _table(
-            _expand(_mapping(entry, f"{where}: tables[{i}]"), variables),
-            defaults,
-            submit,
-            home,
-            f"{where}: tables[{i}]",
+
+    def entries(kind: str, build: Callable[..., Any]) -> tuple[Any, ...]:
+        return tuple(
+            build(
+                _expand(_mapping(entry, f"{where}: {kind}[{i}]"), variables),
+                defaults,
+                submit,
+                home,
+                f"{where}: {kind}[{i}]",
+            )
+            for i, entry in enumerate(_sequence(doc.get(kind) or [], f"{where}: {kind}"))
         )
-        for i, entry in enumerate(_sequence(doc.get("tables") or [], f"{where}: tables"))
-    )
-    migrations = tuple(
-        _migration(
-            _expand(_mapping(entry, f"{where}: migrations[{i}]"), variables),
-            defaults,
-            submit,
-            home,
-            f"{where}: migrations[{i}]",
-        )
-        for i, entry in enumerate(_sequence(doc.get("migrations") or [], f"{where}: migrations"))
-    )
+
+    tables: tuple[MaintainedTable, ...] = entries("tables", _table)
+    migrations: tuple[Migration, ...] = entries("migrations", _migration)
     for kind, names in (("tables", [t.name for t in tables]), ("migrations", [m.name for m in migrations])):
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:

@@ -19,20 +19,16 @@ import pyarrow.compute as pc
 
 from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
 from tablekeeper.iceberg.name_mapping import NameMapping
-from tablekeeper.iceberg.parquet import FIELD_ID_KEY
+from tablekeeper.iceberg.parquet import ARROW_PRIMITIVES, FIELD_ID_KEY
 from tablekeeper.iceberg.types import DecimalType, IcebergType, NestedField, PrimitiveType, StructType
 
-# Primitive types this path writes; strings and binaries stay 32-bit offset arrays because each
-# batch is one Parquet page run, far below 2 GiB.
+# Primitive types this path writes, as the format layer maps them, except that strings and
+# binaries stay 32-bit offset arrays: each batch is one Parquet page run, far below 2 GiB.
 _PRIMITIVES: Mapping[str, pa.DataType] = {
-    "boolean": pa.bool_(),
-    "int": pa.int32(),
-    "long": pa.int64(),
-    "float": pa.float32(),
-    "double": pa.float64(),
-    "date": pa.date32(),
-    "timestamp": pa.timestamp("us"),
-    "timestamptz": pa.timestamp("us", tz="UTC"),
+    **{
+        name: ARROW_PRIMITIVES[name]
+        for name in ("boolean", "int", "long", "float", "double", "date", "timestamp", "timestamptz")
+    },
     "string": pa.string(),
     "binary": pa.binary(),
 }

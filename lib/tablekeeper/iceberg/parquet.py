@@ -30,7 +30,7 @@ FIELD_ID_KEY = b"PARQUET:field_id"
 # Java's default metrics mode: truncate(16) for string and binary bounds.
 DEFAULT_TRUNCATE = 16
 
-_ARROW_PRIMITIVES: Mapping[str, pa.DataType] = {
+ARROW_PRIMITIVES: Mapping[str, pa.DataType] = {
     "boolean": pa.bool_(),
     "int": pa.int32(),
     "long": pa.int64(),
@@ -56,7 +56,7 @@ def _field(fid: int, name: str, t: IcebergType, required: bool) -> pa.Field:
 def to_arrow_type(t: IcebergType) -> pa.DataType:
     if isinstance(t, PrimitiveType):
         try:
-            return _ARROW_PRIMITIVES[t.name]
+            return ARROW_PRIMITIVES[t.name]
         except KeyError:
             raise ValueError(f"no Arrow type for Iceberg {t}") from None
     if isinstance(t, DecimalType):

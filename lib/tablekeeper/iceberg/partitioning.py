@@ -48,6 +48,16 @@ class PartitionSpec:
             fields.append(NestedField(f.field_id, f.name, result, required=False))
         return StructType(tuple(fields))
 
+    def identity_columns(self, schema: Schema) -> tuple[tuple[int, NestedField], ...]:
+        """(position in the partition tuple, top-level column) of each identity field: the
+        columns whose value a file's partition tuple gives (files converted from Delta hold none)."""
+        columns = {f.id: f for f in schema.fields}
+        return tuple(
+            (i, columns[f.source_id])
+            for i, f in enumerate(self.fields)
+            if f.transform == "identity" and f.source_id in columns
+        )
+
     def compatible_with(self, other: PartitionSpec) -> bool:
         """Same fields and transforms (ids may differ): Java reuses a spec instead of adding a copy."""
 

@@ -52,11 +52,11 @@ ROW_GROUP_BYTES = "write.parquet.row-group-size-bytes"
 PAGE_BYTES = "write.parquet.page-size-bytes"
 DICT_BYTES = "write.parquet.dict-size-bytes"
 LEVEL = "write.parquet.compression-level"
-# Parquet-mr's defaults, which Iceberg Java writes with when the table sets no level.
+# Parquet-mr's defaults, which Iceberg Java writes with when the table sets no level; only these
+# codecs take a level (Java ignores one for the others, pyarrow refuses it).
 _DEFAULT_LEVELS = {"zstd": 3, "gzip": 6}
 # Spark's lz4 is Hadoop's LZ4 framing, pyarrow's is LZ4_RAW, which older readers lack: Spark writes it.
 _PYARROW_CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "none": "none"}
-_LEVELLED = frozenset({"zstd", "gzip"})
 _POS_FILE_ID, _POS_ID = b"2147483546", b"2147483545"
 _BATCH_ROWS = 1 << 16
 
@@ -101,16 +101,6 @@ class _Job:
     spec_id: int
     partition: tuple[Any, ...]
     sort_order_id: int | None
-
-
-def _int_property(meta: TableMetadata, key: str, default: int | None) -> int | None:
-    text = meta.properties.get(key)
-    if text is None:
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise CorruptMetadataError(f"table property {key}={text!r} is not an integer") from None
 
 
 def _bins(tasks: Sequence[FileTask], count: int) -> list[tuple[list[FileTask], int]]:
@@ -164,12 +154,12 @@ def rewrite_with_arrow(
     schema = meta.schema()
     v3 = meta.format_version >= 3
     fields = (*schema.fields, *((ROW_ID, LAST_UPDATED) if v3 else ()))
-    spec = meta.spec(spec_id)
-    fills = []
-    for i, pf in enumerate(spec.fields):
-        index = next((j for j, f in enumerate(schema.fields) if f.id == pf.source_id), None)
-        if pf.transform == "identity" and index is not None and partition[i] is not None:
-            fills.append((index, partition[i]))
+    index = {f.id: n for n, f in enumerate(schema.fields)}
+    fills = [
+        (index[field.id], partition[i])
+        for i, field in meta.spec(spec_id).identity_columns(schema)
+        if partition[i] is not None
+    ]
     codec = _PYARROW_CODECS[compression]
     job = _Job(
         fields=fields,
@@ -178,11 +168,10 @@ def rewrite_with_arrow(
         fills=tuple(fills),
         directory=directory,
         codec=codec,
-        # Java ignores a level for codecs without one; pyarrow refuses it.
-        level=_int_property(meta, LEVEL, _DEFAULT_LEVELS.get(codec)) if codec in _LEVELLED else None,
-        row_group_bytes=_int_property(meta, ROW_GROUP_BYTES, 128 << 20) or (128 << 20),
-        page_bytes=_int_property(meta, PAGE_BYTES, 1 << 20) or (1 << 20),
-        dict_bytes=_int_property(meta, DICT_BYTES, 2 << 20) or (2 << 20),
+        level=meta.property_int(LEVEL, _DEFAULT_LEVELS[codec]) if codec in _DEFAULT_LEVELS else None,
+        row_group_bytes=meta.property_int(ROW_GROUP_BYTES, 128 << 20) or (128 << 20),
+        page_bytes=meta.property_int(PAGE_BYTES, 1 << 20) or (1 << 20),
+        dict_bytes=meta.property_int(DICT_BYTES, 2 << 20) or (2 << 20),
         max_records=max_records,
         schema=schema,
         spec_id=spec_id,

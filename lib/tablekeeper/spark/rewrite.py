@@ -299,14 +299,8 @@ def _identity_fill(df: DataFrame, meta: TableMetadata, tasks: Sequence[FileTask]
     specs = {t.file.spec_id for t in tasks}
     if len(specs) != 1 or len({t.file.partition for t in tasks}) != 1:
         return df  # callers split groups by partition first
-    spec = meta.spec(next(iter(specs)))
     partition = tasks[0].file.partition
-    for i, pf in enumerate(spec.fields):
-        if pf.transform != "identity":
-            continue
-        field = next((f for f in schema.fields if f.id == pf.source_id), None)
-        if field is None:
-            continue
+    for i, field in meta.spec(next(iter(specs))).identity_columns(schema):
         value = _spark_literal(field.type, partition[i])
         df = df.withColumn(field.name, F.coalesce(F.col(field.name), value))
     return df
@@ -525,11 +519,9 @@ def _identity_values(
     rows: list[tuple[str, dict[int, Any]]] = []
     for f in files:
         values: dict[int, Any] = {}
-        for i, pf in enumerate(meta.spec(f.spec_id).fields):
-            field = next((c for c in schema.fields if c.id == pf.source_id), None)
-            if pf.transform == "identity" and field is not None:
-                fields[field.id] = field
-                values[field.id] = f.partition[i]
+        for i, field in meta.spec(f.spec_id).identity_columns(schema):
+            fields[field.id] = field
+            values[field.id] = f.partition[i]
         rows.append((path_key(f.file_path), values))
     if not fields:
         return df
