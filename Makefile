@@ -16,8 +16,9 @@ WHEEL := dist/tablekeeper-$(VERSION)-py3-none-any.whl
 PY_FILES_ZIP := dist/tablekeeper.zip
 LIB_FILES := $(shell find lib/tablekeeper -name '*.py' -o -name py.typed)
 JARS := .jars
-# Coordinates live only in conf/jars.txt ("<role> <group:artifact:version>" lines).
-JAR_COORDS = $(shell awk '!/^[[:space:]]*#/ && NF >= 2 {print $$2}' conf/jars.txt)
+# Coordinates live only in conf/jars.txt ("<role> <group:artifact:version[:classifier]>" lines).
+# Roles test-* (servers the tests start) go to .jars/<role>/, the rest to .jars/.
+JAR_LINES = $(shell awk '!/^[[:space:]]*\#/ && NF >= 2 {print $$1 "=" $$2}' conf/jars.txt)
 MVN_DEPENDENCY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 PYTEST_ARGS ?=
 
@@ -43,23 +44,34 @@ $(AIRFLOW_VENV)/.installed: conf/airflow-requirements.txt conf/airflow-constrain
 	  -r conf/airflow-requirements.txt -c conf/airflow-constraints.txt
 	@touch $@
 
-# Always checked (four file tests when nothing is missing), so a deleted jar comes back.
+# Always checked (a file test per jar when nothing is missing), so a deleted jar comes back.
+# Missing jars are fetched by one Maven run per directory (a throwaway pom listing them, no
+# transitive dependencies: conf/jars.txt lists every jar), then jars of versions no longer pinned
+# are dropped so two versions never share a classpath.
 jars:
 	@command -v mvn >/dev/null || { echo "mvn not found: install Maven 3 (apt-get install maven)" >&2; exit 2; }
-	@mkdir -p $(JARS)
-	@for coord in $(JAR_COORDS); do \
-	  IFS=: read -r group artifact version <<< "$$coord"; \
-	  if [ ! -s "$(JARS)/$$artifact-$$version.jar" ]; then \
-	    echo "fetching $$coord"; \
-	    mvn --quiet --batch-mode -Dstyle.color=never $(MVN_DEPENDENCY):copy -Dartifact="$$coord" -DoutputDirectory=$(JARS) \
-	      2>&1 | sed 's/\x1b\[[0-9;]*m//g' \
-	      || { echo "could not fetch $$coord from Maven Central: check the network and conf/jars.txt" >&2; exit 2; }; \
-	  fi; \
-	done
-	@# Drop jars of versions no longer pinned so two versions never share a classpath.
-	@keep=" $(foreach c,$(JAR_COORDS),$(word 2,$(subst :, ,$(c)))-$(word 3,$(subst :, ,$(c))).jar) "; \
-	for jar in $(JARS)/*.jar; do \
-	  case "$$keep" in *" $$(basename $$jar) "*) ;; *) echo "removing stale $$jar"; rm -f "$$jar";; esac; \
+	@set -o pipefail; declare -A missing; keep=""; \
+	for line in $(JAR_LINES); do \
+	  role=$${line%%=*}; coord=$${line#*=}; \
+	  IFS=: read -r group artifact version classifier <<< "$$coord"; \
+	  dir=$(JARS); case "$$role" in test-*) dir=$(JARS)/$$role;; esac; \
+	  file=$$artifact-$$version$${classifier:+-$$classifier}.jar; \
+	  keep="$$keep $$dir/$$file"; \
+	  [ -s "$$dir/$$file" ] && continue; \
+	  echo "fetching $$coord"; \
+	  missing[$$dir]+="<dependency><groupId>$$group</groupId><artifactId>$$artifact</artifactId><version>$$version</version>$${classifier:+<classifier>$$classifier</classifier>}</dependency>"; \
+	done; \
+	for dir in "$${!missing[@]}"; do \
+	  mkdir -p "$$dir"; pom=$$(mktemp -d); \
+	  printf '<project><modelVersion>4.0.0</modelVersion><groupId>local</groupId><artifactId>jars</artifactId><version>0</version><dependencies>%s</dependencies></project>' "$${missing[$$dir]}" > $$pom/pom.xml; \
+	  mvn --quiet --batch-mode -Dstyle.color=never -f $$pom/pom.xml $(MVN_DEPENDENCY):copy-dependencies \
+	    -DexcludeTransitive=true -DoutputDirectory="$$(pwd)/$$dir" 2>&1 | sed 's/\x1b\[[0-9;]*m//g' \
+	    || { rm -rf $$pom; echo "could not fetch jars for $$dir from Maven Central: check the network and conf/jars.txt" >&2; exit 2; }; \
+	  rm -rf $$pom; \
+	done; \
+	for jar in $(JARS)/*.jar $(JARS)/test-*/*.jar; do \
+	  [ -e "$$jar" ] || continue; \
+	  case "$$keep " in *" $$jar "*) ;; *) echo "removing stale $$jar"; rm -f "$$jar";; esac; \
 	done
 
 package: $(WHEEL) $(PY_FILES_ZIP) ## build the wheel and the zip spark-submit --py-files takes into dist/

@@ -7,6 +7,7 @@ The files live in the repository's ``conf/`` (or ``$TABLEKEEPER_HOME/conf``); th
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,15 +31,30 @@ class JarSpec:
     group: str
     artifact: str
     version: str
+    classifier: str = ""
 
     @property
     def coordinate(self) -> str:
+        """The ``--packages`` form (Ivy takes no classifier; runtime roles have none)."""
         return f"{self.group}:{self.artifact}:{self.version}"
+
+    @property
+    def maven_artifact(self) -> str:
+        """The ``mvn dependency:copy -Dartifact`` form, with the classifier if any."""
+        tail = f":jar:{self.classifier}" if self.classifier else ""
+        return f"{self.coordinate}{tail}"
 
     @property
     def file_name(self) -> str:
         # The name `mvn dependency:copy` gives the jar.
-        return f"{self.artifact}-{self.version}.jar"
+        tail = f"-{self.classifier}" if self.classifier else ""
+        return f"{self.artifact}-{self.version}{tail}.jar"
+
+    @property
+    def directory(self) -> str:
+        """Where under ``.jars/`` it lives: servers the tests start get a directory each, so they
+        never share a classpath with Spark."""
+        return self.role if self.role.startswith(TEST_ROLE_PREFIX) else ""
 
 
 def project_home() -> Path:
@@ -82,24 +98,39 @@ def parse_jar_specs(text: str, source: str = JARS_FILE) -> tuple[JarSpec, ...]:
             continue
         fields = line.split()
         parts = fields[1].split(":") if len(fields) == 2 else []
-        if len(parts) != 3 or not all(parts):
+        if len(parts) not in (3, 4) or not all(parts):
             raise ConfigError(
-                f"{source}:{lineno}: expected '<role> <group>:<artifact>:<version>', got {raw.strip()!r}"
+                f"{source}:{lineno}: expected '<role> <group>:<artifact>:<version>[:<classifier>]', "
+                f"got {raw.strip()!r}"
             )
-        specs.append(JarSpec(fields[0], parts[0], parts[1], parts[2]))
+        specs.append(JarSpec(fields[0], *parts))
     if not specs:
         raise ConfigError(f"{source} lists no jars: restore it from the repository")
     return tuple(specs)
 
 
 BENCH_ROLE = "bench"
+TEST_ROLE_PREFIX = "test-"
+
+
+def all_jar_specs() -> tuple[JarSpec, ...]:
+    path = conf_dir() / JARS_FILE
+    return parse_jar_specs(path.read_text(encoding="utf-8"), str(path))
 
 
 def jar_specs(*, include_bench: bool = False) -> tuple[JarSpec, ...]:
-    """The runtime jars; ``include_bench`` adds the reference engines only benchmarks load."""
-    path = conf_dir() / JARS_FILE
-    specs = parse_jar_specs(path.read_text(encoding="utf-8"), str(path))
-    return specs if include_bench else tuple(s for s in specs if s.role != BENCH_ROLE)
+    """The runtime jars; ``include_bench`` adds the reference engines only benchmarks load.
+    Servers the tests start (roles ``test-*``) are never among them."""
+    return tuple(
+        s
+        for s in all_jar_specs()
+        if not s.role.startswith(TEST_ROLE_PREFIX) and (include_bench or s.role != BENCH_ROLE)
+    )
+
+
+def role_jar_paths(role: str) -> list[Path]:
+    """The jar files of one role, where ``make setup`` put them."""
+    return [jars_dir() / s.directory / s.file_name for s in all_jar_specs() if s.role == role]
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -119,7 +150,18 @@ def spark_defaults() -> dict[str, str]:
     return parse_properties(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
 def expand(value: str, variables: Mapping[str, str]) -> str:
-    for name, replacement in variables.items():
-        value = value.replace("${" + name + "}", replacement)
-    return value
+    """``${name}`` from ``variables``, else from the environment (so secrets stay out of files)."""
+
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name in variables:
+            return variables[name]
+        if name in os.environ:
+            return os.environ[name]
+        raise ConfigError(f"${{{name}}} is not set: export {name} or write the value instead")
+
+    return _VARIABLE.sub(one, value)

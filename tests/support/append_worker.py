@@ -13,12 +13,14 @@ from pathlib import Path
 from tablekeeper.catalog import catalog_for
 from tablekeeper.catalog.config import parse_catalogs
 from tablekeeper.commit import Committer, SnapshotChange
+from tablekeeper.io.storage import configure_storage
 from tests.support.iceberg_writer import write_rows
 
 
 def main() -> None:
     conf_path, catalog_name, table, worker, count = sys.argv[1:6]
     conf = parse_catalogs(Path(conf_path).read_text(), Path(conf_path).parent)
+    configure_storage(conf.get(catalog_name).storage)  # its data files go where the table lives
     catalog = catalog_for(conf.get(catalog_name))
     committed = []
     attempts = 0

@@ -5,6 +5,7 @@ Only tests use this; the jobs write data on Spark executors.
 
 from __future__ import annotations
 
+import io
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from tablekeeper.iceberg.manifest import DataFile
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.parquet import data_file_from_footer, to_arrow_schema
 from tablekeeper.iceberg.transforms import parse_transform
+from tablekeeper.io import FileIO
 
 
 def local_path(location: str) -> Path:
@@ -40,16 +42,17 @@ def write_rows(meta: TableMetadata, rows: list[dict[str, Any]], spec_id: int | N
     files = []
     for partition, group in groups.items():
         location = f"{meta.location}/data/{uuid.uuid4()}.parquet"
-        path = local_path(location)
-        path.parent.mkdir(parents=True, exist_ok=True)
         stored = [{k: v for k, v in r.items() if k in arrow_schema.names} for r in group]
-        pq.write_table(pa.Table.from_pylist(stored, schema=arrow_schema), path)
+        buffer = io.BytesIO()
+        pq.write_table(pa.Table.from_pylist(stored, schema=arrow_schema), buffer)
+        data = buffer.getvalue()
+        FileIO.for_location(location).write(location, data)  # local disk or an object store alike
         files.append(
             data_file_from_footer(
-                pq.read_metadata(path),
+                pq.read_metadata(pa.BufferReader(data)),
                 schema,
                 path=location,
-                file_size=path.stat().st_size,
+                file_size=len(data),
                 spec_id=spec.spec_id,
                 partition=partition,
             )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -24,17 +25,23 @@ def test_repo_jar_file_pins_each_runtime_once() -> None:
 def test_coordinates_appear_only_in_conf() -> None:
     iceberg = next(s for s in jar_specs() if s.role == "iceberg")
     hits = []
-    skip = {".git", ".venv", ".jars", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
-    for path in REPO_ROOT.rglob("*"):
-        if skip.intersection(path.parts) or not path.is_file() or path.suffix in {".pyc", ".jar"}:
-            continue
-        if iceberg.coordinate in path.read_text(encoding="utf-8", errors="ignore"):
-            hits.append(path.relative_to(REPO_ROOT).as_posix())
+    skip = {".git", ".venv", ".airflow-venv", "build", "dist", "warehouse", "spark-warehouse", ".jars"}
+    skip |= {"__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+    for root, dirs, files in os.walk(REPO_ROOT):
+        dirs[:] = [d for d in dirs if d not in skip]  # prune: the venvs alone hold 100k files
+        for name in files:
+            path = Path(root) / name
+            if path.suffix in {".pyc", ".jar"}:
+                continue
+            if iceberg.coordinate in path.read_text(encoding="utf-8", errors="ignore"):
+                hits.append(path.relative_to(REPO_ROOT).as_posix())
     assert hits == ["conf/jars.txt"]
 
 
 def test_parse_jar_specs_rejects_malformed_lines() -> None:
-    with pytest.raises(ConfigError, match=r"jars.txt:2: expected '<role> <group>:<artifact>:<version>'"):
+    with pytest.raises(
+        ConfigError, match=r"jars.txt:2: expected '<role> <group>:<artifact>:<version>\[:<classifier>\]'"
+    ):
         parse_jar_specs("delta io.delta:delta-spark_4.1_2.13:4.4.0\niceberg org.apache.iceberg:x\n")
     with pytest.raises(ConfigError, match="lists no jars"):
         parse_jar_specs("# nothing\n")
@@ -44,6 +51,19 @@ def test_jar_file_names_follow_maven_copy() -> None:
     (spec,) = parse_jar_specs("jdbc org.xerial:sqlite-jdbc:3.50.3.0  # trailing comment\n")
     assert spec.file_name == "sqlite-jdbc-3.50.3.0.jar"
     assert spec.coordinate == "org.xerial:sqlite-jdbc:3.50.3.0"
+
+
+def test_classified_jars_and_test_servers_stay_off_the_runtime_classpath() -> None:
+    specs = parse_jar_specs(
+        "iceberg org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:9.9.9\n"
+        "test-rest-server org.apache.iceberg:iceberg-core:1.11.0:tests\n"
+    )
+    runtime, server = specs
+    assert server.file_name == "iceberg-core-1.11.0-tests.jar"
+    assert server.maven_artifact == "org.apache.iceberg:iceberg-core:1.11.0:jar:tests"
+    assert server.directory == "test-rest-server" and runtime.directory == ""
+    roles = {s.role for s in jar_specs(include_bench=True)}
+    assert "s3" in roles and not any(r.startswith("test-") for r in roles)
 
 
 def test_properties_parse_spark_defaults_form() -> None:

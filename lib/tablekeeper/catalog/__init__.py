@@ -23,6 +23,11 @@ __all__ = [
 def catalog_for(config: CatalogConfig) -> Catalog:
     if config.type == "filesystem":
         return FileSystemCatalog(config.name, config.warehouse)
+    if config.type == "rest":
+        from tablekeeper.catalog.rest import RestCatalog
+
+        assert config.uri is not None
+        return RestCatalog(config.name, config.uri, config.warehouse, config.properties)
     assert config.uri is not None
     return SqlCatalog(config.name, config.uri, config.warehouse)
 

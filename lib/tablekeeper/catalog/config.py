@@ -10,10 +10,12 @@ from typing import Literal, cast
 import yaml
 
 from tablekeeper.errors import ConfigError
+from tablekeeper.io.storage import storage_subset
+from tablekeeper.redact import register_secrets
 from tablekeeper.settings import CATALOGS_FILE, conf_dir, default_warehouse, expand
 
-CatalogType = Literal["sql", "filesystem"]
-CATALOG_TYPES: tuple[CatalogType, ...] = ("sql", "filesystem")
+CatalogType = Literal["sql", "filesystem", "rest"]
+CATALOG_TYPES: tuple[CatalogType, ...] = ("sql", "filesystem", "rest")
 
 
 @dataclass(frozen=True)
@@ -21,9 +23,15 @@ class CatalogConfig:
     name: str
     type: CatalogType
     warehouse: str
-    # SQLAlchemy-style URI for sql catalogs (sqlite:///path); None for filesystem catalogs.
+    # SQLAlchemy-style URI for sql catalogs (sqlite:///path), the server's base URI for rest
+    # catalogs (https://host/api/catalog); None for filesystem catalogs.
     uri: str | None = None
-    properties: Mapping[str, str] = field(default_factory=dict, hash=False)
+    properties: Mapping[str, str] = field(default_factory=dict, hash=False, repr=False)
+
+    @property
+    def storage(self) -> dict[str, str]:
+        """The FileIO settings (``s3.*``, ``client.region``) among the properties."""
+        return storage_subset(self.properties)
 
     @property
     def sqlite_path(self) -> Path | None:
@@ -67,11 +75,18 @@ def parse_catalogs(text: str, warehouse: Path, source: str = CATALOGS_FILE) -> C
                 f"{source}: catalog {name!r} has type {ctype!r}; use one of {', '.join(CATALOG_TYPES)}"
             )
         wh = props.pop("warehouse", None)
-        if not wh:
+        if not wh and ctype == "rest":
+            wh = ""  # the server decides where tables live
+        elif not wh:
             raise ConfigError(f"{source}: catalog {name!r} needs a 'warehouse'")
         uri = props.pop("uri", None)
         if ctype == "sql" and not uri:
             raise ConfigError(f"{source}: sql catalog {name!r} needs a 'uri' such as sqlite:///path")
+        if ctype == "rest" and not uri:
+            raise ConfigError(
+                f"{source}: rest catalog {name!r} needs a 'uri' such as https://host/api/catalog"
+            )
+        register_secrets(props)
         catalogs[str(name)] = CatalogConfig(
             name=str(name), type=ctype, warehouse=wh, uri=uri, properties=props
         )

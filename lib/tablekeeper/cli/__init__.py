@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     doctor = sub.add_parser("doctor", help="show runtime versions and jar paths; fix what is missing")
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor.add_argument(
+        "--conf-file", help="catalog definitions to show, secrets masked; default conf/catalogs.yaml"
+    )
     inspect = sub.add_parser("inspect", help="print a table's metadata tables as JSON")
     _table_options(inspect)
     inspect.add_argument("--snapshot", type=int, help="snapshot id (default: current)")
@@ -222,9 +225,11 @@ def _table_options(parser: argparse.ArgumentParser) -> None:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "doctor":
+        from pathlib import Path
+
         from tablekeeper.cli import doctor
 
-        return doctor.run(as_json=args.json)
+        return doctor.run(as_json=args.json, conf_file=Path(args.conf_file) if args.conf_file else None)
     if args.command == "inspect":
         return _inspect(args)
     if args.command == "convert-delta":
@@ -279,15 +284,23 @@ def _catalogs(args: argparse.Namespace) -> CatalogsConfig:
     from pathlib import Path
 
     from tablekeeper.catalog.config import load_catalogs
+    from tablekeeper.io.storage import configure_storage
 
-    return load_catalogs(
+    catalogs = load_catalogs(
         Path(args.conf_file) if args.conf_file else None,
         Path(args.warehouse).resolve() if args.warehouse else None,
     )
+    # The job's catalog also says how to reach storage outside it (a Delta source, a path table).
+    name = getattr(args, "catalog", None) or catalogs.default
+    if name in catalogs.catalogs:
+        configure_storage(catalogs.catalogs[name].storage)
+    return catalogs
 
 
 def _emit(result: JobResult, result_file: str | None) -> None:
-    line = result.to_json()
+    from tablekeeper.redact import redact
+
+    line = redact(result.to_json())
     print(line)
     if result_file:
         from pathlib import Path
@@ -487,7 +500,10 @@ def _backfill(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from tablekeeper.redact import install_log_redaction, redact
+
     args = build_parser().parse_args(argv)
+    install_log_redaction()
     logging.basicConfig(
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -497,14 +513,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dispatch(args)
     except TablekeeperError as err:
         log.debug("failed", exc_info=True)
-        sys.stderr.write(f"tablekeeper: {err.message}\n")
+        sys.stderr.write(f"tablekeeper: {redact(err.message)}\n")
         return int(err.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("tablekeeper: interrupted\n")
         return int(ExitCode.UNEXPECTED)
     except Exception as err:  # the last line must still be one readable reason
         log.debug("unexpected failure", exc_info=True)
-        reason = " ".join(str(err).split()) or err.__class__.__name__
+        reason = redact(" ".join(str(err).split())) or err.__class__.__name__
         sys.stderr.write(
             f"tablekeeper: unexpected {err.__class__.__name__}: {reason[:300]} "
             "(rerun with --log-level DEBUG for the trace)\n"

@@ -11,12 +11,15 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
 from tablekeeper import __version__
+from tablekeeper.catalog.config import load_catalogs
 from tablekeeper.errors import ConfigError
+from tablekeeper.redact import redact, redacted_properties
 from tablekeeper.settings import JarSpec, jar_specs, jars_dir
 
 MIN_JAVA = 17
@@ -33,6 +36,17 @@ class JarStatus:
 
 
 @dataclass(frozen=True)
+class CatalogStatus:
+    """A catalog as configured, fit to print: secret values are masked."""
+
+    name: str
+    type: str
+    uri: str | None
+    warehouse: str
+    properties: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class DoctorReport:
     tablekeeper: str
     python: str
@@ -46,6 +60,7 @@ class DoctorReport:
     jars: tuple[JarStatus, ...]
     packages: str
     problems: tuple[str, ...]
+    catalogs: tuple[CatalogStatus, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -68,6 +83,10 @@ class DoctorReport:
         ]
         rows += [(f"  {j.role}", f"{j.path}{'' if j.present else '  MISSING'}") for j in self.jars]
         rows.append(("--packages", self.packages))
+        for c in self.catalogs:
+            settings = ", ".join(f"{k}={v}" for k, v in c.properties.items())
+            where = c.uri or c.warehouse
+            rows.append((f"catalog {c.name}", f"{c.type} {where}" + (f" ({settings})" if settings else "")))
         width = max(len(k) for k, _ in rows)
         lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
         lines += [f"problem: {p}" for p in self.problems] or ["all good"]
@@ -115,7 +134,7 @@ def _spark_line(specs: tuple[JarSpec, ...]) -> str | None:
     return None
 
 
-def diagnose() -> DoctorReport:
+def diagnose(conf_file: Path | None = None) -> DoctorReport:
     problems: list[str] = []
     if sys.version_info < MIN_PYTHON:
         problems.append(f"Python {sys.version.split()[0]} is too old: use Python 3.10+")
@@ -143,7 +162,17 @@ def diagnose() -> DoctorReport:
     delta_python = _dist_version("delta-spark")
     if delta and delta_python and delta_python != delta:
         problems.append(f"delta-spark Python {delta_python} differs from jar {delta}: run make setup")
+    catalogs: tuple[CatalogStatus, ...] = ()
+    try:
+        config = load_catalogs(conf_file)
+        catalogs = tuple(
+            CatalogStatus(c.name, c.type, c.uri, c.warehouse, redacted_properties(c.properties))
+            for c in config.catalogs.values()
+        )
+    except ConfigError as err:
+        problems.append(err.message)
     return DoctorReport(
+        catalogs=catalogs,
         tablekeeper=__version__,
         python=sys.version.split()[0],
         java=java,
@@ -159,9 +188,9 @@ def diagnose() -> DoctorReport:
     )
 
 
-def run(as_json: bool) -> int:
-    report = diagnose()
-    print(report.to_json() if as_json else report.to_text())
+def run(as_json: bool, conf_file: Path | None = None) -> int:
+    report = diagnose(conf_file)
+    print(redact(report.to_json() if as_json else report.to_text()))
     if not report.ok:
         raise ConfigError(report.problems[0])
     return 0

@@ -34,6 +34,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from tablekeeper.errors import AlreadyExists, ConfigError, FileNotFound, StorageError, TablekeeperError
+from tablekeeper.io.s3 import S3Settings, bucket_filesystem, delete_keys, s3_filesystem
+from tablekeeper.io.storage import storage_properties
 from tablekeeper.io.uri import location_to_path, strip_trailing_slash
 
 __all__ = ["DeleteReport", "FileIO", "FileInfo", "InputStream"]
@@ -55,16 +57,6 @@ _KINDS: Mapping[str, tuple[frozenset[str], str]] = {
 }
 # Object stores have no directories; creating "directory" marker objects only clutters listings.
 _NO_DIRECTORIES = frozenset({"s3", "gcs"})
-
-# Iceberg's property names (as its S3FileIO and PyIceberg read them) -> pyarrow S3FileSystem args.
-_S3_PROPERTIES: Mapping[str, str] = {
-    "s3.endpoint": "endpoint_override",
-    "s3.region": "region",
-    "client.region": "region",
-    "s3.access-key-id": "access_key",
-    "s3.secret-access-key": "secret_key",
-    "s3.session-token": "session_token",
-}
 
 # errno values meaning "this filesystem cannot hard-link", as opposed to a real failure.
 _LINK_UNSUPPORTED = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EXDEV})
@@ -207,25 +199,6 @@ def _fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
-def _s3_filesystem(location: str, bucket: str, properties: Mapping[str, str]) -> Any:
-    given = {k: v for k, v in properties.items() if k.startswith("s3.") or k == "client.region"}
-    unknown = sorted(set(given) - set(_S3_PROPERTIES))
-    if unknown:
-        # Ignoring, say, an encryption setting would silently write differently than configured.
-        raise ConfigError(
-            f"unsupported S3 properties {', '.join(unknown)} for {location}: "
-            f"supported are {', '.join(sorted(_S3_PROPERTIES))}"
-        )
-    if given:
-        return pafs.S3FileSystem(**{_S3_PROPERTIES[k]: v for k, v in given.items()})
-    if not bucket:
-        raise ConfigError(f"{location} names no bucket: expected s3://bucket/path")
-    # Without settings, let pyarrow find the bucket's region (one request) and use AWS's default
-    # credential chain.
-    filesystem, _ = pafs.FileSystem.from_uri(f"s3://{bucket}/")
-    return filesystem
-
-
 class FileIO:
     """Files at locations served by one pyarrow filesystem.
 
@@ -233,10 +206,18 @@ class FileIO:
     a location of another scheme is refused rather than mapped onto the wrong storage.
     """
 
-    def __init__(self, filesystem: pafs.FileSystem, *, authority: str | None = None) -> None:
+    def __init__(
+        self,
+        filesystem: pafs.FileSystem,
+        *,
+        authority: str | None = None,
+        s3: S3Settings | None = None,
+    ) -> None:
         """``authority``: the name node (HDFS) or ``container@account`` (ABFS) the filesystem is
-        bound to; locations elsewhere are then refused. ``for_location`` sets it."""
+        bound to; locations elsewhere are then refused. ``s3``: the settings an S3 filesystem was
+        made with, so deletes reach the same store in batches. ``for_location`` sets both."""
         self._fs = filesystem
+        self._s3 = s3
         self._type = str(filesystem.type_name)
         schemes, kind = _KINDS.get(self._type, (None, "generic"))
         self._schemes = schemes
@@ -245,8 +226,12 @@ class FileIO:
 
     @classmethod
     def for_location(cls, location: str, properties: Mapping[str, str] | None = None) -> FileIO:
-        """The FileIO for ``location``'s storage: local for paths and ``file:`` URIs, else by scheme."""
-        props = dict(properties or {})
+        """The FileIO for ``location``'s storage: local for paths and ``file:`` URIs, else by scheme.
+
+        ``properties`` are Iceberg FileIO settings (``s3.endpoint``, ...); without them, the
+        process's storage settings apply (``tablekeeper.io.storage``).
+        """
+        props = dict(storage_properties() if properties is None else properties)
         scheme, authority, _ = location_to_path(location)
         if scheme == "file":
             if authority:
@@ -254,7 +239,12 @@ class FileIO:
             return cls(pafs.LocalFileSystem())
         with _connect(location, scheme):
             if scheme in _S3_SCHEMES:
-                return cls(_s3_filesystem(location, authority, props))
+                settings = S3Settings.from_properties(props, f"the storage settings for {location}")
+                if not settings.is_default:
+                    return cls(s3_filesystem(settings), s3=settings)
+                if not authority:
+                    raise ConfigError(f"{location} names no bucket: expected s3://bucket/path")
+                return cls(bucket_filesystem(authority), s3=settings)
             root = f"{scheme}://{authority}/"
             filesystem, root_path = pafs.FileSystem.from_uri(root)
         bound = str(filesystem.type_name) in ("hdfs", "abfs")
@@ -456,12 +446,17 @@ class FileIO:
         return True
 
     def delete_many(self, locations: Iterable[str], max_workers: int = 8) -> DeleteReport:
-        """Delete files concurrently, carrying on past failures and reporting each one."""
+        """Delete files concurrently, carrying on past failures and reporting each one.
+
+        On S3 this sends batched DeleteObjects requests (which count a missing key as deleted).
+        """
         if max_workers < 1:
             raise ValueError(f"max_workers must be at least 1, got {max_workers}")
         targets = tuple(locations)
         if not targets:
             return DeleteReport(0, 0)
+        if self._s3 is not None:
+            return self._delete_batched(targets, max_workers)
 
         def one(location: str) -> str | None:
             # None: deleted; "": already missing; otherwise the failure reason.
@@ -477,6 +472,25 @@ class FileIO:
         failures = tuple((loc, o) for loc, o in zip(targets, outcomes, strict=True) if o)
         logger.info("deleted %d files (%d already missing, %d failed)", deleted, missing, len(failures))
         return DeleteReport(deleted, missing, failures)
+
+    def _delete_batched(self, targets: tuple[str, ...], max_workers: int) -> DeleteReport:
+        assert self._s3 is not None
+        settings = self._s3
+        by_key: dict[tuple[str, str], str] = {}
+        for location in targets:
+            bucket, _, key = self.fs_path(location).partition("/")
+            by_key.setdefault((bucket, key), location)
+        batches: list[tuple[str, list[str]]] = []
+        for bucket, key in by_key:
+            if not batches or batches[-1][0] != bucket or len(batches[-1][1]) >= settings.delete_batch:
+                batches.append((bucket, []))
+            batches[-1][1].append(key)
+        with ThreadPoolExecutor(max_workers=min(max_workers, len(batches))) as pool:
+            outcomes = tuple(pool.map(lambda b: (b[0], delete_keys(settings, b[0], b[1])), batches))
+        deleted = sum(len(o.deleted) for _, o in outcomes)
+        failures = tuple((by_key[(bucket, key)], why) for bucket, o in outcomes for key, why in o.failures)
+        logger.info("deleted %d objects in %d requests (%d failed)", deleted, len(batches), len(failures))
+        return DeleteReport(deleted, 0, failures)
 
     # -- listing ---------------------------------------------------------------------------------
 

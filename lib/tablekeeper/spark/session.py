@@ -7,6 +7,7 @@ cluster the jars arrive through ``--packages`` and the confs through the submit 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -17,6 +18,8 @@ from pyspark.sql import SparkSession
 
 from tablekeeper.catalog.config import CatalogConfig, CatalogsConfig, load_catalogs
 from tablekeeper.errors import ConfigError
+from tablekeeper.io.s3 import S3Settings
+from tablekeeper.io.storage import STORAGE_ENV, on_storage_change
 from tablekeeper.settings import JarSpec, jar_specs, jars_dir, spark_defaults
 
 log = logging.getLogger(__name__)
@@ -25,6 +28,8 @@ DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 ICEBERG_EXTENSION = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 ICEBERG_CATALOG = "org.apache.iceberg.spark.SparkCatalog"
+S3A_FILESYSTEM = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+S3A_PROVIDER = "org.apache.hadoop.fs.s3a."
 # Classes whose absence means a runtime jar is missing from the session's classpath.
 REQUIRED_CLASSES: Mapping[str, str] = {
     "delta": "io.delta.tables.DeltaTable",
@@ -49,9 +54,15 @@ def local_jar_paths() -> list[Path]:
 
 def iceberg_catalog_conf(catalog: CatalogConfig) -> dict[str, str]:
     prefix = f"spark.sql.catalog.{catalog.name}"
-    conf = {prefix: ICEBERG_CATALOG, f"{prefix}.warehouse": catalog.warehouse}
+    conf = {prefix: ICEBERG_CATALOG}
+    if catalog.warehouse:
+        conf[f"{prefix}.warehouse"] = catalog.warehouse
     if catalog.type == "filesystem":
         conf[f"{prefix}.type"] = "hadoop"
+    elif catalog.type == "rest":
+        assert catalog.uri is not None
+        conf[f"{prefix}.type"] = "rest"
+        conf[f"{prefix}.uri"] = catalog.uri
     else:
         conf[f"{prefix}.type"] = "jdbc"
         conf[f"{prefix}.uri"] = jdbc_uri(catalog)
@@ -72,6 +83,53 @@ def jdbc_uri(catalog: CatalogConfig) -> str:
             f"catalog {catalog.name!r}: only sqlite:/// URIs map to JDBC automatically; set 'jdbc-uri'"
         )
     return f"jdbc:sqlite:{path}"
+
+
+def s3a_conf(properties: Mapping[str, str]) -> dict[str, str]:
+    """Hadoop S3A settings for the same store the FileIO settings describe, so Spark's own data
+    reads and writes (s3://, s3a://, s3n:// alike) reach what tablekeeper's FileIO reaches."""
+    settings = S3Settings.from_properties(properties)
+    conf = {f"fs.{scheme}.impl": S3A_FILESYSTEM for scheme in ("s3", "s3n")}
+    if settings.endpoint is not None:
+        conf["fs.s3a.endpoint"] = settings.endpoint
+        conf["fs.s3a.connection.ssl.enabled"] = str(settings.endpoint.startswith("https://")).lower()
+    if settings.region:
+        conf["fs.s3a.endpoint.region"] = settings.region
+    conf["fs.s3a.path.style.access"] = str(settings.uses_path_style).lower()
+    if settings.access_key and settings.secret_key:
+        conf["fs.s3a.access.key"] = settings.access_key
+        conf["fs.s3a.secret.key"] = settings.secret_key
+        if settings.session_token:
+            conf["fs.s3a.session.token"] = settings.session_token
+            conf["fs.s3a.aws.credentials.provider"] = S3A_PROVIDER + "TemporaryAWSCredentialsProvider"
+        else:
+            conf["fs.s3a.aws.credentials.provider"] = S3A_PROVIDER + "SimpleAWSCredentialsProvider"
+    conf["fs.s3a.attempts.maximum"] = str(settings.max_attempts)
+    conf["fs.s3a.retry.limit"] = str(settings.max_attempts)
+    return conf
+
+
+def share_storage(spark: SparkSession, properties: Mapping[str, str]) -> None:
+    """Hand the process's storage settings to Spark: S3A's Hadoop settings for Spark's own I/O,
+    and the environment of Python workers for tablekeeper's FileIO in executor tasks.
+
+    Both are set on the live session rather than through SparkConf, which the Spark UI shows.
+    """
+    jsc = spark.sparkContext._jsc
+    assert jsc is not None
+    hadoop = jsc.hadoopConfiguration()
+    if properties:  # with nothing configured, the cluster's own settings stand untouched
+        for key, value in s3a_conf(properties).items():
+            # A cluster's own s3:// filesystem (EMRFS, say) stays; S3A only fills the gap.
+            if key.endswith(".impl") and hadoop.get(key) is not None:
+                continue
+            hadoop.set(key, value)
+    # Python workers are keyed by their environment, so tasks after this see the new settings.
+    spark.sparkContext.environment[STORAGE_ENV] = json.dumps(dict(properties), sort_keys=True)
+
+
+def _follow_storage(spark: SparkSession) -> None:
+    on_storage_change(lambda properties: share_storage(spark, properties))
 
 
 def session_conf(
@@ -124,6 +182,7 @@ def get_spark(
     active = submitted_session()
     if active is not None:
         check_session(active)
+        _follow_storage(active)
         return active
     catalogs = catalogs or load_catalogs()
     settings = session_conf(catalogs, local_jar_paths(), conf)
@@ -139,6 +198,7 @@ def get_spark(
     log.info("starting local Spark with %d jars", len(settings["spark.jars"].split(",")))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("TABLEKEEPER_SPARK_LOG_LEVEL", "ERROR"))
+    _follow_storage(spark)
     return spark
 
 

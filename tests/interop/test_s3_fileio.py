@@ -1,0 +1,137 @@
+"""FileIO on a real S3-compatible server, and a REST commit whose answer is lost on the way back."""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tablekeeper.catalog.rest import RestCatalog
+from tablekeeper.commit import Committer, SnapshotChange
+from tablekeeper.errors import AlreadyExists, CommitStateUnknown
+from tablekeeper.iceberg.types import LONG, STRING, NestedField, Schema
+from tablekeeper.iceberg.updates import new_table_metadata
+from tablekeeper.io import FileIO
+from tablekeeper.io.storage import configure_storage
+from tests.interop.conftest import REST_WAREHOUSE, S3_BUCKET
+from tests.support.iceberg_writer import write_rows
+from tests.support.object_store import S3Endpoint
+from tests.support.rest_catalog_server import RestCatalogServer
+
+SCHEMA = Schema(0, (NestedField(1, "id", LONG, True), NestedField(2, "name", STRING)))
+
+
+def test_s3_s3a_and_s3n_name_one_object_and_deletes_go_in_batches(
+    s3_server: S3Endpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    io = FileIO.for_location(f"s3://{S3_BUCKET}/", s3_server.properties())
+    io.write(f"s3://{S3_BUCKET}/fileio/a.txt", b"hello")
+    assert (
+        FileIO.for_location("s3a://x", s3_server.properties()).read(f"s3a://{S3_BUCKET}/fileio/a.txt")
+        == b"hello"
+    )
+    assert io.read(f"s3n://{S3_BUCKET}/fileio/a.txt") == b"hello"
+    with pytest.raises(AlreadyExists):
+        io.create_if_absent(f"s3a://{S3_BUCKET}/fileio/a.txt", b"other")
+
+    fs = s3_server.filesystem(allow_delayed_open=True)
+    for i in range(1_500):  # more than one listing page and one delete request
+        with fs.open_output_stream(f"{S3_BUCKET}/fileio/many/{i:05d}.bin") as out:
+            out.write(b"x")
+    listed = list(io.list(f"s3a://{S3_BUCKET}/fileio/many"))
+    assert len(listed) == 1_500 and all(
+        f.location.startswith(f"s3a://{S3_BUCKET}/fileio/many/") for f in listed
+    )
+    assert all(f.size == 1 and f.mtime_ms > 0 for f in listed)
+
+    # One object named two ways is deleted once; a bucket that does not exist is a failure, named.
+    targets = [f.location for f in listed] + [
+        f"s3://{S3_BUCKET}/fileio/many/00000.bin",
+        "s3://no-such-bucket/k",
+    ]
+    with caplog.at_level(logging.INFO, logger="tablekeeper.io.fileio"):
+        report = io.delete_many(targets)
+    assert report.deleted == 1_500
+    assert [loc for loc, _ in report.failures] == ["s3://no-such-bucket/k"]
+    assert "in 3 requests" in caplog.text  # 1,000 + 500 keys in the bucket, 1 in the missing one
+    assert list(io.list(f"s3://{S3_BUCKET}/fileio/many")) == []
+
+
+class _LosesCommitAnswers(http.server.BaseHTTPRequestHandler):
+    """Forwards to the REST server; a commit reaches it, but the client gets a 502 instead."""
+
+    upstream = ""
+
+    def _forward(self) -> tuple[int, bytes]:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+        request = urllib.request.Request(
+            self.upstream + self.path, data=body, method=self.command, headers=headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as reply:
+                return reply.status, reply.read()
+        except urllib.error.HTTPError as err:
+            return err.code, err.read()
+
+    def _handle(self) -> None:
+        status, data = self._forward()
+        if self.command == "POST" and "/tables/" in self.path:
+            status, data = 502, b""
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_HEAD = do_DELETE = _handle  # noqa: N815 (http.server's method names)
+
+    def log_message(self, *args: object) -> None:  # keep the test output to failures
+        pass
+
+
+@pytest.fixture
+def lossy_uri(rest_server: RestCatalogServer) -> Iterator[str]:
+    handler = type("Handler", (_LosesCommitAnswers,), {"upstream": rest_server.uri})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_a_commit_without_an_answer_is_unknown_and_deletes_nothing(
+    s3_server: S3Endpoint, rest_server: RestCatalogServer, lossy_uri: str, tmp_path: Path
+) -> None:
+    props = {**s3_server.properties(), "client.region": s3_server.region}
+    configure_storage(props)
+    try:
+        real = RestCatalog("real", rest_server.uri, REST_WAREHOUSE, props)
+        meta = new_table_metadata(
+            schema=SCHEMA,
+            location=f"{REST_WAREHOUSE}/lost/answers",
+            timestamp_ms=int(time.time() * 1000),
+            format_version=2,
+        )
+        real.create_table("lost.answers", meta)
+        lossy = RestCatalog("lossy", lossy_uri, REST_WAREHOUSE, props)
+        files = write_rows(real.load_table("lost.answers").metadata, [{"id": 1, "name": "a"}])
+        with pytest.raises(CommitStateUnknown, match="answered 502"):
+            Committer(lossy, "lost.answers").commit_snapshot(
+                SnapshotChange("append", added_files=tuple(files))
+            )
+        # The commit did land: what it references (manifest list, manifests, data) must all still exist.
+        after = real.load_table("lost.answers")
+        snapshot = after.metadata.current_snapshot()
+        assert snapshot is not None and snapshot.manifest_list is not None
+        assert after.io.exists(snapshot.manifest_list)
+        assert all(after.io.exists(f.file_path) for f in files)
+    finally:
+        configure_storage({})
