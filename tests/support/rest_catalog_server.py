@@ -69,6 +69,8 @@ def _server_env(workdir: Path, s3: S3Endpoint, warehouse: str, port: int) -> dic
         CATALOG_S3_ACCESS__KEY__ID=s3.access_key,
         CATALOG_S3_SECRET__ACCESS__KEY=s3.secret_key,
         CATALOG_CLIENT_REGION=s3.region,
+        # Vend the store's keys with every loaded table, as production catalogs do.
+        CATALOG_INCLUDE__CREDENTIALS="true",
         # Any SDK client built without client.region falls back to the SDK's region chain, which
         # would otherwise read a developer's ~/.aws config or ask instance metadata.
         AWS_REGION=s3.region,
