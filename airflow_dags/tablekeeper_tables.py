@@ -20,6 +20,9 @@ import yaml
 
 TABLES_ENV = "TABLEKEEPER_TABLES"
 HOME_ENV = "TABLEKEEPER_HOME"
+# The conf/jars.txt roles a submit ships (tablekeeper.settings.PACKAGE_ROLES; Airflow's venv does
+# not import tablekeeper, and the DAG tests check both give the same --packages).
+PACKAGE_ROLES = ("delta", "iceberg", "jdbc")
 EXAMPLE_FILE = "conf/tables.example.yaml"
 
 # Maintenance jobs in the order a table's DAG runs them: compaction first, so the snapshots it
@@ -221,7 +224,8 @@ def option_args(options: Mapping[str, Any]) -> list[str]:
 
 
 def jar_coordinates(home: Path) -> str:
-    """The ``--packages`` value: the runtime coordinates of conf/jars.txt (not the bench-only ones)."""
+    """The ``--packages`` value: the coordinates of conf/jars.txt's delta, iceberg and jdbc roles
+    (not the bench jars, the test servers, or S3A, which clusters bring or add themselves)."""
     path = home / "conf" / "jars.txt"
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -232,7 +236,7 @@ def jar_coordinates(home: Path) -> str:
     coordinates = []
     for raw in lines:
         fields = raw.split("#", 1)[0].split()
-        if len(fields) == 2 and fields[0] != "bench":
+        if len(fields) == 2 and fields[0] in PACKAGE_ROLES:
             coordinates.append(fields[1])
     return ",".join(coordinates)
 

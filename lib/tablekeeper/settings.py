@@ -111,6 +111,9 @@ def parse_jar_specs(text: str, source: str = JARS_FILE) -> tuple[JarSpec, ...]:
 
 BENCH_ROLE = "bench"
 TEST_ROLE_PREFIX = "test-"
+# What a cluster submit ships with --packages. Role "s3" stays out: clusters that read S3 mostly
+# have S3A already (EMR, Dataproc), and Ivy would pull hadoop-aws's 612 MiB SDK bundle with it.
+PACKAGE_ROLES = ("delta", "iceberg", "jdbc")
 
 
 def all_jar_specs() -> tuple[JarSpec, ...]:

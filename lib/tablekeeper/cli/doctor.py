@@ -20,7 +20,7 @@ from tablekeeper import __version__
 from tablekeeper.catalog.config import load_catalogs
 from tablekeeper.errors import ConfigError
 from tablekeeper.redact import redact, redacted_properties
-from tablekeeper.settings import JarSpec, jar_specs, jars_dir
+from tablekeeper.settings import PACKAGE_ROLES, JarSpec, jar_specs, jars_dir
 
 MIN_JAVA = 17
 MIN_PYTHON = (3, 10)
@@ -183,7 +183,7 @@ def diagnose(conf_file: Path | None = None) -> DoctorReport:
         iceberg=next((s.version for s in specs if s.role == "iceberg"), None),
         jars_dir=str(directory),
         jars=jars,
-        packages=",".join(s.coordinate for s in specs),
+        packages=",".join(s.coordinate for s in specs if s.role in PACKAGE_ROLES),
         problems=tuple(problems),
     )
 

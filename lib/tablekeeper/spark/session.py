@@ -20,7 +20,7 @@ from tablekeeper.catalog.config import CatalogConfig, CatalogsConfig, load_catal
 from tablekeeper.errors import ConfigError
 from tablekeeper.io.s3 import S3Settings
 from tablekeeper.io.storage import STORAGE_ENV, on_storage_change
-from tablekeeper.settings import JarSpec, jar_specs, jars_dir, spark_defaults
+from tablekeeper.settings import PACKAGE_ROLES, JarSpec, jar_specs, jars_dir, spark_defaults
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,8 @@ REQUIRED_CLASSES: Mapping[str, str] = {
 
 def packages_arg(specs: Iterable[JarSpec] | None = None) -> str:
     """The ``--packages`` value a cluster submit needs."""
-    return ",".join(s.coordinate for s in (jar_specs() if specs is None else specs))
+    chosen = [s for s in jar_specs() if s.role in PACKAGE_ROLES] if specs is None else specs
+    return ",".join(s.coordinate for s in chosen)
 
 
 def local_jar_paths() -> list[Path]:
