@@ -45,9 +45,10 @@ $(AIRFLOW_VENV)/.installed: conf/airflow-requirements.txt conf/airflow-constrain
 	@touch $@
 
 # Always checked (a file test per jar when nothing is missing), so a deleted jar comes back.
-# Missing jars are fetched by one Maven run per directory (a throwaway pom listing them, no
-# transitive dependencies: conf/jars.txt lists every jar), then jars of versions no longer pinned
-# are dropped so two versions never share a classpath.
+# Missing jars are fetched by one Maven run per directory (a throwaway pom listing them), then jars
+# of versions no longer pinned are dropped so two versions never share a classpath. conf/jars.txt
+# lists every jar, so each dependency excludes all of its own: Maven would otherwise download the
+# whole graph (hadoop-aws's 612 MiB SDK bundle among it) before leaving it uncopied.
 jars:
 	@command -v mvn >/dev/null || { echo "mvn not found: install Maven 3 (apt-get install maven)" >&2; exit 2; }
 	@set -o pipefail; declare -A missing; keep=""; \
@@ -59,7 +60,7 @@ jars:
 	  keep="$$keep $$dir/$$file"; \
 	  [ -s "$$dir/$$file" ] && continue; \
 	  echo "fetching $$coord"; \
-	  missing[$$dir]+="<dependency><groupId>$$group</groupId><artifactId>$$artifact</artifactId><version>$$version</version>$${classifier:+<classifier>$$classifier</classifier>}</dependency>"; \
+	  missing[$$dir]+="<dependency><groupId>$$group</groupId><artifactId>$$artifact</artifactId><version>$$version</version>$${classifier:+<classifier>$$classifier</classifier>}<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions></dependency>"; \
 	done; \
 	for dir in "$${!missing[@]}"; do \
 	  mkdir -p "$$dir"; pom=$$(mktemp -d); \

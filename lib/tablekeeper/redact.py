@@ -67,7 +67,10 @@ def install_log_redaction() -> None:
     def factory(*args: object, **kwargs: object) -> logging.LogRecord:
         record = base(*args, **kwargs)
         if _secrets:
-            message = record.getMessage()
+            try:
+                message = record.getMessage()
+            except Exception:  # a malformed call: logging reports it when it formats the record
+                return record
             clean = redact(message)
             if clean != message:
                 record.msg, record.args = clean, ()

@@ -8,6 +8,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from tablekeeper.catalog.rest import RestCatalog
 from tablekeeper.commit import Committer, SnapshotChange
 from tablekeeper.errors import AlreadyExists, CommitStateUnknown
+from tablekeeper.iceberg.partitioning import PartitionField, PartitionSpec
 from tablekeeper.iceberg.types import LONG, STRING, NestedField, Schema
 from tablekeeper.iceberg.updates import new_table_metadata
 from tablekeeper.io import FileIO
@@ -65,9 +67,12 @@ def test_s3_s3a_and_s3n_name_one_object_and_deletes_go_in_batches(
 
 
 class _LosesCommitAnswers(http.server.BaseHTTPRequestHandler):
-    """Forwards to the REST server; a commit reaches it, but the client gets a 502 instead."""
+    """Forwards to the REST server; a commit reaches it, but the client gets ``answer`` instead:
+    a 502, a redirect (urllib would re-send it as a GET, a load answering 200) or a 200 whose body
+    is not JSON."""
 
     upstream = ""
+    answer = "502"
 
     def _forward(self) -> tuple[int, bytes]:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or None
@@ -83,9 +88,16 @@ class _LosesCommitAnswers(http.server.BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         status, data = self._forward()
+        extra = {}
         if self.command == "POST" and "/tables/" in self.path:
-            status, data = 502, b""
+            status, data = {"502": (502, b""), "redirect": (302, b""), "garbage": (200, b"<html>ok</html>")}[
+                self.answer
+            ]
+            if self.answer == "redirect":
+                extra["Location"] = self.path
         self.send_response(status)
+        for key, value in extra.items():
+            self.send_header(key, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -97,9 +109,9 @@ class _LosesCommitAnswers(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def lossy_uri(rest_server: RestCatalogServer) -> Iterator[str]:
-    handler = type("Handler", (_LosesCommitAnswers,), {"upstream": rest_server.uri})
+@pytest.fixture(params=["502", "redirect", "garbage"])
+def lossy_uri(request: pytest.FixtureRequest, rest_server: RestCatalogServer) -> Iterator[str]:
+    handler = type("Handler", (_LosesCommitAnswers,), {"upstream": rest_server.uri, "answer": request.param})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -111,27 +123,52 @@ def test_a_commit_without_an_answer_is_unknown_and_deletes_nothing(
     s3_server: S3Endpoint, rest_server: RestCatalogServer, lossy_uri: str, tmp_path: Path
 ) -> None:
     props = {**s3_server.properties(), "client.region": s3_server.region}
+    ident = f"answers_{uuid.uuid4().hex[:8]}"
     configure_storage(props)
     try:
         real = RestCatalog("real", rest_server.uri, REST_WAREHOUSE, props)
         meta = new_table_metadata(
             schema=SCHEMA,
-            location=f"{REST_WAREHOUSE}/lost/answers",
+            location=f"{REST_WAREHOUSE}/lost/{ident}",
             timestamp_ms=int(time.time() * 1000),
             format_version=2,
         )
-        real.create_table("lost.answers", meta)
+        real.create_table(f"lost.{ident}", meta)
         lossy = RestCatalog("lossy", lossy_uri, REST_WAREHOUSE, props)
-        files = write_rows(real.load_table("lost.answers").metadata, [{"id": 1, "name": "a"}])
-        with pytest.raises(CommitStateUnknown, match="answered 502"):
-            Committer(lossy, "lost.answers").commit_snapshot(
+        files = write_rows(real.load_table(f"lost.{ident}").metadata, [{"id": 1, "name": "a"}])
+        with pytest.raises(CommitStateUnknown, match=r"outcome of the commit to lost\..* is unknown"):
+            Committer(lossy, f"lost.{ident}").commit_snapshot(
                 SnapshotChange("append", added_files=tuple(files))
             )
         # The commit did land: what it references (manifest list, manifests, data) must all still exist.
-        after = real.load_table("lost.answers")
+        after = real.load_table(f"lost.{ident}")
         snapshot = after.metadata.current_snapshot()
         assert snapshot is not None and snapshot.manifest_list is not None
         assert after.io.exists(snapshot.manifest_list)
         assert all(after.io.exists(f.file_path) for f in files)
     finally:
         configure_storage({})
+
+
+def test_a_created_table_keeps_our_column_ids(s3_server: S3Endpoint, rest_server: RestCatalogServer) -> None:
+    """Iceberg's server renumbers columns on create (5, 9 -> 1, 2); converted Delta files carry the
+    source's ids, so the catalog gives the table ours back: schema, spec and all."""
+    props = {**s3_server.properties(), "client.region": s3_server.region}
+    catalog = RestCatalog("real", rest_server.uri, REST_WAREHOUSE, props)
+    schema = Schema(0, (NestedField(5, "id", LONG, True), NestedField(9, "day", STRING)))
+    spec = PartitionSpec(0, (PartitionField(9, 1000, "day", "identity"),))
+    meta = new_table_metadata(
+        schema=schema,
+        location=catalog.default_table_location("ids.kept"),
+        timestamp_ms=int(time.time() * 1000),
+        spec=spec,
+        format_version=2,
+    )
+    assert meta.location == f"{REST_WAREHOUSE}/ids/kept"
+    created = catalog.create_table("ids.kept", meta)
+    loaded = catalog.load_table("ids.kept").metadata
+    for table in (created.metadata, loaded):
+        assert [(f.id, f.name) for f in table.schema().fields] == [(5, "id"), (9, "day")]
+        assert [(f.source_id, f.name, f.transform) for f in table.spec().fields] == [(9, "day", "identity")]
+        assert table.last_column_id >= 9
+    assert len(loaded.schemas) == 2  # the server's renumbered schema is there, never current

@@ -120,3 +120,10 @@ def test_catalog_values_take_secrets_from_the_environment(tmp_path, monkeypatch:
     assert redact("from-env-5678") == "***"
     with pytest.raises(ConfigError, match=r"\$\{TK_TEST_UNSET\} is not set: export TK_TEST_UNSET"):
         parse_catalogs(text.replace("TK_TEST_SECRET", "TK_TEST_UNSET"), tmp_path)
+
+
+def test_rest_tables_go_where_the_server_says_unless_the_warehouse_is_a_location() -> None:
+    from tablekeeper.catalog.rest import RestCatalog
+
+    assert RestCatalog("c", "http://h", "analytics").default_table_location("db.t") == ""
+    assert RestCatalog("c", "http://h", "s3://b/wh/").default_table_location("db.t") == "s3://b/wh/db/t"

@@ -77,35 +77,46 @@ def table_change(base: TableMetadata, new: TableMetadata) -> TableChange:
             raise UnsupportedFeatureError("a format version never goes down")
         ups.append(Update("upgrade-format-version", {"format-version": new.format_version}))
 
+    # A server may give an added schema, spec or order another id (reusing an equal one), so making
+    # the one just added current says -1, "the last added", as Iceberg's own clients do.
     base_schemas = {s.schema_id for s in base.schemas}
+    added_schema = None
     for s in new.schemas:
         if s.schema_id not in base_schemas:
             require("assert-last-assigned-field-id", {"last-assigned-field-id": base.last_column_id})
             ups.append(
                 Update("add-schema", {"schema": schema_to_json(s), "last-column-id": new.last_column_id})
             )
+            added_schema = s.schema_id
     if new.current_schema_id != base.current_schema_id:
         require("assert-current-schema-id", {"current-schema-id": base.current_schema_id})
-        ups.append(Update("set-current-schema", {"schema-id": new.current_schema_id}))
+        current = -1 if new.current_schema_id == added_schema else new.current_schema_id
+        ups.append(Update("set-current-schema", {"schema-id": current}))
 
     base_specs = {s.spec_id for s in base.partition_specs}
+    added_spec = None
     for spec in new.partition_specs:
         if spec.spec_id not in base_specs:
             require(
                 "assert-last-assigned-partition-id", {"last-assigned-partition-id": base.last_partition_id}
             )
             ups.append(Update("add-spec", {"spec": partition_spec_to_json(spec)}))
+            added_spec = spec.spec_id
     if new.default_spec_id != base.default_spec_id:
         require("assert-default-spec-id", {"default-spec-id": base.default_spec_id})
-        ups.append(Update("set-default-spec", {"spec-id": new.default_spec_id}))
+        default = -1 if new.default_spec_id == added_spec else new.default_spec_id
+        ups.append(Update("set-default-spec", {"spec-id": default}))
 
     base_orders = {o.order_id for o in base.sort_orders}
+    added_order = None
     for order in new.sort_orders:
         if order.order_id not in base_orders:
             ups.append(Update("add-sort-order", {"sort-order": sort_order_to_json(order)}))
+            added_order = order.order_id
     if new.default_sort_order_id != base.default_sort_order_id:
         require("assert-default-sort-order-id", {"default-sort-order-id": base.default_sort_order_id})
-        ups.append(Update("set-default-sort-order", {"sort-order-id": new.default_sort_order_id}))
+        default = -1 if new.default_sort_order_id == added_order else new.default_sort_order_id
+        ups.append(Update("set-default-sort-order", {"sort-order-id": default}))
 
     if new.location != base.location:
         ups.append(Update("set-location", {"location": new.location}))

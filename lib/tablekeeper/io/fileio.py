@@ -488,7 +488,11 @@ class FileIO:
         with ThreadPoolExecutor(max_workers=min(max_workers, len(batches))) as pool:
             outcomes = tuple(pool.map(lambda b: (b[0], delete_keys(settings, b[0], b[1])), batches))
         deleted = sum(len(o.deleted) for _, o in outcomes)
-        failures = tuple((by_key[(bucket, key)], why) for bucket, o in outcomes for key, why in o.failures)
+        failures = tuple(
+            (by_key.get((bucket, key), f"s3://{bucket}/{key}"), why)
+            for bucket, o in outcomes
+            for key, why in o.failures
+        )
         logger.info("deleted %d objects in %d requests (%d failed)", deleted, len(batches), len(failures))
         return DeleteReport(deleted, 0, failures)
 

@@ -179,7 +179,7 @@ def _client(settings: S3Settings) -> Any:
 
     config = Config(
         retries={"mode": "standard", "max_attempts": settings.max_attempts},
-        s3={"addressing_style": "path" if settings.uses_path_style else "auto"},
+        s3={"addressing_style": "path" if settings.uses_path_style else "virtual"},
         connect_timeout=settings.connect_timeout_s or 60,
         read_timeout=settings.request_timeout_s or 60,
         max_pool_connections=16,
@@ -224,14 +224,25 @@ def delete_keys(settings: S3Settings, bucket: str, keys: Sequence[str]) -> Batch
             # boto3 has already retried throttling and 5xx answers for the whole request.
             reason = str(err).splitlines()[0][:200]
             return BatchOutcome(tuple(deleted), (*failures, *((k, reason) for k in pending)))
-        deleted.extend(str(d["Key"]) for d in reply.get("Deleted", ()))
+        gone = {str(d["Key"]) for d in reply.get("Deleted", ())}
         retry: list[str] = []
+        failed: dict[str, str] = {}
         for error in reply.get("Errors", ()):
             key, code = str(error.get("Key")), str(error.get("Code"))
-            if code in _RETRYABLE_CODES and attempt + 1 < settings.max_attempts:
+            if code == "NoSuchKey":  # some stores say so where S3 says deleted: gone either way
+                gone.add(key)
+            elif code in _RETRYABLE_CODES and attempt + 1 < settings.max_attempts:
                 retry.append(key)
             else:
-                failures.append((key, f"{code}: {error.get('Message', '')}".strip()))
+                failed[key] = f"{code}: {error.get('Message', '')}".strip()
+        waiting = set(retry)
+        for key in pending:
+            if key in gone:
+                deleted.append(key)
+            elif key in failed:
+                failures.append((key, failed[key]))
+            elif key not in waiting:  # not mentioned: not confirmed deleted
+                failures.append((key, "not in the DeleteObjects answer"))
         if retry:
             log.info("s3://%s: %d keys throttled, retrying (attempt %d)", bucket, len(retry), attempt + 2)
             time.sleep(min(20.0, 0.1 * 2**attempt) * (0.5 + random.random()))

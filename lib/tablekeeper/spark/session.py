@@ -30,6 +30,18 @@ DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 ICEBERG_CATALOG = "org.apache.iceberg.spark.SparkCatalog"
 S3A_FILESYSTEM = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 S3A_PROVIDER = "org.apache.hadoop.fs.s3a."
+_S3A_STORE_KEYS = frozenset(
+    {
+        "fs.s3a.endpoint",
+        "fs.s3a.endpoint.region",
+        "fs.s3a.access.key",
+        "fs.s3a.secret.key",
+        "fs.s3a.session.token",
+        "fs.s3a.aws.credentials.provider",
+    }
+)
+# Spark's own list plus "credential" (an OAuth2 client secret in a REST catalog's properties).
+SPARK_REDACTION = r"(?i)secret|password|token|access[.]?key|credential"
 # Classes whose absence means a runtime jar is missing from the session's classpath.
 REQUIRED_CLASSES: Mapping[str, str] = {
     "delta": "io.delta.tables.DeltaTable",
@@ -120,17 +132,28 @@ def share_storage(spark: SparkSession, properties: Mapping[str, str]) -> None:
     assert jsc is not None
     hadoop = jsc.hadoopConfiguration()
     if properties:  # with nothing configured, the cluster's own settings stand untouched
-        for key, value in s3a_conf(properties).items():
+        conf = s3a_conf(properties)
+        for key, value in conf.items():
             # A cluster's own s3:// filesystem (EMRFS, say) stays; S3A only fills the gap.
             if key.endswith(".impl") and hadoop.get(key) is not None:
                 continue
             hadoop.set(key, value)
+        # Nothing of a store set earlier lingers (keys set elsewhere are not ours to drop).
+        for key in _SET_BY_US.get(id(spark), set()) - conf.keys():
+            hadoop.unset(key)
+        _SET_BY_US[id(spark)] = set(conf) & _S3A_STORE_KEYS
     # Python workers are keyed by their environment, so tasks after this see the new settings.
     spark.sparkContext.environment[STORAGE_ENV] = json.dumps(dict(properties), sort_keys=True)
 
 
+_FOLLOWED: dict[int, SparkSession] = {}
+_SET_BY_US: dict[int, set[str]] = {}
+
+
 def _follow_storage(spark: SparkSession) -> None:
-    on_storage_change(lambda properties: share_storage(spark, properties))
+    if id(spark) not in _FOLLOWED:
+        _FOLLOWED[id(spark)] = spark
+        on_storage_change(lambda properties: share_storage(spark, properties))
 
 
 def session_conf(
@@ -141,6 +164,7 @@ def session_conf(
     conf["spark.jars"] = ",".join(str(p) for p in jars)
     conf["spark.sql.extensions"] = f"{DELTA_EXTENSION},{ICEBERG_EXTENSION}"
     conf["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
+    conf.setdefault("spark.redaction.regex", SPARK_REDACTION)
     for catalog in catalogs.catalogs.values():
         conf.update(iceberg_catalog_conf(catalog))
     conf.update(extra or {})
