@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import http.client
 import http.server
 import logging
+import re
 import threading
 import time
 import urllib.error
@@ -11,6 +13,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -172,3 +175,90 @@ def test_a_created_table_keeps_our_column_ids(s3_server: S3Endpoint, rest_server
         assert [(f.source_id, f.name, f.transform) for f in table.spec().fields] == [(9, "day", "identity")]
         assert table.last_column_id >= 9
     assert len(loaded.schemas) == 2  # the server's renumbered schema is there, never current
+
+
+class _Throttles(http.server.BaseHTTPRequestHandler):
+    """Forwards every request to the S3 server untouched (signatures stay valid), but throttles
+    like S3 under load: the first listing and the first DeleteObjects get 503 SlowDown without
+    being forwarded, and the answer to the second reports its first 100 keys as SlowDown."""
+
+    upstream = ""
+    seen: ClassVar[dict[str, list[int]]] = {}
+    lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def _handle(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        kind = "list" if "list-type=2" in self.path else "delete" if "?delete" in self.path else "other"
+        with self.lock:  # requests arrive concurrently: each learns its own place in line
+            calls = self.seen.setdefault(kind, [])
+            calls.append(body.count(b"<Key>"))
+            place = len(calls)
+        if kind in ("list", "delete") and place == 1:
+            self._answer(
+                503, b"<Error><Code>SlowDown</Code><Message>Reduce your request rate.</Message></Error>"
+            )
+            return
+        host, _, port = self.upstream.removeprefix("http://").partition(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "content-length"}
+        conn.request(self.command, self.path, body or None, headers)
+        reply = conn.getresponse()
+        data = reply.read()
+        conn.close()
+        if kind == "delete" and place == 2:
+            deleted = re.findall(rb"<Deleted><Key>([^<]*)</Key></Deleted>", data)[:100]
+            for key in deleted:
+                data = data.replace(b"<Deleted><Key>" + key + b"</Key></Deleted>", b"", 1)
+            errors = b"".join(
+                b"<Error><Key>" + k + b"</Key><Code>SlowDown</Code><Message>Slow down</Message></Error>"
+                for k in deleted
+            )
+            data = data.replace(b"</DeleteResult>", errors + b"</DeleteResult>")
+        self._answer(reply.status, data, reply.getheader("Content-Type") or "application/xml")
+
+    def _answer(self, status: int, data: bytes, content_type: str = "application/xml") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _handle  # noqa: N815 (http.server's method names)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_throttled_listing_and_deletes_are_retried(s3_server: S3Endpoint) -> None:
+    fs = s3_server.filesystem(allow_delayed_open=True)
+    for i in range(1_200):
+        with fs.open_output_stream(f"{S3_BUCKET}/throttled/{i:05d}.bin") as out:
+            out.write(b"x")
+    seen: dict[str, list[int]] = {}
+    handler = type(
+        "Handler", (_Throttles,), {"upstream": s3_server.endpoint, "seen": seen, "lock": threading.Lock()}
+    )
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        props = {**s3_server.properties(), "s3.endpoint": f"http://127.0.0.1:{server.server_address[1]}"}
+        io = FileIO.for_location(f"s3://{S3_BUCKET}/", props)
+        listed = [f.location for f in io.list(f"s3://{S3_BUCKET}/throttled")]
+        assert len(listed) == 1_200
+        report = io.delete_many(listed)
+    finally:
+        server.shutdown()
+    assert (report.deleted, report.failures) == (1_200, ())
+    # Refused listing page retried; refused batch re-sent whole; the 100 throttled keys alone again.
+    # (Two batches go out at once, so which one the server refused varies.)
+    refused, *sent = seen["delete"]
+    assert len(seen["list"]) >= 3 and len(sent) == 3 and refused in (1_000, 200)
+    assert sorted(sent) == sorted([1_000, 200, 100])
+    assert (
+        list(
+            FileIO.for_location(f"s3://{S3_BUCKET}/", s3_server.properties()).list(
+                f"s3://{S3_BUCKET}/throttled"
+            )
+        )
+        == []
+    )
