@@ -118,8 +118,14 @@ def test_catalog_values_take_secrets_from_the_environment(tmp_path, monkeypatch:
     config = parse_catalogs(text, tmp_path).get("lake")
     assert config.properties["credential"] == "id:from-env-5678"
     assert redact("from-env-5678") == "***"
-    with pytest.raises(ConfigError, match=r"\$\{TK_TEST_UNSET\} is not set: export TK_TEST_UNSET"):
-        parse_catalogs(text.replace("TK_TEST_SECRET", "TK_TEST_UNSET"), tmp_path)
+    # An unset variable spoils only its own catalog, and only for the jobs that use it.
+    both = text + "  local:\n    type: filesystem\n    warehouse: /data/warehouse\n"
+    config = parse_catalogs(both.replace("TK_TEST_SECRET", "TK_TEST_UNSET"), tmp_path)
+    assert config.get("local").type == "filesystem"
+    with pytest.raises(
+        ConfigError, match=r"catalog 'lake': \$\{TK_TEST_UNSET\} is not set: export TK_TEST_UNSET"
+    ):
+        config.get("lake")
 
 
 def test_rest_tables_go_where_the_server_says_unless_the_warehouse_is_a_location() -> None:

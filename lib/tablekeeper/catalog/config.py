@@ -44,9 +44,13 @@ class CatalogConfig:
 class CatalogsConfig:
     default: str
     catalogs: Mapping[str, CatalogConfig] = field(hash=False)
+    # Catalogs whose values name an unset ${VAR}: an error only for a job that uses them.
+    unusable: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def get(self, name: str | None) -> CatalogConfig:
         key = name or self.default
+        if key in self.unusable:
+            raise ConfigError(self.unusable[key])
         try:
             return self.catalogs[key]
         except KeyError:
@@ -65,10 +69,15 @@ def parse_catalogs(text: str, warehouse: Path, source: str = CATALOGS_FILE) -> C
         raise ConfigError(f"{source}: expected a mapping with a 'catalogs' mapping")
     variables = {"warehouse": str(warehouse)}
     catalogs: dict[str, CatalogConfig] = {}
+    unusable: dict[str, str] = {}
     for name, body in cast(dict[str, object], doc.get("catalogs", {})).items():
         if not isinstance(body, dict):
             raise ConfigError(f"{source}: catalog {name!r} must be a mapping")
-        props = {str(k): expand(str(v), variables) for k, v in body.items()}
+        try:
+            props = {str(k): expand(str(v), variables) for k, v in body.items()}
+        except ConfigError as err:
+            unusable[str(name)] = f"{source}: catalog {name!r}: {err.message}"
+            continue
         ctype = props.pop("type", None)
         if ctype not in CATALOG_TYPES:
             raise ConfigError(
@@ -90,10 +99,10 @@ def parse_catalogs(text: str, warehouse: Path, source: str = CATALOGS_FILE) -> C
         catalogs[str(name)] = CatalogConfig(
             name=str(name), type=ctype, warehouse=wh, uri=uri, properties=props
         )
-    default = str(doc.get("default") or next(iter(catalogs), ""))
-    if catalogs and default not in catalogs:
+    default = str(doc.get("default") or next(iter([*catalogs, *unusable]), ""))
+    if (catalogs or unusable) and default not in catalogs and default not in unusable:
         raise ConfigError(f"{source}: default catalog {default!r} is not defined")
-    return CatalogsConfig(default=default, catalogs=catalogs)
+    return CatalogsConfig(default=default, catalogs=catalogs, unusable=unusable)
 
 
 def load_catalogs(path: Path | None = None, warehouse: Path | None = None) -> CatalogsConfig:

@@ -292,8 +292,8 @@ def _catalogs(args: argparse.Namespace) -> CatalogsConfig:
     )
     # The job's catalog also says how to reach storage outside it (a Delta source, a path table).
     name = getattr(args, "catalog", None) or catalogs.default
-    if name in catalogs.catalogs:
-        configure_storage(catalogs.catalogs[name].storage)
+    if name in catalogs.catalogs or name in catalogs.unusable:
+        configure_storage(catalogs.get(name).storage)
     return catalogs
 
 

@@ -169,6 +169,7 @@ def diagnose(conf_file: Path | None = None) -> DoctorReport:
             CatalogStatus(c.name, c.type, c.uri, c.warehouse, redacted_properties(c.properties))
             for c in config.catalogs.values()
         )
+        problems.extend(config.unusable.values())
     except ConfigError as err:
         problems.append(err.message)
     return DoctorReport(
