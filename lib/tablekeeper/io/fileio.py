@@ -231,7 +231,6 @@ class FileIO:
         ``properties`` are Iceberg FileIO settings (``s3.endpoint``, ...); without them, the
         process's storage settings apply (``tablekeeper.io.storage``).
         """
-        props = dict(storage_properties() if properties is None else properties)
         scheme, authority, _ = location_to_path(location)
         if scheme == "file":
             if authority:
@@ -239,6 +238,8 @@ class FileIO:
             return cls(pafs.LocalFileSystem())
         with _connect(location, scheme):
             if scheme in _S3_SCHEMES:
+                # Looked up only here: local paths, the common case on hot paths, need no settings.
+                props = storage_properties() if properties is None else properties
                 settings = S3Settings.from_properties(props, f"the storage settings for {location}")
                 if not settings.is_default:
                     return cls(s3_filesystem(settings), s3=settings)

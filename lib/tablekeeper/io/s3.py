@@ -43,7 +43,6 @@ SUPPORTED_PROPERTIES: tuple[str, ...] = (
     "s3.retry.num-retries",
     "s3.delete.batch-size",
 )
-SECRET_PROPERTIES: frozenset[str] = frozenset({"s3.secret-access-key", "s3.session-token"})
 MAX_DELETE_BATCH = 1000  # S3's own limit per DeleteObjects request
 _RETRYABLE_CODES = frozenset(
     {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "Throttling", "503", "500"}
@@ -136,9 +135,6 @@ class S3Settings:
     @property
     def uses_path_style(self) -> bool:
         return self.path_style if self.path_style is not None else self.endpoint is not None
-
-    def secrets(self) -> tuple[str, ...]:
-        return tuple(s for s in (self.secret_key, self.session_token) if s)
 
 
 @functools.lru_cache(maxsize=32)

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from tablekeeper.errors import ConfigError
-from tablekeeper.io.s3 import SECRET_PROPERTIES, is_storage_property
+from tablekeeper.io.s3 import is_storage_property
 
 # Executors inherit the driver's settings through this variable (it holds secrets: the Spark layer
 # passes it to Python workers directly, never through SparkConf, which the UI shows).
@@ -66,7 +66,3 @@ def on_storage_change(listener: Callable[[Mapping[str, str]], None]) -> None:
         current = dict(_state["current"]) if "current" in _state else None
     if current is not None:
         listener(current)
-
-
-def storage_secrets(properties: Mapping[str, str]) -> tuple[str, ...]:
-    return tuple(v for k, v in properties.items() if k in SECRET_PROPERTIES and v)
