@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tablekeeper.io.fileio import FileInfo
-from tablekeeper.spark.listing import _Classifier, _nested, is_hidden
-from tablekeeper.spark.reachability import PathRules
+from tablekeeper.files.listing import Classifier, is_hidden, nested
+from tablekeeper.files.rules import PathRules
 
 HIDDEN = {
     "data/a.parquet": False,
@@ -41,7 +41,7 @@ def test_partition_directories_starting_with_underscore_are_visible_only_when_th
 @pytest.mark.parametrize("stem", ["/wh/t", "file:/wh/t", "s3a://Bucket/wh/t", "s3://bucket"])
 def test_classifier_rows_match_the_rules_file_by_file(stem: str) -> None:
     rules = PathRules()
-    classify = _Classifier(stem, rules, frozenset({"_p", "cat"}))
+    classify = Classifier(stem, rules, frozenset({"_p", "cat"}))
     infos = [FileInfo(f"{stem}/{rel}", 7, 11) for rel in HIDDEN]
     rows = list(classify.rows(infos))
     # Hidden files vanish except markers; every key is the full normalisation of its path.
@@ -53,7 +53,7 @@ def test_classifier_rows_match_the_rules_file_by_file(stem: str) -> None:
 
 def test_markers_name_the_tables_they_belong_to() -> None:
     stem = "s3a://b/wh/t"
-    classify = _Classifier(stem, PathRules(), frozenset())
+    classify = Classifier(stem, PathRules(), frozenset())
     rels = [
         "metadata/00001-a.metadata.json",  # the table itself
         "inner/metadata/v2.metadata.json.gz",
@@ -77,9 +77,9 @@ def test_markers_name_the_tables_they_belong_to() -> None:
         "data/metadata.json": None,
     }
     assert rows["delta/_delta_log/00000.json"][4] is True  # kept as a marker, still hidden
-    assert _nested(set(roots.values()) - {None}, "s3://b/wh/t") == ["s3://b/wh/t/delta", "s3://b/wh/t/inner"]
+    assert nested(set(roots.values()) - {None}, "s3://b/wh/t") == ["s3://b/wh/t/delta", "s3://b/wh/t/inner"]
 
 
 def test_nested_roots_keep_only_outermost_and_ignore_siblings() -> None:
     roots = ["s3://b/t", "s3://b/t/x", "s3://b/t/x/y", "s3://b/t_2", "s3://b/t/z", "s3://b/other"]
-    assert _nested(roots, "s3://b/t") == ["s3://b/t/x", "s3://b/t/z"]
+    assert nested(roots, "s3://b/t") == ["s3://b/t/x", "s3://b/t/z"]

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from tablekeeper.io.uri import normalize_location
-from tablekeeper.spark.reachability import PathRules
+from tablekeeper.files.rules import PathRules
 
 SEGMENTS = ["a", "B", ".", "..", "", "x=1", "_p", "%20", "f.parquet"]
 PREFIXES = [

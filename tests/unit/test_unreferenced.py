@@ -10,17 +10,17 @@ import sys
 
 import pytest
 
-from tablekeeper.spark.reachability import PathRules
-from tablekeeper.spark.unreferenced import (
+from tablekeeper.files.orphans import (
     MISMATCH,
     ORPHAN,
-    _tally,
     bucket_of,
     classify,
     listed_pair,
     path_part,
     reference_pair,
+    tally,
 )
+from tablekeeper.files.rules import PathRules
 
 SCHEME_AND_AUTHORITY = re.compile(r"^[^:/]+://[^/]*")
 
@@ -59,7 +59,7 @@ def test_bucket_is_stable_and_spelling_independent_of_scheme() -> None:
 def test_bucket_is_the_same_in_every_worker_process() -> None:
     paths = ["/t/x", "/t/data/ä.parquet", ""]
     code = (
-        "import sys; from tablekeeper.spark.unreferenced import bucket_of; "
+        "import sys; from tablekeeper.files.orphans import bucket_of; "
         "print([bucket_of(p) for p in sys.argv[1:]])"
     )
     for seed in ("1", "2"):  # str hashes differ between these processes; buckets must not
@@ -112,6 +112,6 @@ def test_classify_with_a_mismatch_spelled_three_ways() -> None:
 
 def test_tally_counts_and_samples() -> None:
     rows = [(ORPHAN, f"p{i}", f"k{i}", i) for i in range(10)] + [(MISMATCH, "m", "m", 99)]
-    ((orphans, size, mismatches, sample, mismatched),) = list(_tally(rows, 3))
+    ((orphans, size, mismatches, sample, mismatched),) = list(tally(rows, 3))
     assert (orphans, size, mismatches) == (10, 45, 1)
     assert sample == ["p0", "p1", "p2"] and mismatched == ["m"]

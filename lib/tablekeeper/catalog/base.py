@@ -105,6 +105,14 @@ class Catalog(ABC):
     @abstractmethod
     def default_table_location(self, identifier: str) -> str: ...
 
+    def new_table_location(self, identifier: str) -> str:
+        """Where a table about to be created will live: a staged creation writes its files there
+        before the catalog knows the table."""
+        location = self.default_table_location(identifier)
+        if not location:
+            raise ConfigError(f"catalog {self.name} gives no location for {identifier}: set its warehouse")
+        return location
+
     def require(self, identifier: str) -> LoadedTable:
         try:
             return self.load_table(identifier)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable, TableIdentifier, metadata_version, read_metadata
 from tablekeeper.errors import (
     AlreadyExists,
@@ -37,7 +38,7 @@ def _version_file(table_location: str, version: int, gzip_codec: bool) -> str:
     return f"{_metadata_dir(table_location)}/v{version}{ext}"
 
 
-def find_current_version(io: FileIO, table_location: str) -> tuple[int, str] | None:
+def find_current_version(io: FileIO, table_location: str, repair: bool = False) -> tuple[int, str] | None:
     """Highest vN metadata file: start at the hint, then probe upwards (the hint may lag a commit).
 
     A hint naming a version whose file is gone is refused rather than rolled back to an older
@@ -45,10 +46,13 @@ def find_current_version(io: FileIO, table_location: str) -> tuple[int, str] | N
     """
     meta_dir = _metadata_dir(table_location)
     hint: int | None = None
+    stale_hint = True  # a hint file that says nothing usable is repaired like a lagging one
     try:
         text = io.read(f"{meta_dir}/{VERSION_HINT}").decode("utf-8", "replace").strip()
         hint = int(text.splitlines()[0]) if text else None
-    except (FileNotFound, ValueError, IndexError):
+    except FileNotFound:
+        stale_hint = False  # no hint at all: a layout without one is left as it is
+    except (ValueError, IndexError):
         hint = None
     except StorageError:
         return None  # not a directory (a file was named), or unreadable: not a table here
@@ -76,6 +80,9 @@ def find_current_version(io: FileIO, table_location: str) -> tuple[int, str] | N
             f"{meta_dir}/{VERSION_HINT} says version {hint} but v{hint}.metadata.json is missing: "
             "refusing to fall back to older metadata"
         )
+    if repair and current is not None and stale_hint and current[0] != hint:
+        log.info("version hint of %s said %s; the table is at version %d", table_location, hint, current[0])
+        _write_hint(io, table_location, current[0])
     return current
 
 
@@ -115,8 +122,12 @@ def latest_catalog_metadata(io: FileIO, table_location: str) -> str | None:
 
 
 def load_path_table(io: FileIO, table_location: str, identifier: str | None = None) -> LoadedTable:
-    """A table by location: the file-system layout, else the newest catalog-named file (read-only)."""
-    current = find_current_version(io, table_location)
+    """A table by location: the file-system layout, else the newest catalog-named file (read-only).
+
+    A hint that lags the newest version (a writer died between its commit and the hint) is
+    brought up to date: readers probe past it, but tools that trust it would miss the commit.
+    """
+    current = find_current_version(io, table_location, repair=True)
     location = current[1] if current is not None else latest_catalog_metadata(io, table_location)
     if location is None:
         raise NotATableError(
@@ -139,6 +150,8 @@ def commit_path_table(base: LoadedTable, new_metadata: TableMetadata) -> LoadedT
     io = base.io
     if io.exists(other):
         raise CommitFailed(f"version {version + 1} of {table_location} was committed by another writer")
+    # Creating the version file is the swap: there is no moment with one written but not current.
+    faults.kill_point("commit.metadata-written")
     try:
         io.create_if_absent(target, table_metadata_to_bytes(new_metadata, gzip_codec))
     except AlreadyExists:
@@ -148,11 +161,16 @@ def commit_path_table(base: LoadedTable, new_metadata: TableMetadata) -> LoadedT
     except StorageError as err:
         # The file may or may not exist now; only a later load can tell.
         raise CommitStateUnknown(f"writing {target} failed midway ({err.message}); check the table") from err
-    try:
-        io.write(f"{_metadata_dir(table_location)}/{VERSION_HINT}", str(version + 1).encode("ascii"))
-    except StorageError as err:  # the hint is an optimisation; the commit already happened
-        log.warning("could not update %s: %s", VERSION_HINT, err)
+    faults.kill_point("commit.swapped")
+    _write_hint(io, table_location, version + 1)
     return LoadedTable(base.identifier, target, new_metadata, io)
+
+
+def _write_hint(io: FileIO, table_location: str, version: int) -> None:
+    try:
+        io.write(f"{_metadata_dir(table_location)}/{VERSION_HINT}", str(version).encode("ascii"))
+    except StorageError as err:  # the hint is an optimisation: loads probe past it
+        log.warning("could not update %s of %s: %s", VERSION_HINT, table_location, err.message)
 
 
 class FileSystemCatalog(Catalog):
@@ -185,11 +203,13 @@ class FileSystemCatalog(Catalog):
         if self.table_exists(identifier):
             raise ConfigError(f"table {identifier} already exists in catalog {self.name}")
         target = _version_file(location, 1, False)
+        faults.kill_point("commit.metadata-written")
         try:
             self.io.create_if_absent(target, table_metadata_to_bytes(metadata))
         except AlreadyExists:
             raise CommitFailed(f"table {identifier} was created concurrently") from None
-        self.io.write(f"{_metadata_dir(location)}/{VERSION_HINT}", b"1")
+        faults.kill_point("commit.swapped")
+        _write_hint(self.io, location, 1)
         return LoadedTable(identifier, target, metadata, self.io)
 
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable, TableIdentifier
 from tablekeeper.errors import (
     CommitFailed,
@@ -32,7 +33,7 @@ from tablekeeper.errors import (
 )
 from tablekeeper.iceberg.metadata import TableMetadata, parse_table_metadata
 from tablekeeper.iceberg.partitioning import partition_spec_to_json, sort_order_to_json
-from tablekeeper.iceberg.table_changes import table_change
+from tablekeeper.iceberg.table_changes import creation_change, table_change
 from tablekeeper.iceberg.types import schema_to_json
 from tablekeeper.io import FileIO
 from tablekeeper.io.storage import configure_storage, storage_subset
@@ -284,9 +285,37 @@ class RestCatalog(Catalog):
                 f"({self._error(reply)})"
             )
 
+    def new_table_location(self, identifier: str) -> str:
+        """Under the warehouse when it is a location; otherwise where the server would put the
+        table, asked with a staged create (which creates nothing)."""
+        location = self.default_table_location(identifier)
+        if location:
+            return location
+        ident = TableIdentifier.parse(identifier)
+        self.ensure_namespace(".".join(ident.namespace))
+        body = {"name": ident.name, "schema": {"type": "struct", "fields": []}, "stage-create": True}
+        path = f"{self._namespace_path(ident.namespace)}/tables"
+        status, reply = self._ask("POST", path, body, _DELEGATION)
+        if status == 409:
+            raise ConfigError(f"table {identifier} already exists in catalog {self.name}")
+        try:
+            if status != 200:
+                raise ValueError(status)
+            location = str(reply["metadata"]["location"])
+        except (ValueError, KeyError, TypeError):
+            raise StorageError(
+                f"catalog {self.name}: staging {identifier} answered {status} ({self._error(reply)})"
+            ) from None
+        vended = self._vended(reply, location, identifier)
+        if vended:  # the files staged before the create go there with these
+            configure_storage({**storage_subset(self.properties), **vended})
+        return location
+
     def create_table(self, identifier: str, metadata: TableMetadata) -> LoadedTable:
         ident = TableIdentifier.parse(identifier)
         self.ensure_namespace(".".join(ident.namespace))
+        if metadata.snapshots:
+            return self._create_with_history(ident, identifier, metadata)
         body: dict[str, Any] = {
             "name": ident.name,
             "schema": schema_to_json(metadata.schema()),
@@ -312,6 +341,49 @@ class RestCatalog(Catalog):
             # Certainly not restored: the empty table with the server's ids must not stay behind.
             self._ask("DELETE", self._table_path(ident))
             raise
+
+    def _create_with_history(
+        self, ident: TableIdentifier, identifier: str, metadata: TableMetadata
+    ) -> LoadedTable:
+        """A create transaction: the whole metadata, snapshots and all, in one request that the
+        server applies to empty metadata (so our ids stay as they are)."""
+        change = creation_change(metadata)
+        unknown = (
+            f"catalog {self.name}: the outcome of creating {identifier} is unknown ({{}}); check whether "
+            "it exists before cleaning anything"
+        )
+        faults.kill_point("commit.metadata-written")
+        try:
+            status, reply = self._call(
+                "POST", self._table_path(ident), change.request(ident.namespace, ident.name)
+            )
+        except _NoAnswer as err:
+            raise CommitStateUnknown(unknown.format(f"no answer: {redact(str(err))}")) from None
+        if status == 409:
+            raise ConfigError(f"table {identifier} already exists in catalog {self.name}")
+        if status in _NOT_APPLIED:
+            raise ConfigError(
+                f"catalog {self.name} refused to create {identifier}: {status} {self._error(reply)}"
+            )
+        if status != 200:
+            raise CommitStateUnknown(unknown.format(f"answered {status} {self._error(reply)}"))
+        try:
+            location = str(reply["metadata-location"])
+            got = parse_table_metadata(json.dumps(reply["metadata"]), source=location)
+        except Exception as err:
+            raise CommitStateUnknown(unknown.format(f"unreadable answer: {type(err).__name__}")) from None
+        faults.kill_point("commit.swapped")
+        if (
+            got.current_snapshot_id != metadata.current_snapshot_id
+            or got.schema().fields != metadata.schema().fields
+            or got.current_schema_id != metadata.current_schema_id
+        ):
+            raise UnsupportedFeatureError(
+                f"catalog {self.name} created {identifier} with other ids or snapshots than sent: "
+                "tablekeeper cannot convert into that catalog"
+            )
+        # A commit answer carries no storage settings: those of the staged create still hold.
+        return LoadedTable(identifier, location, got, FileIO.for_location(got.location))
 
     def _restore_ids(self, created: LoadedTable, wanted: TableMetadata) -> LoadedTable:
         """Give a just-created table our field ids back.
@@ -366,6 +438,7 @@ class RestCatalog(Catalog):
             f"catalog {self.name}: the outcome of the commit to {base.identifier} is unknown "
             "({}); check the table's current snapshot before cleaning anything"
         )
+        faults.kill_point("commit.metadata-written")
         try:
             status, reply = self._call("POST", path, change.request(ident.namespace, ident.name))
         except _NoAnswer as err:
@@ -385,6 +458,7 @@ class RestCatalog(Catalog):
             raise CommitStateUnknown(unknown.format(f"unreadable answer: {type(err).__name__}")) from None
         if location == base.metadata_location or meta.current_snapshot_id != new_metadata.current_snapshot_id:
             raise CommitStateUnknown(unknown.format("the answer does not show the change"))
+        faults.kill_point("commit.swapped")
         log.info("committed %s -> %s", base.identifier, location)
         # A commit answer carries no storage settings: the loaded table's (vended) ones still hold.
         return LoadedTable(base.identifier, location, meta, base.io)

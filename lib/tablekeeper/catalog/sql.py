@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tablekeeper import faults
 from tablekeeper.catalog.base import (
     Catalog,
     LoadedTable,
@@ -124,6 +125,7 @@ class SqlCatalog(Catalog):
         ident = TableIdentifier.parse(identifier)
         location = new_metadata_location(metadata.location, 0)
         write_new_metadata(self.io, location, metadata)
+        faults.kill_point("commit.metadata-written")
         self.ensure_namespace(".".join(ident.namespace))
         columns = "catalog_name, table_namespace, table_name, metadata_location, previous_metadata_location"
         values = [self.name, ".".join(ident.namespace), ident.name, location, None]
@@ -138,6 +140,7 @@ class SqlCatalog(Catalog):
         except sqlite3.IntegrityError:
             self.io.delete(location)
             raise ConfigError(f"table {identifier} already exists in catalog {self.name}") from None
+        faults.kill_point("commit.swapped")
         return LoadedTable(identifier, location, metadata, self.io)
 
     def commit(self, base: LoadedTable, new_metadata: TableMetadata) -> LoadedTable:
@@ -146,6 +149,7 @@ class SqlCatalog(Catalog):
         gzip_codec = new_metadata.properties.get("write.metadata.compression-codec", "none").lower() == "gzip"
         location = new_metadata_location(new_metadata.location, version, gzip_codec)
         write_new_metadata(self.io, location, new_metadata)
+        faults.kill_point("commit.metadata-written")
         clause, params = self._where(ident)
         try:
             with self._connect() as conn:
@@ -167,5 +171,6 @@ class SqlCatalog(Catalog):
         if updated != 1:
             self.io.delete(location)
             raise CommitFailed(f"{base.identifier} was changed by another writer since it was loaded")
+        faults.kill_point("commit.swapped")
         log.info("committed %s -> %s", base.identifier, location)
         return LoadedTable(base.identifier, location, new_metadata, self.io)

@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     expire.add_argument(
         "--file-list", help="dry run: write every file it would delete here instead of the JSON"
     )
+    _engine_option(expire)
     _job_options(expire)
     orphans = sub.add_parser(
         "remove-orphans", help="delete files under a table location no metadata references"
@@ -137,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     orphans.add_argument(
         "--file-list", help="write every orphan location here (the JSON keeps a count and sample)"
     )
+    _engine_option(orphans)
     _job_options(orphans)
     _compact_parser(sub)
     backfill = sub.add_parser(
@@ -209,6 +211,16 @@ def _int_list(text: str) -> tuple[int, ...]:
         return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of snapshot ids") from None
+
+
+def _engine_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "driver", "spark"],
+        help="driver: this process, no Spark; spark: the executors; auto: the driver for tables "
+        "reaching up to 200,000 files, else Spark (auto)",
+    )
 
 
 def _job_options(parser: argparse.ArgumentParser) -> None:
@@ -387,6 +399,16 @@ def _spark_table(args: argparse.Namespace) -> tuple[Catalog, str, SparkSession]:
     return catalog, identifier, _spark_session(catalogs)
 
 
+def _lazy_spark_table(args: argparse.Namespace) -> tuple[Catalog, str, Callable[[], SparkSession]]:
+    """Like ``_spark_table``, but Spark starts only when the job asks for it (a failure decided
+    from metadata, or a table the driver handles alone, never starts a JVM)."""
+    from tablekeeper.catalog import resolve_table
+
+    catalogs = _catalogs(args)
+    catalog, identifier = resolve_table(args.table, args.catalog, catalogs)
+    return catalog, identifier, lambda: _spark_session(catalogs)
+
+
 def _expire_snapshots(args: argparse.Namespace) -> int:
     from tablekeeper.jobs.expire_snapshots import ExpireOptions, run_expire
 
@@ -405,8 +427,9 @@ def _expire_snapshots(args: argparse.Namespace) -> int:
             max_concurrent_deletes=args.max_concurrent_deletes,
             dry_run=args.dry_run,
             file_list=args.file_list,
+            engine=args.engine,
         )
-        return run_expire(options, *_spark_table(args))
+        return run_expire(options, *_lazy_spark_table(args))
 
     return _run_job(args, "expire-snapshots", args.table, run)
 
@@ -443,8 +466,9 @@ def _remove_orphans(args: argparse.Namespace) -> int:
             max_concurrent_deletes=args.max_concurrent_deletes,
             dry_run=args.dry_run,
             file_list=args.file_list,
+            engine=args.engine,
         )
-        return run_orphans(options, *_spark_table(args))
+        return run_orphans(options, *_lazy_spark_table(args))
 
     return _run_job(args, "remove-orphans", args.table, run)
 
@@ -482,7 +506,7 @@ def _compact(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             writer=args.writer,
         )
-        return run_compact(options, *_spark_table(args))
+        return run_compact(options, *_lazy_spark_table(args))
 
     return _run_job(args, "compact", args.table, run)
 

@@ -402,8 +402,10 @@ def _check_new_deletes(
                 )
 
 
-def new_commit_uuid() -> str:
-    return str(uuid.uuid4())
+def new_commit_uuid(prefix: str | None = None) -> str:
+    """The id in a commit's file names; ``prefix`` marks every file of one run (a staging journal
+    finds them by it)."""
+    return f"{prefix}-{uuid.uuid4()}" if prefix else str(uuid.uuid4())
 
 
 def _apply_rewrite_manifests(

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.producer import (
     SnapshotChange,
@@ -68,11 +69,13 @@ class Committer:
         *,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        file_prefix: str | None = None,
     ) -> None:
         self.catalog = catalog
         self.identifier = identifier
         self.clock = clock
         self.sleep = sleep
+        self.file_prefix = file_prefix
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -90,6 +93,7 @@ class Committer:
             base = self.catalog.require(self.identifier)
             policy = RetryPolicy.from_metadata(base.metadata)
             new, written, extra = step(base, attempt)
+            faults.kill_point("commit.manifests-written")
             try:
                 return self._swap(base, new), extra, attempt + 1
             except CommitStateUnknown:
@@ -118,7 +122,7 @@ class Committer:
         stray = [m.manifest_path for m in change.added_manifests if m.added_snapshot_id != snapshot_id]
         if stray:
             raise ValueError(f"{stray[0]} was written for another snapshot than {snapshot_id}")
-        commit_uuid = new_commit_uuid()
+        commit_uuid = new_commit_uuid(self.file_prefix)
         counter = itertools.count()
         first = self.catalog.require(self.identifier)
         # Manifests of new files do not depend on the base, so every attempt reuses them.
@@ -164,7 +168,7 @@ class Committer:
     ) -> CommitResult:
         """Regroup a branch's data manifests (Iceberg's rewrite_manifests), retried like any commit."""
         snapshot_id = new_snapshot_id()
-        commit_uuid = new_commit_uuid()
+        commit_uuid = new_commit_uuid(self.file_prefix)
         counter = itertools.count()
 
         def step(base: LoadedTable, attempt: int) -> tuple[TableMetadata, tuple[str, ...], object]:

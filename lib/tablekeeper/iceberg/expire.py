@@ -41,6 +41,17 @@ class ExpirePolicy:
     older_than_ms: int | None = None
     retain_last: int | None = None
     snapshot_ids: tuple[int, ...] = ()
+    # Bounds from an earlier plan, for a commit retried on a newer base: nothing outside them
+    # goes, so the files that plan found to delete cover everything the commit expires.
+    expirable: frozenset[int] | None = None
+    removable_refs: frozenset[str] | None = None
+
+    def within(self, plan: ExpirePlan) -> ExpirePolicy:
+        return replace(
+            self,
+            expirable=frozenset(plan.expired_snapshot_ids),
+            removable_refs=frozenset(plan.removed_refs),
+        )
 
     def __post_init__(self) -> None:
         if self.retain_last is not None and self.retain_last < 1:
@@ -88,7 +99,8 @@ def plan_expiry(meta: TableMetadata, policy: ExpirePolicy) -> ExpirePlan:
             continue
         snapshot = meta.snapshot(ref.snapshot_id)
         limit = ref.max_ref_age_ms if ref.max_ref_age_ms is not None else max_ref_age
-        if snapshot is not None and now - snapshot.timestamp_ms <= limit:
+        bounded = policy.removable_refs is not None and name not in policy.removable_refs
+        if snapshot is not None and (bounded or now - snapshot.timestamp_ms <= limit):
             retained_refs[name] = ref
     pinned: dict[int, list[str]] = {}
     for name, ref in retained_refs.items():
@@ -122,7 +134,10 @@ def plan_expiry(meta: TableMetadata, policy: ExpirePolicy) -> ExpirePlan:
             keep.add(s.snapshot_id)
     explicit = set(policy.snapshot_ids)
     expired = tuple(
-        s.snapshot_id for s in meta.snapshots if s.snapshot_id not in keep or s.snapshot_id in explicit
+        s.snapshot_id
+        for s in meta.snapshots
+        if (s.snapshot_id not in keep or s.snapshot_id in explicit)
+        and (policy.expirable is None or s.snapshot_id in policy.expirable)
     )
     return ExpirePlan(
         expired_snapshot_ids=expired,

@@ -183,3 +183,40 @@ def _statistics(base: TableMetadata, new: TableMetadata, ups: list[Update]) -> N
             ups.append(Update("set-partition-statistics", {"partition-statistics": body}))
     for sid in sorted(set(old_p) - set(now_p)):
         ups.append(Update("remove-partition-statistics", {"snapshot-id": sid}))
+
+
+def creation_change(meta: TableMetadata) -> TableChange:
+    """The updates that build ``meta`` from nothing, for a create transaction (requirement
+    ``assert-create``): a server applies them in order to empty metadata and creates the table
+    with all of it at once, snapshots included.
+
+    Schemas, specs and orders are added in id order, as a builder numbers them; the snapshot log
+    is rebuilt by moving ``main`` to each of its entries in turn, then every ref is set."""
+    ups: list[Update] = [
+        Update("assign-uuid", {"uuid": meta.table_uuid}),
+        Update("upgrade-format-version", {"format-version": meta.format_version}),
+    ]
+    for schema in sorted(meta.schemas, key=lambda x: x.schema_id):
+        ups.append(
+            Update("add-schema", {"schema": schema_to_json(schema), "last-column-id": meta.last_column_id})
+        )
+    ups.append(Update("set-current-schema", {"schema-id": meta.current_schema_id}))
+    for spec in sorted(meta.partition_specs, key=lambda x: x.spec_id):
+        ups.append(Update("add-spec", {"spec": partition_spec_to_json(spec)}))
+    ups.append(Update("set-default-spec", {"spec-id": meta.default_spec_id}))
+    for order in sorted(meta.sort_orders, key=lambda x: x.order_id):
+        ups.append(Update("add-sort-order", {"sort-order": sort_order_to_json(order)}))
+    ups.append(Update("set-default-sort-order", {"sort-order-id": meta.default_sort_order_id}))
+    ups.append(Update("set-location", {"location": meta.location}))
+    if meta.properties:
+        ups.append(Update("set-properties", {"updates": dict(meta.properties)}))
+    logged = [e.snapshot_id for e in meta.snapshot_log]
+    for snap in meta.snapshots:
+        ups.append(Update("add-snapshot", {"snapshot": snapshot_to_obj(snap, meta.format_version)}))
+    for sid in logged:
+        ups.append(Update("set-snapshot-ref", {"ref-name": "main", "snapshot-id": sid, "type": "branch"}))
+    for name, ref in meta.refs.items():
+        ups.append(Update("set-snapshot-ref", {"ref-name": name, **ref_to_obj(ref)}))
+    for stats in meta.statistics:
+        ups.append(Update("set-statistics", {"statistics": statistics_to_obj(stats)}))
+    return TableChange((Requirement("assert-create"),), tuple(ups))

@@ -446,6 +446,18 @@ class FileIO:
             raise
         return True
 
+    def remove_empty_directory(self, location: str) -> None:
+        """Remove a directory left empty (a no-op on object stores, or when it holds anything)."""
+        if self._kind != "local":
+            return
+        with contextlib.suppress(OSError):
+            Path(self.fs_path(location)).rmdir()
+
+    @property
+    def batches_deletes(self) -> bool:
+        """Whether ``delete_many`` sends batches (S3), so a caller should hand it many at once."""
+        return self._s3 is not None
+
     def delete_many(self, locations: Iterable[str], max_workers: int = 8) -> DeleteReport:
         """Delete files concurrently, carrying on past failures and reporting each one.
 

@@ -14,26 +14,34 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pyspark.sql import SparkSession
 
+from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.producer import SnapshotChange
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import CommitStateUnknown, ConfigError, TablekeeperError, UnsupportedFeatureError
+from tablekeeper.files.engine import task_failure
+from tablekeeper.files.finish import finish_journals, pending_journals
+from tablekeeper.files.journal import JournalWriter, Staged, list_journals
+from tablekeeper.files.local import IndexCache
+from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.delete_index import DeleteIndex
 from tablekeeper.iceberg.manifest import DataFile, ManifestEntry
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
 from tablekeeper.iceberg.rewrite_plan import FileGroup, FileTask, RewriteOptions, RewritePlan, plan_rewrite
 from tablekeeper.io import FileIO
+from tablekeeper.jobs.engines import SparkSource, choose_engine
+from tablekeeper.jobs.expire_snapshots import DRIVER_DELETE_THREADS
 from tablekeeper.jobs.options import SortKey, parse_size, parse_sort_order
 from tablekeeper.jobs.result import JobClock, JobResult
 from tablekeeper.spark.data_read import path_key
-from tablekeeper.spark.reachability import task_failure
 from tablekeeper.spark.rewrite import (
     WriteTarget,
     files_matching,
@@ -152,8 +160,35 @@ def _check_columns(keys: Sequence[SortKey], meta: TableMetadata) -> None:
             )
 
 
+class _Session:
+    """The Spark session, started the first time the run needs it."""
+
+    def __init__(self, source: SparkSession | Callable[[], SparkSession]) -> None:
+        self._source = source
+        self._spark: SparkSession | None = None
+
+    def get(self) -> SparkSession:
+        if self._spark is None:
+            self._spark = self._source() if callable(self._source) else self._source
+        return self._spark
+
+    def source(self) -> SparkSource:
+        return self._spark if self._spark is not None else self.get
+
+
+def _finish_journals(catalog: Catalog, identifier: str, table: LoadedTable, session: _Session) -> Any:
+    """Finish what killed runs left (their new files, or another job's deletes) before this one."""
+    meta = table.metadata
+    if not list_journals(table.io, meta.location):
+        return None
+    engine = choose_engine("auto", meta, session.source(), JOB, PathRules(), IndexCache())
+    return finish_journals(
+        table.io, meta.location, lambda: catalog.require(identifier), engine, DRIVER_DELETE_THREADS
+    ).metric()
+
+
 def plan(
-    spark: SparkSession, table: LoadedTable, options: CompactOptions
+    spark: SparkSession | _Session, table: LoadedTable, options: CompactOptions
 ) -> tuple[RewritePlan, RewriteOptions]:
     meta = table.metadata
     if options.output_spec_id is not None and options.output_spec_id != meta.default_spec_id:
@@ -168,9 +203,10 @@ def plan(
     )
     matches = None
     if options.where:
-        spark.sparkContext.setJobDescription(f"{JOB}: files with rows where {options.where}")
-        with rewrite_conf(spark):
-            keys = files_matching(spark, meta, [e.data_file for e in files.data], options.where)
+        session = spark.get() if isinstance(spark, _Session) else spark
+        session.sparkContext.setJobDescription(f"{JOB}: files with rows where {options.where}")
+        with rewrite_conf(session):
+            keys = files_matching(session, meta, [e.data_file for e in files.data], options.where)
 
         def matches(entry: ManifestEntry) -> bool:
             return path_key(entry.data_file.file_path) in keys
@@ -200,8 +236,17 @@ def _group_json(o: _Outcome | FileGroup) -> dict[str, object]:
     return out
 
 
+def data_root(meta: TableMetadata) -> str:
+    return meta.properties.get(DATA_PATH) or f"{meta.location.rstrip('/')}/data"
+
+
 def _targets(
-    group: FileGroup, meta: TableMetadata, rewrite: RewriteOptions, keys: Sequence[SortKey], global_sort: bool
+    group: FileGroup,
+    meta: TableMetadata,
+    rewrite: RewriteOptions,
+    keys: Sequence[SortKey],
+    global_sort: bool,
+    token: str,
 ) -> list[tuple[list[FileTask], WriteTarget]]:
     """One write per (spec, partition) among the group's files: each keeps its own spec."""
     by_scope: dict[tuple[int, tuple[Any, ...]], list[FileTask]] = {}
@@ -210,7 +255,7 @@ def _targets(
     codec = meta.properties.get(COMPRESSION, "zstd").lower()
     if codec not in _CODECS:
         raise UnsupportedFeatureError(f"{COMPRESSION}={codec} is not a Parquet codec tablekeeper writes")
-    root = meta.properties.get(DATA_PATH) or f"{meta.location.rstrip('/')}/data"
+    root = data_root(meta)
     out = []
     for (spec_id, partition), tasks in by_scope.items():
         size = sum(t.size for t in tasks)
@@ -219,7 +264,7 @@ def _targets(
         target = WriteTarget(
             spec=meta.spec(spec_id),
             partition=partition,
-            directory=new_directory(root, f"g{group.index}"),
+            directory=new_directory(root, f"{token}-g{group.index}"),
             compression=_CODECS[codec],
             max_records_per_file=max(1, int(rewrite.write_max_file_size / per_record)),
             output_files=rewrite.expected_output_files(size),
@@ -239,13 +284,14 @@ def _rewrite_group(
     global_sort: bool,
     sort_order_id: int | None,
     writer: Writer,
+    token: str,
 ) -> _Outcome:
     outcome = _Outcome(group)
     spark.sparkContext.setJobDescription(f"{JOB}: group {group.index} ({len(group.tasks)} files)")
     added: list[DataFile] = []
     directories: list[str] = []
     try:
-        for tasks, target in _targets(group, meta, rewrite, keys, global_sort):
+        for tasks, target in _targets(group, meta, rewrite, keys, global_sort, token):
             directories.append(target.directory)
             done = rewrite_files(spark, meta, tasks, target, sort_order_id, writer)
             added.extend(done.files)
@@ -310,15 +356,22 @@ def _commit(
     return int(summary.get("removed-delete-files", "0"))
 
 
-def run_compact(options: CompactOptions, catalog: Catalog, identifier: str, spark: SparkSession) -> JobResult:
+def run_compact(
+    options: CompactOptions,
+    catalog: Catalog,
+    identifier: str,
+    spark: SparkSession | Callable[[], SparkSession],
+) -> JobResult:
     clock = JobClock()
     if options.max_commits < 1 or options.max_concurrent_groups < 1:
         raise ConfigError("--max-commits and --max-concurrent-groups must be at least 1")
     table = catalog.require(identifier)
     meta = table.metadata
-    the_plan, rewrite = plan(spark, table, options)
     keys, sort_order_id, global_sort = _sort_keys(options, meta)
     _check_columns(keys, meta)
+    session = _Session(spark)
+    the_plan, rewrite = plan(session, table, options)
+    faults.kill_point("plan.done")
     metrics: dict[str, object] = {
         "strategy": options.strategy,
         "target_file_size_bytes": rewrite.target_file_size,
@@ -333,10 +386,45 @@ def run_compact(options: CompactOptions, catalog: Catalog, identifier: str, spar
         if not the_plan.groups:
             metrics["note"] = "nothing to rewrite"
         metrics |= _counts([], 0)
+        if options.dry_run:
+            journals = pending_journals(table.io, meta.location)
+            if journals:
+                metrics["journals_to_finish"] = journals
+        else:
+            metrics["resumed_journal"] = _finish_journals(catalog, identifier, table, session)
         return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
-    outcomes, removed_deletes = _execute(
-        options, catalog, identifier, spark, meta, the_plan, rewrite, keys, global_sort, sort_order_id
+    metrics["resumed_journal"] = _finish_journals(catalog, identifier, table, session)
+    token = uuid.uuid4().hex[:12]
+    journal = JournalWriter.start(
+        table.io,
+        meta.location,
+        job=JOB,
+        table=identifier,
+        kind="stage",
+        base_metadata=table.metadata_location,
+        staged=(Staged(data_root(meta), f"compact-{token}-", directories=True),),
+        run_id=token,
     )
+    try:
+        outcomes, removed_deletes = _execute(
+            options,
+            catalog,
+            identifier,
+            session.get(),
+            meta,
+            the_plan,
+            rewrite,
+            keys,
+            global_sort,
+            sort_order_id,
+            token,
+        )
+    except CommitStateUnknown:
+        raise  # the journal stays: the next run keeps whatever the table turns out to reference
+    except BaseException:
+        journal.remove()  # every new file of a group that did not commit was removed
+        raise
+    journal.remove()
     metrics |= _counts(outcomes, removed_deletes)
     metrics["groups"] = [_group_json(o) for o in outcomes]
     metrics["snapshot_ids"] = sorted({o.snapshot_id for o in outcomes if o.snapshot_id is not None})
@@ -354,6 +442,7 @@ def _execute(
     keys: Sequence[SortKey],
     global_sort: bool,
     sort_order_id: int | None,
+    token: str,
 ) -> tuple[list[_Outcome], int]:
     groups = the_plan.groups
     per_commit = -(-len(groups) // options.max_commits) if options.partial_progress else len(groups)
@@ -365,6 +454,7 @@ def _execute(
     failures: list[TablekeeperError] = []
 
     def commit(batch: list[_Outcome]) -> None:
+        faults.kill_point("stage.written")
         attempted.append(len(batch))
         try:
             removed_deletes.append(_commit(catalog, identifier, meta, options.branch, batch))
@@ -378,7 +468,7 @@ def _execute(
 
     def one(group: FileGroup) -> None:
         outcome = _rewrite_group(
-            spark, meta, group, rewrite, keys, global_sort, sort_order_id, options.writer
+            spark, meta, group, rewrite, keys, global_sort, sort_order_id, options.writer, token
         )
         with lock:
             outcomes.append(outcome)

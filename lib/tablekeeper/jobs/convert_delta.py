@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -27,6 +26,8 @@ from pyspark.sql import SparkSession
 
 from tablekeeper.catalog import Catalog, LoadedTable
 from tablekeeper.commit import Committer, SnapshotChange, SummaryDelta
+from tablekeeper.commit.producer import new_commit_uuid
+from tablekeeper.commit.transaction import RetryPolicy
 from tablekeeper.delta.diff import FileDiff, diff_files
 from tablekeeper.delta.segment import LogEntry, LogSegment, build_segment, oldest_reconstructable
 from tablekeeper.delta.snapshot import DeltaSnapshot
@@ -39,7 +40,14 @@ from tablekeeper.delta_table import (
     normalise_root,
     segment_bytes,
 )
-from tablekeeper.errors import CommitStateUnknown, ConfigError, UnsupportedFeatureError
+from tablekeeper.errors import (
+    CommitConflict,
+    CommitFailed,
+    CommitStateUnknown,
+    ConfigError,
+    UnsupportedFeatureError,
+)
+from tablekeeper.files.journal import JournalWriter
 from tablekeeper.iceberg.manifest import DATA
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.name_mapping import merge_name_mappings, name_mapping_to_json, parse_name_mapping
@@ -51,9 +59,9 @@ from tablekeeper.iceberg.updates import (
     set_properties,
 )
 from tablekeeper.io import FileIO
-from tablekeeper.jobs.delta_files import WrittenDeletes, data_files, delete_files
+from tablekeeper.jobs.delta_files import WrittenDeletes, data_files, delete_files, target_state
 from tablekeeper.jobs.result import JobClock, JobResult
-from tablekeeper.table import iter_live_entries
+from tablekeeper.jobs.staging import staged_run
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +74,6 @@ DISTRIBUTE_ABOVE = 50_000
 # builds data files on the executors, so the driver never holds one object per file. Below it the
 # driver alone is faster (100,000 files: 18 s against 39 s on 2 cores) and stays under 1 GiB.
 DISTRIBUTE_LOG_BYTES = 64 * 1024 * 1024
-# A DV id no Delta DV has: files the target already deletes from compare as "DV changed".
-_ICEBERG_DELETES = "iceberg-deletes"
 
 
 @dataclass(frozen=True)
@@ -246,30 +252,6 @@ class _Totals:
     last_snapshot_id: int | None = None
 
 
-def _target_state(table: LoadedTable) -> pa.Table:
-    """The target's live data files as a Delta-like state; any file with deletes gets a DV id no
-    Delta DV matches, so its deletes are replaced by the source's."""
-    meta = table.metadata
-    deleted: set[str] = set()
-    paths: list[str] = []
-    for e in iter_live_entries(table.io, meta, meta.current_snapshot()):
-        if e.data_file.content == DATA:
-            paths.append(e.data_file.file_path)
-        elif e.data_file.referenced_data_file:
-            deleted.add(e.data_file.referenced_data_file)
-        else:
-            raise UnsupportedFeatureError(
-                f"target {table.identifier} has a delete file without a referenced data file "
-                f"({e.data_file.file_path}), which convert-delta did not write: cannot re-sync it"
-            )
-    return pa.table(
-        {
-            "absolute_path": pa.array(paths, pa.string()),
-            "dv_id": pa.array([_ICEBERG_DELETES if p in deleted else None for p in paths], pa.string()),
-        }
-    )
-
-
 def _states(
     plan: ConvertPlan, options: ConvertOptions, spark: SparkSession | None
 ) -> Iterator[DeltaSnapshot]:
@@ -338,6 +320,7 @@ def _commit_version(
     catalog: Catalog,
     spark: SparkSession | None,
     totals: _Totals,
+    token: str,
 ) -> None:
     table = catalog.require(options.target)
     meta = table.metadata
@@ -352,7 +335,7 @@ def _commit_version(
         *zip(diff.added, added, strict=True),
         *zip([a for a in diff.dv_changed if a.deletion_vector], changed, strict=True),
     ]
-    deletes = delete_files(with_dv, snap.root, io, meta.location, meta.format_version)
+    deletes = delete_files(with_dv, snap.root, io, meta.location, meta.format_version, f"{token}-")
     new_files = [*added, *deletes.files]
     base_change = _version_change(
         snap,
@@ -362,7 +345,7 @@ def _commit_version(
         removed_paths=frozenset(diff.removed),
         removed_deletes_for=frozenset([*diff.removed, *(a.absolute_path for a in diff.dv_changed)]),
     )
-    committer = Committer(catalog, options.target)
+    committer = Committer(catalog, options.target, file_prefix=token)
     distributed = _uses_spark(options, len(new_files), spark)
     with _deletes_removed_on_failure(deletes, meta.location):
         if distributed:
@@ -378,6 +361,7 @@ def _commit_version(
                 specs=preview.specs_by_id(),
                 schema=preview.schema(),
                 snapshot_id=snapshot_id,
+                name_prefix=f"{token}-",
             )
             change = replace(
                 base_change, added_manifests=tuple(written), added_manifests_delta=SummaryDelta.of(new_files)
@@ -418,7 +402,12 @@ def _distributed_full(plan: ConvertPlan, options: ConvertOptions, spark: SparkSe
 
 
 def _convert_on_executors(
-    plan: ConvertPlan, options: ConvertOptions, catalog: Catalog, spark: SparkSession, totals: _Totals
+    plan: ConvertPlan,
+    options: ConvertOptions,
+    catalog: Catalog,
+    spark: SparkSession,
+    totals: _Totals,
+    token: str,
 ) -> int:
     """The latest version as one snapshot, data files built and their manifests written by the
     executors; returns the bytes the data files hold."""
@@ -430,12 +419,12 @@ def _convert_on_executors(
     state = spark_state(spark, plan.root, plan.latest_segment, partitions=task_count(spark))
     snap = state.snapshot_without_files(0)
     snap = replace(snap, timestamp_ms=commit_time(io, snap, plan.log))
-    if not plan.target_exists:
+    if not catalog.table_exists(options.target):
         _create_target(options, plan, catalog, snap)
     meta = catalog.require(options.target).metadata
     now = int(time.time() * 1000)
     mapped, preview = evolve(meta, snap, now)
-    snapshot_id, commit_uuid = new_snapshot_id(), str(uuid.uuid4())
+    snapshot_id, commit_uuid = new_snapshot_id(), new_commit_uuid(token)
     ctx = DataFileContext(
         struct=snap.schema,
         mapping=snap.column_mapping,
@@ -459,7 +448,7 @@ def _convert_on_executors(
         staged = [i.location for i in table_io.list(f"{meta.location}/metadata") if commit_uuid in i.location]
         table_io.delete_many(staged)
         raise
-    deletes = delete_files(with_dv, plan.root, io, meta.location, meta.format_version)
+    deletes = delete_files(with_dv, plan.root, io, meta.location, meta.format_version, f"{token}-")
     change = _version_change(
         snap,
         meta,
@@ -470,7 +459,9 @@ def _convert_on_executors(
         added_manifests_delta=counts,
     )
     with _deletes_removed_on_failure(deletes, meta.location):
-        result = Committer(catalog, options.target).commit_snapshot(change, snapshot_id=snapshot_id)
+        result = Committer(catalog, options.target, file_prefix=token).commit_snapshot(
+            change, snapshot_id=snapshot_id
+        )
     totals.snapshots += 1
     totals.data_files += counts.added_data_files
     totals.delete_files += len(deletes.files)
@@ -483,28 +474,47 @@ def _convert_on_executors(
 def execute_convert(
     plan: ConvertPlan, options: ConvertOptions, catalog: Catalog, spark: SparkSession | None = None
 ) -> dict[str, object]:
+    """Convert the planned versions into a staged copy of the target and publish it in one
+    catalog operation (``jobs.staging``): readers see the target before or after the run, never
+    part of it, and a run that dies leaves files its staging journal names for the next."""
+    base = catalog.require(options.target) if plan.target_exists else None
+    with staged_run(catalog, options.target, base, JOB) as run:
+        metrics = _convert(plan, options, run.table, spark, run.token, run.journal)
+    metrics["resumed_journal"] = run.resumed
+    return metrics
+
+
+def _convert(
+    plan: ConvertPlan,
+    options: ConvertOptions,
+    catalog: Catalog,
+    spark: SparkSession | None,
+    token: str,
+    journal: JournalWriter,
+) -> dict[str, object]:
     totals = _Totals()
     latest: DeltaSnapshot | None = None
     size: int | None = None
     if _distributed_full(plan, options, spark):
         assert spark is not None
-        size = _convert_on_executors(plan, options, catalog, spark, totals)
+        size = _convert_on_executors(plan, options, catalog, spark, totals, token)
     elif plan.versions:
         previous: pa.Table | None = None
         if plan.resync:
-            previous = _target_state(catalog.require(options.target))
+            previous = target_state(catalog.require(options.target))
         wanted = set(plan.versions)
         prev_version: int | None = None
         for snap in _states(plan, options, spark):
             if snap.version not in wanted:
                 previous, prev_version = _columns(snap.files), snap.version
                 continue
-            if latest is None and not plan.target_exists:
+            if not catalog.table_exists(options.target):
                 _create_target(options, plan, catalog, snap)
             # Tombstones describe one commit only when this state is one commit after the last.
             stepwise = prev_version is not None and snap.version == prev_version + 1
             diff = diff_files(previous, snap.files, snap.tombstones if stepwise else None)
-            _commit_version(snap, diff, options, catalog, spark, totals)
+            _commit_version(snap, diff, options, catalog, spark, totals, token)
+            journal.heartbeat()
             previous, prev_version, latest = _columns(snap.files), snap.version, snap
     return {
         "delta_version": plan.latest_version,
@@ -537,26 +547,45 @@ def _bytes(files: pa.Table) -> int:
 
 def run_convert(options: ConvertOptions, catalog: Catalog, spark: SparkSession | None = None) -> JobResult:
     clock = JobClock()
+    if not options.dry_run:
+        return clock.result(JOB, options.target, dry_run=False, metrics=_run(options, catalog, spark))
     plan = plan_convert(options, catalog)
-    if options.dry_run:
-        metrics: dict[str, object] = {
-            "delta_version": plan.latest_version,
-            "from_delta_version": plan.base_version,
-            "versions_to_convert": list(plan.versions),
-            "mode": plan.mode,
-            "resync": plan.resync,
-            "note": plan.note,
-            "format_version": plan.format_version,
+    metrics: dict[str, object] = {
+        "delta_version": plan.latest_version,
+        "from_delta_version": plan.base_version,
+        "versions_to_convert": list(plan.versions),
+        "mode": plan.mode,
+        "resync": plan.resync,
+        "note": plan.note,
+        "format_version": plan.format_version,
+    }
+    if plan.versions:
+        snap = load_snapshot(plan.root, version=plan.latest_version)
+        without_dv = snap.files.column("dv_id").null_count
+        metrics |= {
+            "data_files": snap.num_files,
+            "files_with_deletion_vectors": snap.num_files - without_dv,
+            "bytes_referenced": _bytes(snap.files),
+            "partition_columns": list(snap.partition_columns),
         }
-        if plan.versions:
-            snap = load_snapshot(plan.root, version=plan.latest_version)
-            without_dv = snap.files.column("dv_id").null_count
-            metrics |= {
-                "data_files": snap.num_files,
-                "files_with_deletion_vectors": snap.num_files - without_dv,
-                "bytes_referenced": _bytes(snap.files),
-                "partition_columns": list(snap.partition_columns),
-            }
-    else:
-        metrics = execute_convert(plan, options, catalog, spark)
-    return clock.result(JOB, options.target, dry_run=options.dry_run, metrics=metrics)
+    return clock.result(JOB, options.target, dry_run=True, metrics=metrics)
+
+
+def _run(options: ConvertOptions, catalog: Catalog, spark: SparkSession | None) -> dict[str, object]:
+    """Plan and convert; a target another writer changed while the run staged is planned again
+    (the staged files are removed), up to the table's commit retries."""
+    attempt = 0
+    while True:
+        plan = plan_convert(options, catalog)
+        try:
+            return execute_convert(plan, options, catalog, spark)
+        except CommitFailed as err:
+            retries = 0
+            if plan.target_exists:
+                retries = RetryPolicy.from_metadata(catalog.require(options.target).metadata).num_retries
+            if attempt >= retries:
+                raise CommitConflict(
+                    f"{options.target} kept changing while it was converted ({err.message}); run again"
+                ) from err
+            log.info("the target moved while staging (%s): converting again", err.message)
+            attempt += 1

@@ -14,13 +14,16 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tablekeeper.catalog.base import LoadedTable
 from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.to_iceberg import MappedSchema
 from tablekeeper.delta_table import build_data_file, read_deletion_vector
-from tablekeeper.iceberg.manifest import POSITION_DELETES, DataFile
+from tablekeeper.errors import UnsupportedFeatureError
+from tablekeeper.iceberg.manifest import DATA, POSITION_DELETES, DataFile
 from tablekeeper.iceberg.puffin import PuffinWriter
 from tablekeeper.io import FileIO
+from tablekeeper.table import iter_live_entries
 
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545
 _POS_DELETE_SCHEMA = pa.schema(
@@ -48,14 +51,20 @@ def data_files(
 
 
 def delete_files(
-    with_dv: Sequence[tuple[AddFile, DataFile]], root: str, io: FileIO, location: str, format_version: int
+    with_dv: Sequence[tuple[AddFile, DataFile]],
+    root: str,
+    io: FileIO,
+    location: str,
+    format_version: int,
+    name_prefix: str = "",
 ) -> WrittenDeletes:
-    """Delete files for data files whose Delta add carries a DV (pairs: the add and its data file)."""
+    """Delete files for data files whose Delta add carries a DV (pairs: the add and its data file);
+    their names start with ``name_prefix`` (a run's staging token)."""
     pairs = [(a, f) for a, f in with_dv if a.deletion_vector is not None]
     if not pairs:
         return WrittenDeletes((), ())
     if format_version >= 3:
-        return _puffin_dvs(pairs, root, io, location)
+        return _puffin_dvs(pairs, root, io, location, name_prefix)
     out: list[DataFile] = []
     paths: list[str] = []
     try:
@@ -73,7 +82,7 @@ def delete_files(
             sink = pa.BufferOutputStream()
             pq.write_table(table, sink)
             data = sink.getvalue().to_pybytes()
-            path = f"{location}/data/{uuid.uuid4()}-pos-deletes.parquet"
+            path = f"{location}/data/{name_prefix}{uuid.uuid4()}-pos-deletes.parquet"
             FileIO.for_location(path).create_if_absent(path, data)
             paths.append(path)
             out.append(
@@ -95,7 +104,7 @@ def delete_files(
 
 
 def _puffin_dvs(
-    pairs: Sequence[tuple[AddFile, DataFile]], root: str, io: FileIO, location: str
+    pairs: Sequence[tuple[AddFile, DataFile]], root: str, io: FileIO, location: str, name_prefix: str
 ) -> WrittenDeletes:
     writer = PuffinWriter(created_by="tablekeeper convert-delta")
     blobs = []
@@ -104,7 +113,7 @@ def _puffin_dvs(
         _, blob = read_deletion_vector(io, root, add.deletion_vector)
         blobs.append((f, writer.add_dv(f.file_path, blob)))
     puffin = writer.finish()
-    path = f"{location}/data/{uuid.uuid4()}-deletes.puffin"
+    path = f"{location}/data/{name_prefix}{uuid.uuid4()}-deletes.puffin"
     FileIO.for_location(path).create_if_absent(path, puffin.data)
     files = tuple(
         DataFile(
@@ -122,3 +131,31 @@ def _puffin_dvs(
         for f, blob in blobs
     )
     return WrittenDeletes(files, (path,))
+
+
+# A DV id no Delta DV has: files the target already deletes from compare as "DV changed".
+_ICEBERG_DELETES = "iceberg-deletes"
+
+
+def target_state(table: LoadedTable) -> pa.Table:
+    """The target's live data files as a Delta-like state; any file with deletes gets a DV id no
+    Delta DV matches, so its deletes are replaced by the source's."""
+    meta = table.metadata
+    deleted: set[str] = set()
+    paths: list[str] = []
+    for e in iter_live_entries(table.io, meta, meta.current_snapshot()):
+        if e.data_file.content == DATA:
+            paths.append(e.data_file.file_path)
+        elif e.data_file.referenced_data_file:
+            deleted.add(e.data_file.referenced_data_file)
+        else:
+            raise UnsupportedFeatureError(
+                f"target {table.identifier} has a delete file without a referenced data file "
+                f"({e.data_file.file_path}), which convert-delta did not write: cannot re-sync it"
+            )
+    return pa.table(
+        {
+            "absolute_path": pa.array(paths, pa.string()),
+            "dv_id": pa.array([_ICEBERG_DELETES if p in deleted else None for p in paths], pa.string()),
+        }
+    )

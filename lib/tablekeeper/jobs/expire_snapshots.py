@@ -1,11 +1,20 @@
 """expire-snapshots: drop old snapshots, then delete the files only they reached.
 
-Plan (pure): which snapshots and refs expire, under Iceberg's rules (``iceberg.expire``).
-Commit first: the metadata without them, re-planned on the refreshed base if another writer
-committed meanwhile. Then, on the executors, the files the expired snapshots reached minus every
-file the table reaches after the commit, read again from the catalog so a concurrent commit's
-files count as live; those are deleted with bounded concurrency. A commit whose outcome is
-unknown, or any manifest that cannot be read, deletes nothing.
+The order survives a kill at any point:
+
+1. finish the journals earlier runs left (``files.finish``);
+2. plan (pure, ``iceberg.expire``): which snapshots and refs expire under Iceberg's rules;
+3. read everything the decision needs: the manifests of the snapshots that expire and of those
+   kept. The files only the expiring ones reach are written to a journal under the table's
+   metadata location. Any unreadable list or manifest refuses the run here, table untouched;
+4. commit the metadata without them, retried on a newer base if another writer committed, but
+   never expiring more than the plan did (so the journal covers whatever the commit expires);
+5. delete the journal's files, minus any the table reaches after the commit (read again, so a
+   concurrent commit's files stay), with bounded concurrency; then remove the journal.
+
+A commit whose outcome is unknown deletes nothing and leaves the journal: the next run finishes
+it against the table as it then is. The driver engine does all of this in this process for small
+tables; the Spark engine on the executors (``jobs.engines``).
 """
 
 from __future__ import annotations
@@ -14,12 +23,18 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-
+from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.transaction import Committer
-from tablekeeper.errors import SafetyRefusal, TablekeeperError
+from tablekeeper.errors import CommitStateUnknown, SafetyRefusal, TablekeeperError
+from tablekeeper.files.engine import Engine, KeySet, task_failure
+from tablekeeper.files.finish import finish_journals, metadata_files, pending_journals
+from tablekeeper.files.journal import JournalWriter
+from tablekeeper.files.local import IndexCache
+from tablekeeper.files.manifests import ManifestIndex, index_difference, statistics_rows
+from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.expire import ExpirePlan, ExpirePolicy, apply_expiry, plan_expiry
 from tablekeeper.iceberg.manifest import read_manifest_list
 from tablekeeper.iceberg.metadata import TableMetadata
@@ -32,15 +47,9 @@ from tablekeeper.iceberg.reachable import (
     STATISTICS,
 )
 from tablekeeper.io import FileIO
+from tablekeeper.jobs.engines import SparkSource, check_engine, choose_engine
 from tablekeeper.jobs.options import parse_older_than, write_file_list
 from tablekeeper.jobs.result import JobClock, JobResult
-from tablekeeper.spark.reachability import (
-    PathRules,
-    delete_files,
-    index_manifests,
-    reachable_files,
-    task_failure,
-)
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +66,7 @@ METRIC_BY_KIND = {
     STATISTICS: "deleted_statistics_files_count",
 }
 FAILURE_SAMPLE = 20
+DRIVER_DELETE_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,10 @@ class ExpireOptions:
     max_concurrent_deletes: int | None = None
     dry_run: bool = False
     file_list: str | None = None
+    engine: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_engine(self.engine)
 
     def policy(self, now_ms: int) -> ExpirePolicy:
         older = parse_older_than(self.older_than, now_ms) if self.older_than is not None else None
@@ -114,24 +128,8 @@ def _removed_metadata_files(before: LoadedTable, after: LoadedTable) -> list[str
     return [m for m in old if m not in kept]
 
 
-def _doomed(
-    spark: SparkSession, original: TableMetadata, expired: list[int], after: TableMetadata, rules: PathRules
-) -> DataFrame:
-    sc = spark.sparkContext
-    sc.setJobDescription(f"{JOB}: manifest lists of the {len(after.snapshots)} retained snapshots")
-    retained = index_manifests(spark, after, [s.snapshot_id for s in after.snapshots], rules)
-    sc.setJobDescription(f"{JOB}: manifest lists of {len(expired)} expired snapshots")
-    gone = index_manifests(spark, original, expired, rules)
-    # A manifest the retained snapshots also list holds only files they keep, and one without
-    # live entries holds none: the candidates need neither opened.
-    candidates = reachable_files(spark, gone, rules, skip_manifests=retained.manifest_keys, skip_empty=True)
-    valid = reachable_files(spark, retained, rules)
-    sc.setJobDescription(f"{JOB}: files only the expired snapshots reach")
-    return candidates.join(valid.select("key"), on="key", how="left_anti")
-
-
-def _metrics(plan: ExpirePlan, counts: dict[str, int]) -> dict[str, object]:
-    metrics: dict[str, object] = {name: counts.get(kind, 0) for kind, name in METRIC_BY_KIND.items()}
+def _metrics(plan: ExpirePlan, counts: dict[str, int]) -> dict[str, Any]:
+    metrics: dict[str, Any] = {name: counts.get(kind, 0) for kind, name in METRIC_BY_KIND.items()}
     metrics |= {
         "expired_snapshot_ids": list(plan.expired_snapshot_ids),
         "expired_snapshots_count": len(plan.expired_snapshot_ids),
@@ -142,38 +140,105 @@ def _metrics(plan: ExpirePlan, counts: dict[str, int]) -> dict[str, object]:
     return metrics
 
 
-def run_expire(options: ExpireOptions, catalog: Catalog, identifier: str, spark: SparkSession) -> JobResult:
+def _reached_since(
+    engine: Engine, table: LoadedTable, kept: ManifestIndex, kept_ids: Iterable[int], rules: PathRules
+) -> KeySet:
+    """What ``table`` reaches beyond the snapshots the plan kept: snapshots committed since (or
+    kept by a commit that expired less than planned), their manifests the plan did not read, and
+    every statistics and metadata file."""
+    meta = table.metadata
+    known = set(kept_ids)
+    newer = [s.snapshot_id for s in meta.snapshots if s.snapshot_id not in known]
+    unread = index_difference(engine.index(meta, newer, rules), kept)
+    extra = [r[1] for r in statistics_rows(meta, [s.snapshot_id for s in meta.snapshots], rules)]
+    extra += [rules.key(p) for p in metadata_files(table)]
+    return engine.keys(unread, rules, extra)
+
+
+def _failed(err: Exception, what: str) -> TablekeeperError:
+    if isinstance(err, TablekeeperError):
+        return type(err)(f"{what}: {err.message}")
+    return task_failure(err, what)
+
+
+def run_expire(
+    options: ExpireOptions, catalog: Catalog, identifier: str, spark: SparkSource = None
+) -> JobResult:
     clock = JobClock()
     now = int(time.time() * 1000)
     policy = options.policy(now)
     table = catalog.require(identifier)
     _check_gc(table.metadata, identifier)
-    plan = plan_expiry(table.metadata, policy)
     rules = PathRules()
-    concurrency = options.max_concurrent_deletes or max(1, spark.sparkContext.defaultParallelism)
+    engine = choose_engine(options.engine, table.metadata, spark, JOB, rules, IndexCache())
+    concurrency = options.max_concurrent_deletes or _default_concurrency(engine, spark)
+    try:
+        if options.dry_run:
+            return _dry_run(options, identifier, table, policy, engine, rules, now, clock)
+        resumed = finish_journals(
+            table.io, table.metadata.location, lambda: catalog.require(identifier), engine, concurrency
+        ).metric()
+        metrics = _execute(options, catalog, identifier, table, policy, engine, rules, concurrency, now)
+    except TablekeeperError:
+        raise
+    except Exception as err:
+        raise task_failure(err, f"{JOB} {identifier}: nothing deleted") from err
+    metrics["resumed_journal"] = resumed
+    metrics["engine"] = engine.name
+    return clock.result(JOB, identifier, dry_run=False, metrics=metrics)
+
+
+def _default_concurrency(engine: Engine, spark: SparkSource) -> int:
+    if engine.name == "spark" and spark is not None:
+        from tablekeeper.jobs.engines import spark_session
+
+        return max(1, spark_session(spark, JOB).sparkContext.defaultParallelism)
+    return DRIVER_DELETE_THREADS
+
+
+def _plan(
+    table: LoadedTable, policy: ExpirePolicy, clean: bool, engine: Engine, rules: PathRules, now: int
+) -> tuple[ExpirePlan, list[int], ManifestIndex, Any]:
+    """The plan, the snapshots it keeps, their index, and the files only the expired ones reach."""
+    meta = table.metadata
+    plan = plan_expiry(meta, policy)
+    after = _expiry(table.io, meta, policy, clean, now)
+    kept_ids = [s.snapshot_id for s in after.snapshots]
+    kept = engine.index(meta, kept_ids, rules)
+    gone = engine.index(meta, plan.expired_snapshot_ids, rules)
+    return plan, kept_ids, kept, engine.doomed(gone, kept, rules)
+
+
+def _dry_run(
+    options: ExpireOptions,
+    identifier: str,
+    table: LoadedTable,
+    policy: ExpirePolicy,
+    engine: Engine,
+    rules: PathRules,
+    now: int,
+    clock: JobClock,
+) -> JobResult:
+    try:
+        plan, _, _, doomed = _plan(table, policy, options.clean_expired_metadata, engine, rules, now)
+        rows = doomed.rows()
+    except Exception as err:
+        raise _failed(err, f"{JOB} {identifier}: nothing would be deleted safely") from err
+    counts: dict[str, int] = {}
+    for _, _, kind, _ in rows:
+        counts[kind] = counts.get(kind, 0) + 1
+    metrics = _metrics(plan, counts) | {"bytes_to_free": sum(r[3] for r in rows), "engine": engine.name}
+    journals = pending_journals(table.io, table.metadata.location)
+    if journals:
+        metrics["journals_to_finish"] = journals
+    paths = sorted(r[0] for r in rows)
     files: list[str] | None = None
-    if options.dry_run:
-        after = _expiry(table.io, table.metadata, policy, options.clean_expired_metadata, now)
-        try:
-            doomed = _doomed(spark, table.metadata, list(plan.expired_snapshot_ids), after, rules)
-            rows = doomed.select("path", "kind", "size").collect()
-        except TablekeeperError:
-            raise
-        except Exception as err:
-            raise task_failure(err, f"{JOB} {identifier}: nothing would be deleted safely") from err
-        counts: dict[str, int] = {}
-        for r in rows:
-            counts[r["kind"]] = counts.get(r["kind"], 0) + 1
-        metrics = _metrics(plan, counts) | {"bytes_to_free": sum(int(r["size"]) for r in rows)}
-        paths = sorted(r["path"] for r in rows)
-        if options.file_list:
-            write_file_list(options.file_list, paths)
-            metrics["file_list"] = options.file_list
-        else:
-            files = paths
+    if options.file_list:
+        write_file_list(options.file_list, paths)
+        metrics["file_list"] = options.file_list
     else:
-        metrics = _execute(options, catalog, identifier, table, policy, plan, rules, concurrency, spark, now)
-    return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics, files=files)
+        files = paths
+    return clock.result(JOB, identifier, dry_run=True, metrics=metrics, files=files)
 
 
 def _execute(
@@ -182,34 +247,67 @@ def _execute(
     identifier: str,
     table: LoadedTable,
     policy: ExpirePolicy,
-    plan: ExpirePlan,
+    engine: Engine,
     rules: PathRules,
     concurrency: int,
-    spark: SparkSession,
     now: int,
-) -> dict[str, object]:
+) -> dict[str, Any]:
+    clean = options.clean_expired_metadata
+    unchanged = f"{JOB} {identifier}: nothing expired, nothing deleted"
+    try:
+        plan, kept_ids, kept, doomed = _plan(table, policy, clean, engine, rules, now)
+    except Exception as err:
+        raise _failed(err, unchanged) from err
+    faults.kill_point("plan.done")
     if not plan.changes_anything:
         return _metrics(plan, {}) | {"bytes_freed": 0, "note": "nothing to expire"}
-    clean = options.clean_expired_metadata
-    committer = Committer(catalog, identifier)
-    # Re-planned on every attempt: a concurrent commit may have moved refs or added snapshots.
-    committed = committer.update_metadata(lambda base, ts: _expiry(table.io, base, policy, clean, ts)).table
-    kept = {s.snapshot_id for s in committed.metadata.snapshots}
-    expired = [s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id not in kept]
-    done = replace(plan, expired_snapshot_ids=tuple(expired))
-    refreshed = catalog.require(identifier)  # files of commits made since ours count as live
+    journal = JournalWriter.start(
+        table.io,
+        table.metadata.location,
+        job=JOB,
+        table=identifier,
+        kind="delete",
+        base_metadata=table.metadata_location,
+        rules=rules,
+    )
     try:
-        doomed = _doomed(spark, table.metadata, expired, refreshed.metadata, rules)
-        spark.sparkContext.setJobDescription(f"{JOB}: delete unreachable files")
-        outcome = delete_files(doomed, concurrency)
-    except TablekeeperError:
+        try:
+            ready = doomed.write(journal)  # every manifest is read here: unreadable -> no commit
+        except Exception as err:
+            raise _failed(err, unchanged) from err
+        faults.kill_point("journal.written")
+        bounded = policy.within(plan)
+        committed = (
+            Committer(catalog, identifier)
+            .update_metadata(lambda base, ts: _expiry(table.io, base, bounded, clean, ts))
+            .table
+        )
+    except CommitStateUnknown:
+        raise  # the journal stays: the next run finishes it against the table as it then is
+    except BaseException:
+        journal.remove()  # nothing was committed
         raise
+    journal.committed(committed.metadata_location)
+    retained = {s.snapshot_id for s in committed.metadata.snapshots}
+    done = replace(
+        plan,
+        expired_snapshot_ids=tuple(
+            s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id not in retained
+        ),
+    )
+    try:
+        refreshed = catalog.require(identifier)  # files of commits made since ours count as live
+        keep = _reached_since(engine, refreshed, kept, kept_ids, rules)
+        outcome = engine.delete(ready, keep, concurrency)
     except Exception as err:
-        raise task_failure(
-            err, f"{JOB} {identifier}: snapshots expired, no file deleted (run again once readable)"
+        raise _failed(
+            err,
+            f"{JOB} {identifier}: snapshots expired, their files not deleted yet (the next run of any "
+            "destructive job on the table deletes them from the journal)",
         ) from err
-    old_metadata = _removed_metadata_files(table, committed)
-    report = committed.io.delete_many(old_metadata)
+    report = committed.io.delete_many(_removed_metadata_files(table, committed))
+    if not outcome.failures:
+        journal.remove()
     failures = list(outcome.failures) + list(report.failures)
     metrics = _metrics(done, dict(outcome.deleted))
     metrics |= {
@@ -220,5 +318,9 @@ def _execute(
     }
     if failures:
         metrics["failed_deletes"] = [f"{path}: {reason}" for path, reason in failures[:FAILURE_SAMPLE]]
-        log.warning("%d deletes failed; first: %s", len(failures), failures[0])
+        log.warning(
+            "%d deletes failed (the journal keeps them for the next run); first: %s",
+            len(failures),
+            failures[0],
+        )
     return metrics

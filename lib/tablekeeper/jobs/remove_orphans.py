@@ -1,43 +1,42 @@
 """remove-orphans: delete files under a table location that no metadata references.
 
-Plan: list the location on the executors (hidden paths and nested tables skipped), keep files
-older than ``--older-than`` (3 days by default, never under 24 hours without
-``--force-short-retention``, so an in-flight writer's new files survive), and compare them with
-every file the table references: all manifests of all snapshots and what they list, manifest
-lists, statistics, every metadata.json in the log and the version hint (``spark.unreferenced``).
-Paths compare by normalised URI; a file whose path matches a reference but whose scheme or
-authority does not (after ``--equal-schemes`` / ``--equal-authorities``) is a prefix mismatch: an
-error by default.
-Nothing outside the table location is ever listed or deleted.
+Plan: finish the journals earlier runs left, then list the location (hidden paths and nested
+tables skipped), keep files older than ``--older-than`` (3 days by default, never under 24 hours
+without ``--force-short-retention``, so an in-flight writer's new files survive), and compare them
+with every file the table references: all manifests of all snapshots and what they list, manifest
+lists, statistics, every metadata.json in the log and the version hint. Paths compare by
+normalised URI; a file whose path matches a reference but whose scheme or authority does not
+(after ``--equal-schemes`` / ``--equal-authorities``) is a prefix mismatch: an error by default.
+The orphans are journaled, then deleted, then the journal goes.
+
+A table with ``gc.enabled=false`` (a converted Delta table: its data files are the source's) is
+scanned only under its own metadata location, and only metadata files there are deleted: what a
+killed conversion or commit left, never a data file. Nothing outside the table location is ever
+listed or deleted.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from pyspark import StorageLevel
-from pyspark.sql import SparkSession
-
+from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.errors import ConfigError, SafetyRefusal, TablekeeperError
+from tablekeeper.files.engine import Engine, ListingTooLarge, OrphanScan, task_failure
+from tablekeeper.files.finish import finish_journals, metadata_files, pending_journals
+from tablekeeper.files.journal import JournalWriter
+from tablekeeper.files.local import IndexCache
+from tablekeeper.files.manifests import ManifestIndex
+from tablekeeper.files.orphans import MISMATCH, ORPHAN
+from tablekeeper.files.rules import PathRules
 from tablekeeper.io.uri import DEFAULT_EQUIVALENT_SCHEMES, is_under, join_location
-from tablekeeper.jobs.expire_snapshots import GC_ENABLED
+from tablekeeper.jobs.engines import SparkSource, check_engine, choose_engine, spark_engine
+from tablekeeper.jobs.expire_snapshots import DRIVER_DELETE_THREADS, GC_ENABLED
 from tablekeeper.jobs.options import parse_older_than, write_file_list
 from tablekeeper.jobs.result import JobClock, JobResult
-from tablekeeper.spark.concurrent import Background
-from tablekeeper.spark.listing import list_location
-from tablekeeper.spark.reachability import (
-    PathRules,
-    ReachableKeys,
-    delete_files,
-    index_manifests,
-    reachable_keys,
-    task_failure,
-)
-from tablekeeper.spark.unreferenced import MISMATCH, ORPHAN, summarize, unreferenced
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +44,9 @@ JOB = "remove-orphans"
 DEFAULT_OLDER_THAN = "3d"
 MIN_RETENTION_MS = 24 * 3600 * 1000
 SAMPLE = 100
+SOURCE_PROPERTY = "tablekeeper.delta.source"
+# Files a table's metadata directory holds; anything else there is left alone on gc.enabled=false.
+_METADATA_NAMES = (".metadata.json", ".metadata.json.gz", ".avro", ".puffin", ".stats", "version-hint.text")
 PrefixMismatch = Literal["error", "ignore", "delete"]
 
 
@@ -73,113 +75,195 @@ class OrphanOptions:
     max_concurrent_deletes: int | None = None
     dry_run: bool = False
     file_list: str | None = None
+    engine: str = "auto"
+
+    def __post_init__(self) -> None:
+        check_engine(self.engine)
 
 
-def _referenced(spark: SparkSession, table: LoadedTable, rules: PathRules) -> ReachableKeys:
-    """Keys of every file the table references: what all snapshots reach, every metadata.json
-    in the log and the version hint."""
-    meta = table.metadata
-    index = index_manifests(spark, meta, [s.snapshot_id for s in meta.snapshots], rules)
-    reached = reachable_keys(spark, index, rules)
-    metadata_files = [table.metadata_location, *(e.metadata_file for e in meta.metadata_log)]
-    metadata_files.append(join_location(meta.location, "metadata", "version-hint.text"))
-    known = reached.known + tuple(rules.key(p) for p in metadata_files if p)
-    return replace(reached, known=known, estimate=reached.estimate + len(metadata_files))
+def metadata_file_name(location: str) -> bool:
+    """Whether a file in a metadata directory is metadata (the only kind deleted with gc off)."""
+    name = location.rsplit("/", 1)[-1]
+    return name.endswith(_METADATA_NAMES) or (
+        name.startswith("partition-stats-") and name.endswith(".parquet")
+    )
 
 
 def _partition_names(table: LoadedTable) -> frozenset[str]:
     return frozenset(f.name for spec in table.metadata.partition_specs for f in spec.fields)
 
 
-def _check(options: OrphanOptions, table: LoadedTable, now: int) -> tuple[str, int]:
+@dataclass(frozen=True)
+class _Scope:
+    location: str
+    cutoff: int
+    metadata_only: bool
+
+
+def _check(options: OrphanOptions, table: LoadedTable, rules: PathRules, now: int) -> _Scope:
     meta = table.metadata
-    if not meta.property_bool(GC_ENABLED, True):
-        raise SafetyRefusal(
-            f"{options.table} has gc.enabled=false (its files may belong to another table, e.g. a "
-            "converted Delta table): remove-orphans deletes nothing there"
-        )
     cutoff = parse_older_than(options.older_than, now)
     if now - cutoff < MIN_RETENTION_MS and not options.force_short_retention:
         raise SafetyRefusal(
             f"--older-than {options.older_than} is under 24 hours: files of writes still in flight could "
             "be deleted; use a longer retention, or --force-short-retention when no writer is running"
         )
-    location = options.location or meta.location
-    rules = PathRules(options.equal_schemes, options.equal_authorities or None)
-    if not is_under(location, meta.location, rules.equivalent_schemes, rules.equivalent_authorities):
+    metadata_only = not meta.property_bool(GC_ENABLED, True)
+    own = join_location(meta.location, "metadata") if metadata_only else meta.location
+    location = options.location or own
+    schemes, authorities = rules.equivalent_schemes, rules.equivalent_authorities
+    if not is_under(location, meta.location, schemes, authorities):
         raise SafetyRefusal(
             f"--location {location} is outside the table location {meta.location}: "
             "remove-orphans only deletes inside its table"
         )
-    return location, cutoff
+    if metadata_only:
+        if not is_under(location, own, schemes, authorities):
+            raise SafetyRefusal(
+                f"{options.table} has gc.enabled=false (its data files may belong to another table, e.g. "
+                f"a converted Delta table): remove-orphans only cleans its metadata location {own}, "
+                f"not {location}"
+            )
+        source = meta.properties.get(SOURCE_PROPERTY)
+        if source and (
+            is_under(source, own, schemes, authorities) or is_under(own, source, schemes, authorities)
+        ):
+            raise SafetyRefusal(
+                f"{options.table}'s metadata location {own} overlaps its Delta source {source}: "
+                "remove-orphans deletes nothing there"
+            )
+    return _Scope(location, cutoff, metadata_only)
 
 
-def run_orphans(options: OrphanOptions, catalog: Catalog, identifier: str, spark: SparkSession) -> JobResult:
+def run_orphans(
+    options: OrphanOptions, catalog: Catalog, identifier: str, spark: SparkSource = None
+) -> JobResult:
     clock = JobClock()
     now = int(time.time() * 1000)
     table = catalog.require(identifier)
-    location, cutoff = _check(options, table, now)
     rules = PathRules(options.equal_schemes, options.equal_authorities or None)
-    sc = spark.sparkContext
+    scope = _check(options, table, rules, now)
+    cache = IndexCache()
+    engine = choose_engine(options.engine, table.metadata, spark, JOB, rules, cache)
+    concurrency = options.max_concurrent_deletes or _concurrency(engine)
+    resumed = None
     try:
-        # The manifest lists are read while the driver lists: both leave cores idle on their own.
-        refs_job = Background(
-            spark, f"{JOB}: files the table references", lambda: _referenced(spark, table, rules)
-        )
-        sc.setJobDescription(f"{JOB}: list {location}")
-        listing = list_location(spark, location, rules, _partition_names(table))
-        refs = refs_job.result()
-        sc.setJobDescription(f"{JOB}: compare")
-        old_rows = [r for r in listing.driver_rows if r[3] < cutoff]
-        old = listing.rows.filter(lambda r: r[3] < cutoff) if listing.rows is not None else None
-        found = unreferenced(sc, old_rows, old, refs.known, refs.entries, listing.count + refs.estimate)
-        found.persist(StorageLevel.MEMORY_AND_DISK)
-        found.localCheckpoint()  # what is deleted is exactly what was counted
-        summary = summarize(found, SAMPLE)
-        if summary.mismatches and options.prefix_mismatch == "error":
-            raise SafetyRefusal(
-                f"{summary.mismatches} files match referenced paths under another scheme or authority "
-                f"(e.g. {summary.mismatch_sample[0]}): pass --equal-schemes/--equal-authorities, or "
-                "--prefix-mismatch ignore|delete once you know which is right"
-            )
-        wanted = (ORPHAN, MISMATCH) if options.prefix_mismatch == "delete" else (ORPHAN,)
-        orphans = found.filter(lambda r: r[0] in wanted).map(lambda r: (r[1], r[2], "orphan", r[3]))
-        rows = orphans.map(lambda r: (r[0], r[3])).collect() if options.dry_run else None
-        outcome = None
         if not options.dry_run:
-            sc.setJobDescription(f"{JOB}: delete orphans")
-            outcome = delete_files(orphans, options.max_concurrent_deletes or sc.defaultParallelism)
-            full = orphans.map(lambda r: r[0]).collect() if options.file_list else None
+            resumed = finish_journals(
+                table.io, table.metadata.location, lambda: catalog.require(identifier), engine, concurrency
+            ).metric()
+        try:
+            found = _scan(engine, table, scope, rules)
+        except ListingTooLarge as err:
+            if options.engine != "auto" or spark is None:
+                raise
+            log.info("%s: listing on Spark instead", err)
+            engine = spark_engine(spark, JOB, cache)
+            found = _scan(engine, table, scope, rules)
+        metrics = _act(options, identifier, table, scope, engine, found, concurrency, rules)
     except TablekeeperError:
         raise
+    except ListingTooLarge as err:
+        raise ConfigError(f"{JOB} {identifier}: {err}: run it with --engine spark") from None
     except Exception as err:
         raise task_failure(err, f"{JOB} {identifier}: nothing deleted") from err
-    metrics: dict[str, object] = {
-        "location": location,
-        "older_than_ms": cutoff,
+    metrics |= {"engine": engine.name, "mode": "metadata-only" if scope.metadata_only else "all"}
+    if not options.dry_run:
+        metrics["resumed_journal"] = resumed
+    files = metrics.pop("files", None)
+    return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics, files=files)
+
+
+def _concurrency(engine: Engine) -> int:
+    if engine.name == "spark":
+        spark = getattr(engine, "spark", None)
+        if spark is not None:
+            return max(1, int(spark.sparkContext.defaultParallelism))
+    return DRIVER_DELETE_THREADS
+
+
+def _scan(engine: Engine, table: LoadedTable, scope: _Scope, rules: PathRules) -> OrphanScan:
+    meta = table.metadata
+
+    def references() -> tuple[ManifestIndex, tuple[str, ...]]:
+        index = engine.index(meta, [s.snapshot_id for s in meta.snapshots], rules)
+        return index, tuple(rules.key(p) for p in metadata_files(table))
+
+    return engine.scan_orphans(
+        scope.location,
+        rules,
+        _partition_names(table),
+        references,
+        scope.cutoff,
+        metadata_file_name if scope.metadata_only else None,
+    )
+
+
+def _act(
+    options: OrphanOptions,
+    identifier: str,
+    table: LoadedTable,
+    scope: _Scope,
+    engine: Engine,
+    found: OrphanScan,
+    concurrency: int,
+    rules: PathRules,
+) -> dict[str, Any]:
+    summary = found.summary
+    faults.kill_point("plan.done")
+    if summary.mismatches and options.prefix_mismatch == "error":
+        raise SafetyRefusal(
+            f"{summary.mismatches} files match referenced paths under another scheme or authority "
+            f"(e.g. {summary.mismatch_sample[0]}): pass --equal-schemes/--equal-authorities, or "
+            "--prefix-mismatch ignore|delete once you know which is right"
+        )
+    wanted = (ORPHAN, MISMATCH) if options.prefix_mismatch == "delete" else (ORPHAN,)
+    metrics: dict[str, Any] = {
+        "location": scope.location,
+        "older_than_ms": scope.cutoff,
         "prefix_mismatch_count": summary.mismatches,
     }
-    files: list[str] | None = None
-    if rows is not None:
+    if options.dry_run:
+        rows = found.rows(wanted)
         paths = sorted(r[0] for r in rows)
         metrics |= {"orphan_file_count": len(paths), "bytes_to_free": sum(int(r[1]) for r in rows)}
+        journals = pending_journals(table.io, table.metadata.location)
+        if journals:
+            metrics["journals_to_finish"] = journals
         if options.file_list:
             write_file_list(options.file_list, paths)
             metrics["file_list"] = options.file_list
         else:
-            files = paths
-    else:
-        assert outcome is not None
-        metrics |= {
-            "orphan_file_count": outcome.count("orphan") + len(outcome.failures) + outcome.missing,
-            "deleted_files_count": outcome.count("orphan"),
-            "bytes_freed": outcome.bytes_freed,
-            "failed_deletes_count": len(outcome.failures),
-            "orphan_file_location_sample": list(summary.sample),
-        }
-        if outcome.failures:
-            metrics["failed_deletes"] = [f"{p}: {why}" for p, why in outcome.failures[:20]]
-        if full is not None and options.file_list:
-            write_file_list(options.file_list, sorted(full))
-            metrics["file_list"] = options.file_list
-    return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics, files=files)
+            metrics["files"] = paths
+        return metrics
+    journal = JournalWriter.start(
+        table.io,
+        table.metadata.location,
+        job=JOB,
+        table=identifier,
+        kind="delete",
+        base_metadata=table.metadata_location,
+        rules=rules,
+    )
+    try:
+        ready = found.write(journal, wanted)
+    except BaseException:
+        journal.remove()
+        raise
+    faults.kill_point("journal.written")
+    outcome = engine.delete(ready, None, concurrency)
+    if not outcome.failures:
+        journal.remove()
+    metrics |= {
+        "orphan_file_count": ready.files,
+        "deleted_files_count": outcome.count(ORPHAN),
+        "bytes_freed": outcome.bytes_freed,
+        "failed_deletes_count": len(outcome.failures),
+        "orphan_file_location_sample": list(summary.sample),
+    }
+    if outcome.failures:
+        metrics["failed_deletes"] = [f"{p}: {why}" for p, why in outcome.failures[:20]]
+    if options.file_list:
+        write_file_list(options.file_list, sorted(p for p, _ in found.rows(wanted)))
+        metrics["file_list"] = options.file_list
+    return metrics

@@ -5,20 +5,21 @@ job whose tasks leave cores idle (one large manifest, a listing on the driver) r
 to another than before or after it. The thread inherits the caller's local properties (job
 group, scheduler pool) and sets its own job description.
 
-``no_cycle_collection``: for task loops that allocate millions of short-lived, acyclic objects
-while holding many (a manifest's entries, a listing): the cycle collector would rescan the
-held ones over and over for nothing (a fifth to a third of such a task's time).
+``no_cycle_collection`` (``files.cycles``): for task loops that allocate millions of
+short-lived, acyclic objects while holding many.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from pyspark import InheritableThread
 from pyspark.sql import SparkSession
+
+from tablekeeper.files.cycles import no_cycle_collection
+
+__all__ = ["Background", "no_cycle_collection"]
 
 T = TypeVar("T")
 
@@ -45,14 +46,3 @@ class Background(Generic[T]):
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]
-
-
-@contextlib.contextmanager
-def no_cycle_collection() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

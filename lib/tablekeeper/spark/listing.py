@@ -1,87 +1,31 @@
 """Distributed listing of a table location, for orphan detection.
 
 The driver lists the first levels (breadth first, until there are enough subtrees to spread);
-each executor task lists whole subtrees through the FileIO. Hidden paths (``.x`` and ``_x``) are
-skipped unless ``_x`` is a partition directory (``_p=1`` where ``_p`` is a partition field), and
-so are the trees of other tables nested under the location (their own ``metadata/*.metadata.json``
-or ``_delta_log``): their files are not this table's to judge.
-
-Rows are classified where they are listed, one decision per directory: the comparison key of a
-file is its directory's key plus its name, and a directory is hidden or a table's log once for
-all its files. Nested tables are found from marker rows across the whole listing (a table's
-``metadata`` directory may be listed by another task than its data).
+each executor task lists whole subtrees through the FileIO. What a listing keeps (hidden paths,
+nested tables) is decided by ``files.listing``, the same rules the driver engine lists by.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark import RDD, StorageLevel
 from pyspark.sql import SparkSession
 
+from tablekeeper.files.cycles import no_cycle_collection
+from tablekeeper.files.listing import Classifier, is_hidden, markers, nested
+from tablekeeper.files.rules import PathRules
 from tablekeeper.io import FileIO
-from tablekeeper.io.fileio import FileInfo
 from tablekeeper.io.uri import strip_trailing_slash
-from tablekeeper.spark.concurrent import no_cycle_collection
-from tablekeeper.spark.reachability import PathRules
 
-_METADATA_JSON = (".metadata.json", ".metadata.json.gz")
+__all__ = ["Listing", "is_hidden", "list_location"]
+
 _DRIVER_DEPTH = 3
 
 
-def is_hidden(relative: str, partition_names: frozenset[str]) -> bool:
-    """Whether a path relative to the table location is hidden (Iceberg's rule: a segment
-    starting with ``.`` or ``_``, unless it is a ``_field=value`` partition directory)."""
-    for segment in relative.split("/")[:-1]:  # directories only: a file's own name may start with _
-        if segment.startswith("."):
-            return True
-        if segment.startswith("_") and not ("=" in segment and segment.split("=", 1)[0] in partition_names):
-            return True
-    name = relative.rsplit("/", 1)[-1]
-    return name.startswith((".", "_"))
-
-
-@dataclass(frozen=True)
-class _Classifier:
-    """Turns listed files into rows (pickled to executors)."""
-
-    stem: str  # the listed location without its trailing slash, as every listed path starts
-    rules: PathRules
-    partition_names: frozenset[str]
-
-    def rows(self, infos: Iterable[FileInfo]) -> Iterator[tuple[Any, ...]]:
-        """(path, key, size, mtime_ms, hidden, root of the table the file marks or None)."""
-        dirs: dict[str, tuple[str, bool, str | None, str | None]] = {}
-        for info in infos:
-            location = info.location
-            slash = location.rfind("/")
-            parent, name = location[:slash], location[slash + 1 :]
-            state = dirs.get(parent)
-            if state is None:
-                state = dirs[parent] = self._directory(parent)
-            prefix, hidden_dir, log_root, metadata_root = state
-            root = log_root or (metadata_root if name.endswith(_METADATA_JSON) else None)
-            hidden = hidden_dir or name.startswith((".", "_"))
-            if hidden and root is None:
-                continue  # markers are kept even when hidden: they reveal nested tables
-            yield (location, prefix + name, info.size, info.mtime_ms, hidden, root)
-
-    def _directory(self, parent: str) -> tuple[str, bool, str | None, str | None]:
-        """(key prefix of its files, hidden, root of the Delta table whose log it is in, root of
-        the Iceberg table whose metadata directory it is)."""
-        relative = parent[len(self.stem) + 1 :] if parent.startswith(self.stem + "/") else ""
-        prefix = self.rules.prefix(parent)
-        directory = prefix.rstrip("/")
-        cut = (directory + "/").rfind("/_delta_log/")
-        log_root = directory[:cut] if cut >= 0 else None
-        metadata_root = directory[: -len("/metadata")] if directory.endswith("/metadata") else None
-        hidden = is_hidden(relative + "/x", self.partition_names) if relative else False
-        return prefix, hidden, log_root, metadata_root
-
-
-def _list_tree(location: str, classify: _Classifier) -> Iterator[tuple[Any, ...]]:
+def _list_tree(location: str, classify: Classifier) -> Iterator[tuple[Any, ...]]:
     with no_cycle_collection():
         rows = list(classify.rows(FileIO.for_location(location).list(location, recursive=True)))
     return iter(rows)
@@ -98,23 +42,13 @@ class Listing:
     count: int
 
 
-def _markers(rows: Iterable[tuple[Any, ...]]) -> Iterator[tuple[int, set[str]]]:
-    visible, roots = 0, set()
-    for row in rows:
-        if row[5] is not None:
-            roots.add(row[5])
-        if not row[4]:
-            visible += 1
-    yield visible, roots
-
-
 def list_location(
     spark: SparkSession, location: str, rules: PathRules, partition_names: frozenset[str]
 ) -> Listing:
     """List ``location``: the driver the first levels, executor tasks whole subtrees."""
     io = FileIO.for_location(location)
     stem = strip_trailing_slash(location)
-    classify = _Classifier(stem, rules, partition_names)
+    classify = Classifier(stem, rules, partition_names)
     sc = spark.sparkContext
     wanted = sc.defaultParallelism  # one round of tasks: each Python task costs to start
     driver_rows: list[tuple[Any, ...]] = []
@@ -138,23 +72,16 @@ def list_location(
         # (and so recomputed by) every RDD derived from it.
         trees.persist(StorageLevel.MEMORY_AND_DISK)
         trees.localCheckpoint()
-        for count, found in trees.mapPartitions(_markers).collect():
+        for count, found in trees.mapPartitions(lambda rows: [markers(rows)]).collect():
             visible += count
             roots |= found
-    nested = tuple(root + "/" for root in _nested(roots, rules.prefix(stem)[:-1]))
+    inner = tuple(root + "/" for root in nested(roots, rules.prefix(stem)[:-1]))
 
     def keep(row: tuple[Any, ...]) -> bool:
-        return not row[4] and not (nested and row[1].startswith(nested))
+        return not row[4] and not (inner and row[1].startswith(inner))
 
     return Listing(
         tuple((r[0], r[1], r[2], r[3]) for r in driver_rows if keep(r)),
         trees.filter(keep).map(lambda r: (r[0], r[1], r[2], r[3])) if trees is not None else None,
         visible,
     )
-
-
-def _nested(roots: Iterable[str], own_key: str) -> list[str]:
-    """Roots of other tables strictly under the location; a table nested inside a nested table
-    is covered by the outer one."""
-    inside = {r for r in roots if r.startswith(own_key + "/")}
-    return sorted(r for r in inside if not any(r != o and r.startswith(o + "/") for o in inside))

@@ -71,6 +71,7 @@ def write_manifests_distributed(
     schema: Schema,
     snapshot_id: int,
     files_per_manifest: int = 20_000,
+    name_prefix: str = "",
 ) -> list[ManifestFile]:
     """Write the manifests for ``files`` on the executors; returns their manifest-list rows."""
     if not files:
@@ -86,6 +87,7 @@ def write_manifests_distributed(
                 specs=specs,
                 schema=schema,
                 snapshot_id=snapshot_id,
+                name_prefix=name_prefix,
             )
 
     rdd = spark.sparkContext.parallelize(groups, numSlices=len(groups))

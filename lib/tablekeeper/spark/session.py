@@ -208,6 +208,7 @@ def get_spark(
     if active is not None:
         check_session(active)
         _follow_storage(active)
+        _quiet_task_failures(active)
         return active
     catalogs = catalogs or load_catalogs()
     settings = session_conf(catalogs, local_jar_paths(), conf)
@@ -224,7 +225,27 @@ def get_spark(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("TABLEKEEPER_SPARK_LOG_LEVEL", "ERROR"))
     _follow_storage(spark)
+    _quiet_task_failures(spark)
     return spark
+
+
+# Spark logs a failed task's whole Python traceback (the executor in local mode, the task set
+# manager on any driver); the job reports the same failure as one line, so below DEBUG they stay quiet.
+_TASK_FAILURE_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager")
+
+
+def _quiet_task_failures(spark: SparkSession) -> None:
+    if logging.getLogger("tablekeeper").getEffectiveLevel() <= logging.DEBUG:
+        return
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    try:
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in _TASK_FAILURE_LOGGERS:
+            configurator.setLevel(name, off)
+    except Exception as err:  # a cluster logging through something else than log4j 2
+        log.debug("could not quiet Spark's task failure logs: %s", err)
 
 
 def _class_loadable(spark: SparkSession, name: str) -> bool:

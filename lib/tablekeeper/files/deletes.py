@@ -1,0 +1,111 @@
+"""Deleting files named by rows, counting what went by kind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from tablekeeper import faults
+from tablekeeper.errors import TablekeeperError
+from tablekeeper.files.manifests import FileRow
+from tablekeeper.io import FileIO
+from tablekeeper.io.uri import location_to_path
+
+
+@dataclass(frozen=True)
+class DeleteOutcome:
+    deleted: Mapping[str, int]  # by kind
+    bytes_freed: int
+    missing: int
+    failures: tuple[tuple[str, str], ...]
+
+    def count(self, kind: str) -> int:
+        return int(self.deleted.get(kind, 0))
+
+    @property
+    def total(self) -> int:
+        return sum(self.deleted.values())
+
+    @classmethod
+    def merge(cls, outcomes: Iterable[DeleteOutcome]) -> DeleteOutcome:
+        deleted: dict[str, int] = {}
+        freed = missing = 0
+        failures: list[tuple[str, str]] = []
+        for o in outcomes:
+            for kind, n in o.deleted.items():
+                deleted[kind] = deleted.get(kind, 0) + n
+            freed += o.bytes_freed
+            missing += o.missing
+            failures.extend(o.failures)
+        return cls(deleted, freed, missing, tuple(failures))
+
+
+NOTHING = DeleteOutcome({}, 0, 0, ())
+
+
+def _by_store(rows: Iterable[FileRow]) -> dict[tuple[str, str], list[FileRow]]:
+    stores: dict[tuple[str, str], list[FileRow]] = {}
+    for row in rows:
+        parts = location_to_path(row[0])
+        stores.setdefault((parts.scheme, parts.authority), []).append(row)
+    return stores
+
+
+def _one_by_one(io: FileIO, rows: Sequence[FileRow], threads: int) -> DeleteOutcome:
+    def one(row: FileRow) -> str | None:
+        # None: deleted; "": already missing; otherwise the failure reason.
+        try:
+            return None if io.delete(row[0], missing_ok=True) else ""
+        except TablekeeperError as err:
+            return err.message
+
+    if threads > 1 and len(rows) > 1:
+        with ThreadPoolExecutor(max_workers=min(threads, len(rows))) as pool:
+            outcomes = list(pool.map(one, rows))
+    else:
+        outcomes = [one(r) for r in rows]
+    deleted: dict[str, int] = {}
+    freed = missing = 0
+    failures: list[tuple[str, str]] = []
+    for row, outcome in zip(rows, outcomes, strict=True):
+        if outcome is None:
+            deleted[row[2]] = deleted.get(row[2], 0) + 1
+            freed += row[3]
+        elif outcome == "":
+            missing += 1
+        else:
+            failures.append((row[0], outcome))
+    return DeleteOutcome(deleted, freed, missing, tuple(failures))
+
+
+def _batched(io: FileIO, rows: Sequence[FileRow], threads: int) -> DeleteOutcome:
+    # Batched deletes count a key already gone as deleted: only failures are told apart.
+    report = io.delete_many([r[0] for r in rows], max_workers=threads)
+    failed = dict(report.failures)
+    deleted: dict[str, int] = {}
+    freed = 0
+    for row in rows:
+        if row[0] not in failed:
+            deleted[row[2]] = deleted.get(row[2], 0) + 1
+            freed += row[3]
+    return DeleteOutcome(deleted, freed, 0, tuple(report.failures))
+
+
+def delete_rows(
+    rows: Sequence[FileRow], threads: int = 1, kill: faults.RemoteKill | None = None
+) -> DeleteOutcome:
+    """Delete every row's path, carrying on past failures and reporting each one.
+
+    ``kill`` (crash tests only) fires once the first file is gone: a run dies mid-delete.
+    """
+    outcomes = []
+    rest = list(rows)
+    if kill is not None and rest:
+        first, rest = rest[:1], rest[1:]
+        outcomes.append(_one_by_one(FileIO.for_location(first[0][0]), first, 1))
+        kill.fire()
+    for group in _by_store(rest).values():
+        io = FileIO.for_location(group[0][0])
+        outcomes.append((_batched if io.batches_deletes else _one_by_one)(io, group, threads))
+    return DeleteOutcome.merge(outcomes)

@@ -1,0 +1,107 @@
+"""What the maintenance jobs ask of an engine, so one job runs in this process or on Spark.
+
+The driver engine (``files.local``) reads and deletes with threads in this process: no JVM, and
+the right choice for tables whose metadata fits in memory. The Spark engine
+(``spark.maintenance``) does the same reads, comparisons and deletes in executor tasks. A job is
+written once against this protocol; the sets it builds stay inside the engine (Python sets, or
+Spark datasets) and only counts, samples and journal parts come out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tablekeeper.errors import CorruptMetadataError, TablekeeperError
+from tablekeeper.files.deletes import DeleteOutcome
+from tablekeeper.files.journal import JournalWriter, Ready
+from tablekeeper.files.manifests import FileRow, ManifestIndex
+from tablekeeper.files.orphans import Summary
+from tablekeeper.files.rules import PathRules
+from tablekeeper.iceberg.metadata import TableMetadata
+
+# Above these, a table's files are read on Spark executors (when the job may use Spark).
+DRIVER_MAX_SNAPSHOTS = 2_000
+DRIVER_MAX_MANIFESTS = 2_000
+DRIVER_MAX_FILES = 200_000
+DRIVER_MAX_LISTED = 250_000
+
+
+@dataclass(frozen=True)
+class KeySet:
+    """Keys of files to keep: held here, or (``handle``) as a dataset of the engine's own."""
+
+    known: frozenset[str]
+    handle: Any = None
+
+
+class Doomed(Protocol):
+    """Files some snapshots reach that others do not."""
+
+    def rows(self) -> list[FileRow]:
+        """All of them, on the driver (dry runs)."""
+
+    def write(self, journal: JournalWriter) -> Ready:
+        """Into the journal's parts, then ``ready.json``; reads everything the set depends on."""
+
+
+class OrphanScan(Protocol):
+    @property
+    def summary(self) -> Summary: ...
+
+    def rows(self, statuses: Sequence[str]) -> list[tuple[str, int]]:
+        """(path, size) of the files with these statuses, on the driver (dry runs)."""
+
+    def write(self, journal: JournalWriter, statuses: Sequence[str]) -> Ready: ...
+
+
+class Engine(Protocol):
+    name: str
+
+    def index(self, meta: TableMetadata, snapshot_ids: Iterable[int], rules: PathRules) -> ManifestIndex:
+        """The snapshots' manifest lists, read."""
+
+    def doomed(self, gone: ManifestIndex, kept: ManifestIndex, rules: PathRules) -> Doomed: ...
+
+    def keys(self, index: ManifestIndex, rules: PathRules, extra: Iterable[str] = ()) -> KeySet:
+        """Every file the index reaches (all its manifests read), plus ``extra`` keys."""
+
+    def delete(
+        self, files: Ready | Sequence[FileRow], keep: KeySet | None, concurrency: int
+    ) -> DeleteOutcome:
+        """Delete the files (a journal's parts, or rows), except those whose key ``keep`` holds."""
+
+    def scan_orphans(
+        self,
+        location: str,
+        rules: PathRules,
+        partition_names: frozenset[str],
+        references: Callable[[], tuple[ManifestIndex, tuple[str, ...]]],
+        cutoff_ms: int,
+        deletable: Callable[[str], bool] | None,
+    ) -> OrphanScan:
+        """List ``location``; the listed files older than ``cutoff_ms`` that no reference names.
+
+        ``references`` gives the index of what the table's snapshots reach and the keys of its
+        other files (metadata files, the hint); engines may run it beside the listing.
+        ``deletable``, when given, keeps any file it refuses out of the orphans.
+        """
+
+
+def task_failure(err: BaseException, what: str) -> TablekeeperError:
+    """An engine's failure as one typed line: the tablekeeper error a task raised if any (Spark
+    wraps it in a Java exception whose text ends with the Python traceback)."""
+    text = str(err)
+    for raw in reversed(text.splitlines()):
+        line = raw.strip()
+        for name in ("CorruptMetadataError", "FileNotFound", "StorageError", "UnsupportedFeatureError"):
+            marker = f"tablekeeper.errors.{name}: "
+            if marker in line:
+                return CorruptMetadataError(f"{what}: {line.split(marker, 1)[1]}")
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), err.__class__.__name__)
+    return CorruptMetadataError(f"{what}: {first[:300]}")
+
+
+class ListingTooLarge(Exception):
+    """The driver engine stopped listing: the location holds more files than it should hold."""

@@ -1,0 +1,176 @@
+"""Finishing the journals of runs that died: the first thing every destructive run does.
+
+A journal names files a run meant to delete (or files it staged); whether its commit landed or not
+is read from the table itself. So finishing one re-checks every file in it against everything the
+table references now (every snapshot's files, its metadata files and the version hint) and deletes
+only the rest: a file the table still needs is kept whatever the dead run did. Journals whose
+owner may still be running are left alone, and so are unreadable ones (remove-orphans collects
+what they named once it is old enough).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tablekeeper.catalog.base import LoadedTable
+from tablekeeper.errors import TablekeeperError
+from tablekeeper.files.deletes import DeleteOutcome
+from tablekeeper.files.engine import Engine, KeySet
+from tablekeeper.files.journal import Journal, Staged, list_journals, remove
+from tablekeeper.files.manifests import FileRow
+from tablekeeper.files.rules import PathRules
+from tablekeeper.io import FileIO
+from tablekeeper.io.uri import join_location
+
+log = logging.getLogger(__name__)
+
+STAGED = "staged"
+
+
+def metadata_files(table: LoadedTable) -> list[str]:
+    """The table's metadata files a reader may follow: the current one, its log and the hint."""
+    meta = table.metadata
+    files = [table.metadata_location, *(e.metadata_file for e in meta.metadata_log)]
+    files.append(join_location(meta.location, "metadata", "version-hint.text"))
+    return [f for f in files if f]
+
+
+def table_keys(engine: Engine, table: LoadedTable | None, rules: PathRules) -> KeySet:
+    """Every file the table references now."""
+    if table is None:
+        return KeySet(frozenset())
+    meta = table.metadata
+    index = engine.index(meta, [s.snapshot_id for s in meta.snapshots], rules)
+    return engine.keys(index, rules, [rules.key(p) for p in metadata_files(table)])
+
+
+def staged_files(staged: Staged, rules: PathRules) -> list[FileRow]:
+    """The files a staging run wrote under one of its locations."""
+    io = FileIO.for_location(staged.location)
+    files, dirs = io.list_dir(staged.location)
+    if staged.directories:
+        found = [i for d in dirs if staged.token in d.rsplit("/", 1)[-1] for i in io.list(d, recursive=True)]
+    else:
+        found = [i for i in files if staged.token in i.location.rsplit("/", 1)[-1]]
+    return [(i.location, rules.key(i.location), STAGED, i.size) for i in found]
+
+
+@dataclass
+class Finished:
+    """What finishing the journals found and did."""
+
+    finished: list[dict[str, Any]] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+    outcomes: list[DeleteOutcome] = field(default_factory=list)
+    kept: int = 0
+
+    def metric(self) -> dict[str, Any] | None:
+        """The ``resumed_journal`` of a job's result (None when there was nothing to finish)."""
+        if not (self.finished or self.pending or self.unreadable):
+            return None
+        done = DeleteOutcome.merge(self.outcomes)
+        out: dict[str, Any] = {
+            "journals": self.finished,
+            "deleted_files_count": done.total,
+            "kept_files_count": self.kept,
+            "bytes_freed": done.bytes_freed,
+            "failed_deletes_count": len(done.failures),
+        }
+        if done.failures:
+            out["failed_deletes"] = [f"{p}: {why}" for p, why in done.failures[:20]]
+        if self.pending:
+            out["left_to_running_owners"] = self.pending
+        if self.unreadable:
+            out["unreadable"] = self.unreadable
+        return out
+
+
+def pending_journals(io: FileIO, table_location: str) -> list[dict[str, Any]]:
+    """The journals a dry run would finish (or leave), described."""
+    now = int(time.time() * 1000)
+    return [
+        {**j.describe(), "abandoned": j.abandoned(now), "problem": j.problem}
+        for j in list_journals(io, table_location)
+    ]
+
+
+def finish_journals(
+    io: FileIO,
+    table_location: str,
+    load: Callable[[], LoadedTable | None],
+    engine: Engine,
+    concurrency: int,
+) -> Finished:
+    """Finish every abandoned journal of the table at ``table_location``.
+
+    ``load`` gives the table as it is now (None: it does not exist, e.g. a full conversion that
+    died before creating it). Deleting nothing it references is the whole point, so a failure to
+    read the table fails the run before anything is deleted.
+    """
+    result = Finished()
+    journals = list_journals(io, table_location)
+    if not journals:
+        return result
+    now = int(time.time() * 1000)
+    keys: dict[str, KeySet] = {}
+    table: list[LoadedTable | None] = []
+
+    def keep_for(rules: PathRules) -> KeySet:
+        if not table:
+            table.append(load())
+        name = repr(sorted((k, sorted(v.items())) for k, v in rules.to_json().items()))
+        if name not in keys:
+            keys[name] = table_keys(engine, table[0], rules)
+        return keys[name]
+
+    for journal in journals:
+        if journal.problem is not None:
+            log.warning("leaving journal %s alone: %s", journal.location, journal.problem)
+            result.unreadable.append(journal.problem)
+            continue
+        if not journal.abandoned(now):
+            result.pending.append(journal.location)
+            continue
+        _finish(journal, keep_for, engine, concurrency, result)
+    return result
+
+
+def _finish(
+    journal: Journal,
+    keep_for: Callable[[PathRules], KeySet],
+    engine: Engine,
+    concurrency: int,
+    result: Finished,
+) -> None:
+    header = journal.header
+    assert header is not None
+    files: Any = None
+    if header.kind == "delete" and journal.ready is not None:
+        files = journal.ready
+        planned = journal.ready.files
+    elif header.kind == "stage":
+        files = [row for s in header.staged for row in staged_files(s, header.rules)]
+        planned = len(files)
+    else:
+        planned = 0  # a plan the dead run never completed: it committed nothing
+    outcome = None
+    if files is not None and planned:
+        outcome = engine.delete(files, keep_for(header.rules), concurrency)
+        result.outcomes.append(outcome)
+        result.kept += planned - outcome.total - outcome.missing - len(outcome.failures)
+    summary = {**journal.describe(), "planned_files_count": planned}
+    if outcome is not None:
+        summary["deleted_files_count"] = outcome.total
+    result.finished.append(summary)
+    if outcome is not None and outcome.failures:
+        log.warning("journal %s kept: %d deletes failed", journal.location, len(outcome.failures))
+        return
+    try:
+        remove(FileIO.for_location(journal.location), journal.location)
+    except TablekeeperError as err:
+        log.warning("%s", err.message)

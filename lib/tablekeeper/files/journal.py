@@ -1,0 +1,392 @@
+"""Journals: what a destructive run is about to delete, or has staged, written down first.
+
+A run that deletes files or writes files it may have to take back records them under the table's
+metadata location before it changes anything, so a run killed at any point leaves the next run
+enough to finish the job::
+
+    <table>/metadata/_tablekeeper/journals/<created ms>-<job>-<run id>/
+        journal.json           what the run is: job, table, owner, the metadata it planned on,
+                               how paths compare, and for staging runs where it writes new files
+        part-00000.jsonl.gz    delete runs: the files to delete, [path, key, kind, size] per line
+        ready.json             delete runs: every part is written (the plan is complete)
+        committed.json         the metadata location the run's commit produced
+        heartbeat              rewritten now and then by a long run, so others see it is alive
+
+The ``_tablekeeper`` directory is hidden by Iceberg's rule (a name starting with ``_``), so neither
+tablekeeper's nor Iceberg's orphan removal ever lists a journal. A delete run writes its parts and
+``ready.json`` before it commits and deletes after; a staging run writes ``journal.json`` before
+its first new file. Finishing a journal (``tablekeeper.files.finish``) re-checks every file in it
+against the table as it is then, so a file anything references survives whatever the run did.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from tablekeeper.errors import CorruptMetadataError, FileNotFound, TablekeeperError
+from tablekeeper.files.manifests import FileRow
+from tablekeeper.files.rules import PathRules
+from tablekeeper.io import FileIO
+
+log = logging.getLogger(__name__)
+
+JOURNALS = "_tablekeeper/journals"
+HEADER = "journal.json"
+READY = "ready.json"
+COMMITTED = "committed.json"
+HEARTBEAT = "heartbeat"
+FORMAT = 1
+# An owner on another host is presumed alive while its journal moved this recently.
+STALE_AFTER_MS = 3_600_000
+HEARTBEAT_EVERY_MS = 300_000
+
+Kind = Literal["delete", "stage"]
+
+
+def journals_location(table_location: str) -> str:
+    return f"{table_location.rstrip('/')}/metadata/{JOURNALS}"
+
+
+def _boot_id() -> str:
+    try:
+        return open("/proc/sys/kernel/random/boot_id", encoding="ascii").read().strip()  # noqa: PTH123
+    except OSError:
+        return ""
+
+
+def _process_start(pid: int) -> tuple[int, str] | None:
+    """(start time in clock ticks since boot, state letter) of a live process, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:  # noqa: PTH123
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    return int(fields[19]), fields[0]
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The process that wrote a journal, told apart from a later process with the same pid."""
+
+    host: str
+    boot_id: str
+    pid: int
+    started: int
+
+    @classmethod
+    def current(cls) -> Owner:
+        pid = os.getpid()
+        start = _process_start(pid)
+        return cls(socket.gethostname(), _boot_id(), pid, start[0] if start else 0)
+
+    def state(self) -> Literal["alive", "dead", "unknown"]:
+        """Whether the owner still runs, as far as this host can tell."""
+        if self.host != socket.gethostname():
+            return "unknown"
+        boot = _boot_id()
+        if boot and self.boot_id and boot != self.boot_id:
+            return "dead"  # the host rebooted since
+        if not os.path.isdir("/proc"):  # noqa: PTH112
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return "dead"
+            except PermissionError:
+                return "alive"
+            return "alive"
+        found = _process_start(self.pid)
+        if found is None or found[1] in ("Z", "X") or (self.started and found[0] != self.started):
+            return "dead"
+        return "alive"
+
+
+@dataclass(frozen=True)
+class Staged:
+    """Where a staging run writes: files (or, with ``directories``, whole directories) directly
+    under ``location`` whose names contain ``token``."""
+
+    location: str
+    token: str
+    directories: bool = False
+
+
+@dataclass(frozen=True)
+class Header:
+    job: str
+    table: str
+    run_id: str
+    kind: Kind
+    created_ms: int
+    owner: Owner
+    base_metadata: str | None = None
+    rules: PathRules = field(default_factory=PathRules)
+    staged: tuple[Staged, ...] = ()
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(
+            {
+                "format": FORMAT,
+                "job": self.job,
+                "table": self.table,
+                "run-id": self.run_id,
+                "kind": self.kind,
+                "created-ms": self.created_ms,
+                "owner": {
+                    "host": self.owner.host,
+                    "boot-id": self.owner.boot_id,
+                    "pid": self.owner.pid,
+                    "started": self.owner.started,
+                },
+                "base-metadata": self.base_metadata,
+                "rules": self.rules.to_json(),
+                "staged": [
+                    {"location": s.location, "token": s.token, "directories": s.directories}
+                    for s in self.staged
+                ],
+            },
+            option=orjson.OPT_INDENT_2,
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes, source: str) -> Header:
+        try:
+            obj = orjson.loads(data)
+            if obj.get("format") != FORMAT:
+                raise ValueError(f"format {obj.get('format')!r}")
+            owner = obj["owner"]
+            kind = obj["kind"]
+            if kind not in ("delete", "stage"):
+                raise ValueError(f"kind {kind!r}")
+            return cls(
+                job=str(obj["job"]),
+                table=str(obj["table"]),
+                run_id=str(obj["run-id"]),
+                kind=kind,
+                created_ms=int(obj["created-ms"]),
+                owner=Owner(
+                    str(owner["host"]), str(owner["boot-id"]), int(owner["pid"]), int(owner["started"])
+                ),
+                base_metadata=obj.get("base-metadata"),
+                rules=PathRules.from_json(obj["rules"]),
+                staged=tuple(
+                    Staged(str(s["location"]), str(s["token"]), bool(s["directories"])) for s in obj["staged"]
+                ),
+            )
+        except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as err:
+            raise CorruptMetadataError(f"journal {source} is not readable ({err})") from None
+
+
+@dataclass(frozen=True)
+class Ready:
+    parts: tuple[str, ...]
+    files: int
+    bytes: int
+
+
+def encode_rows(rows: Iterable[FileRow]) -> bytes:
+    return gzip.compress(b"".join(orjson.dumps(list(r)) + b"\n" for r in rows), compresslevel=1)
+
+
+def decode_rows(data: bytes, source: str) -> list[FileRow]:
+    try:
+        return [
+            (str(r[0]), str(r[1]), str(r[2]), int(r[3]))
+            for r in (orjson.loads(line) for line in gzip.decompress(data).splitlines() if line)
+        ]
+    except (OSError, EOFError, ValueError, IndexError, TypeError, orjson.JSONDecodeError) as err:
+        raise CorruptMetadataError(f"journal part {source} is not readable ({err})") from None
+
+
+def part_name(index: int) -> str:
+    return f"part-{index:05d}.jsonl.gz"
+
+
+def write_part(directory: str, index: int, rows: Sequence[FileRow]) -> tuple[str, int, int]:
+    """Write one part of a delete journal (from the driver or a task); (location, files, bytes)."""
+    location = f"{directory}/{part_name(index)}"
+    FileIO.for_location(location).write(location, encode_rows(rows))
+    return location, len(rows), sum(r[3] for r in rows)
+
+
+@dataclass(frozen=True)
+class Journal:
+    """A journal as found on storage."""
+
+    location: str
+    header: Header | None
+    ready: Ready | None
+    committed: str | None
+    touched_ms: int  # the newest modification of any of its files
+    problem: str | None = None  # why it cannot be finished
+
+    def owner_state(self) -> Literal["alive", "dead", "unknown"]:
+        return self.header.owner.state() if self.header is not None else "unknown"
+
+    def abandoned(self, now_ms: int) -> bool:
+        """Nobody is still writing it: its owner is gone, or (owner elsewhere) it went quiet."""
+        state = self.owner_state()
+        if state == "dead":
+            return True
+        return state == "unknown" and now_ms - self.touched_ms > STALE_AFTER_MS
+
+    def describe(self) -> dict[str, Any]:
+        h = self.header
+        return {
+            "journal": self.location,
+            "job": h.job if h else None,
+            "run_id": h.run_id if h else None,
+            "kind": h.kind if h else None,
+            "planned_on": h.base_metadata if h else None,
+            "committed": self.committed,
+        }
+
+
+def list_journals(io: FileIO, table_location: str) -> list[Journal]:
+    """Every journal under a table's metadata location, oldest first."""
+    root = journals_location(table_location)
+    by_dir: dict[str, dict[str, int]] = {}
+    for info in io.list(root, recursive=True):
+        directory, _, name = info.location.rpartition("/")
+        if directory.rstrip("/") == root.rstrip("/"):
+            continue  # a stray file beside the journals
+        by_dir.setdefault(directory, {})[name] = info.mtime_ms
+    return [_read_journal(io, d, names) for d, names in sorted(by_dir.items())]
+
+
+def _read_journal(io: FileIO, directory: str, names: dict[str, int]) -> Journal:
+    touched = max(names.values())
+    header: Header | None = None
+    problem: str | None = None
+    ready: Ready | None = None
+    committed: str | None = None
+    try:
+        if HEADER not in names:
+            raise CorruptMetadataError(f"journal {directory} has no {HEADER}")
+        header = Header.from_bytes(io.read(f"{directory}/{HEADER}"), f"{directory}/{HEADER}")
+        if READY in names:
+            obj = orjson.loads(io.read(f"{directory}/{READY}"))
+            ready = Ready(tuple(obj["parts"]), int(obj["files"]), int(obj["bytes"]))
+            missing = [p for p in ready.parts if p.rsplit("/", 1)[-1] not in names]
+            if missing:
+                raise CorruptMetadataError(f"journal {directory} lost its part {missing[0]}")
+        if COMMITTED in names:
+            committed = str(orjson.loads(io.read(f"{directory}/{COMMITTED}"))["metadata-location"])
+    except (TablekeeperError, ValueError, KeyError, TypeError, orjson.JSONDecodeError) as err:
+        problem = err.message if isinstance(err, TablekeeperError) else f"{directory}: {err}"
+    return Journal(directory, header, ready, committed, touched, problem)
+
+
+def read_parts(journal: Journal) -> list[FileRow]:
+    assert journal.ready is not None
+    rows: list[FileRow] = []
+    for part in journal.ready.parts:
+        rows.extend(decode_rows(FileIO.for_location(part).read(part), part))
+    return rows
+
+
+def remove(io: FileIO, directory: str) -> None:
+    """Delete a journal's files (the header last, so a half-removed journal still says what it was)."""
+    try:
+        names = [i.location for i in io.list(directory, recursive=True)]
+    except FileNotFound:
+        return
+    header = f"{directory}/{HEADER}"
+    report = io.delete_many([n for n in names if n != header])
+    if report.failures:
+        raise report_failure(directory, report.failures[0])
+    io.delete(header, missing_ok=True)
+    io.remove_empty_directory(directory)
+    parent = directory.rsplit("/", 1)[0]
+    io.remove_empty_directory(parent)  # journals/, then _tablekeeper/, once nothing is left
+    io.remove_empty_directory(parent.rsplit("/", 1)[0])
+
+
+def report_failure(directory: str, failure: tuple[str, str]) -> TablekeeperError:
+    return TablekeeperError(f"could not remove journal {directory}: {failure[0]}: {failure[1]}")
+
+
+class JournalWriter:
+    """The journal of the running job."""
+
+    def __init__(self, io: FileIO, table_location: str, header: Header) -> None:
+        self.io = io
+        self.header = header
+        self.location = (
+            f"{journals_location(table_location)}/{header.created_ms:013d}-{header.job}-{header.run_id}"
+        )
+        self._beat = 0
+
+    @classmethod
+    def start(
+        cls,
+        io: FileIO,
+        table_location: str,
+        *,
+        job: str,
+        table: str,
+        kind: Kind,
+        base_metadata: str | None = None,
+        rules: PathRules | None = None,
+        staged: tuple[Staged, ...] = (),
+        run_id: str | None = None,
+    ) -> JournalWriter:
+        header = Header(
+            job=job,
+            table=table,
+            run_id=run_id or uuid.uuid4().hex,
+            kind=kind,
+            created_ms=int(time.time() * 1000),
+            owner=Owner.current(),
+            base_metadata=base_metadata,
+            rules=rules or PathRules(),
+            staged=staged,
+        )
+        writer = cls(io, table_location, header)
+        io.create_if_absent(f"{writer.location}/{HEADER}", header.to_bytes())
+        writer._beat = header.created_ms
+        return writer
+
+    def ready(self, parts: Sequence[tuple[str, int, int]]) -> Ready:
+        """Record that the delete plan is complete; nothing may be committed before this."""
+        ready = Ready(tuple(p for p, _, _ in parts), sum(n for _, n, _ in parts), sum(b for _, _, b in parts))
+        body = {"parts": list(ready.parts), "files": ready.files, "bytes": ready.bytes}
+        self.io.create_if_absent(f"{self.location}/{READY}", orjson.dumps(body))
+        return ready
+
+    def committed(self, metadata_location: str) -> None:
+        try:
+            self.io.write(
+                f"{self.location}/{COMMITTED}", orjson.dumps({"metadata-location": metadata_location})
+            )
+        except TablekeeperError as err:  # informational: finishing re-checks against the table
+            log.warning("could not record the commit in %s: %s", self.location, err.message)
+
+    def heartbeat(self) -> None:
+        """Tell other runs this one is alive (at most every few minutes)."""
+        now = int(time.time() * 1000)
+        if now - self._beat < HEARTBEAT_EVERY_MS:
+            return
+        self._beat = now
+        try:
+            self.io.write(f"{self.location}/{HEARTBEAT}", str(now).encode("ascii"))
+        except TablekeeperError as err:
+            log.warning("could not touch %s: %s", self.location, err.message)
+
+    def intact(self) -> bool:
+        """Whether the journal is still there: another run finishes only an abandoned journal,
+        so a missing one means this run was taken for dead and its staged files may be gone."""
+        return self.io.exists(f"{self.location}/{HEADER}")
+
+    def remove(self) -> None:
+        remove(self.io, self.location)

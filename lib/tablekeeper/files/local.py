@@ -1,0 +1,181 @@
+"""The driver engine: the maintenance jobs' reads, comparisons and deletes in this process.
+
+Manifest lists and manifests are read by a thread pool (the reads are I/O; fastavro decodes
+without holding the interpreter long), sets are Python sets, and deletes go through the FileIO in
+threads (batched on S3). No JVM starts, so a small table's expiry takes a second, not the dozen a
+Spark session costs to start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from tablekeeper import faults
+from tablekeeper.files.cycles import no_cycle_collection
+from tablekeeper.files.deletes import DeleteOutcome, delete_rows
+from tablekeeper.files.engine import DRIVER_MAX_LISTED, KeySet, ListingTooLarge
+from tablekeeper.files.journal import JournalWriter, Ready, decode_rows, write_part
+from tablekeeper.files.listing import Classifier, markers, nested
+from tablekeeper.files.manifests import (
+    FileRow,
+    ManifestIndex,
+    Seed,
+    build_index,
+    entry_keys,
+    entry_rows,
+    read,
+    seeds,
+    snapshot_manifests,
+    statistics_rows,
+    tasks,
+)
+from tablekeeper.files.orphans import ORPHAN, Summary, classify, listed_pair, reference_pair, summary, tally
+from tablekeeper.files.rules import PathRules
+from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.io import FileIO
+from tablekeeper.io.uri import strip_trailing_slash
+
+T = TypeVar("T")
+R = TypeVar("R")
+THREADS = 16
+SAMPLE = 100
+
+
+def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int = THREADS) -> list[R]:
+    """``fn`` over ``items`` in threads, in order; the first error is raised."""
+    if len(items) <= 1:
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+@dataclass
+class IndexCache:
+    """Manifest lists already read in this run (they never change): engines index from it."""
+
+    found: dict[Seed, list[tuple[str, str, str, int, int]]] = field(default_factory=dict)
+
+    def fill(self, wanted: Sequence[Seed], rules: PathRules) -> None:
+        missing = [s for s in wanted if s not in self.found]
+        for seed, rows in zip(
+            missing, parallel_map(lambda s: list(snapshot_manifests(s, rules)), missing), strict=True
+        ):
+            self.found[seed] = rows
+
+    def index(self, meta: TableMetadata, snapshot_ids: Iterable[int], rules: PathRules) -> ManifestIndex:
+        ids = list(snapshot_ids)
+        wanted = seeds(meta, ids)
+        self.fill(wanted, rules)
+        return build_index(statistics_rows(meta, ids, rules), (r for s in wanted for r in self.found[s]))
+
+
+def _entries(index: ManifestIndex, rules: PathRules, skip: frozenset[str], skip_empty: bool) -> list[FileRow]:
+    work = tasks(index, 1, skip, skip_empty)
+    with no_cycle_collection():
+        chunks = parallel_map(lambda t: entry_rows(t, rules), work)
+    return [r for chunk in chunks for r in chunk]
+
+
+@dataclass(frozen=True)
+class LocalDoomed:
+    files: tuple[FileRow, ...]
+
+    def rows(self) -> list[FileRow]:
+        return list(self.files)
+
+    def write(self, journal: JournalWriter) -> Ready:
+        return journal.ready([write_part(journal.location, 0, self.files)])
+
+
+@dataclass(frozen=True)
+class LocalOrphans:
+    found: tuple[tuple[str, str, str, int], ...]  # status, path, key, size
+    summary: Summary
+
+    def _rows(self, statuses: Sequence[str]) -> list[FileRow]:
+        return [(path, key, ORPHAN, size) for status, path, key, size in self.found if status in statuses]
+
+    def rows(self, statuses: Sequence[str]) -> list[tuple[str, int]]:
+        return [(r[0], r[3]) for r in self._rows(statuses)]
+
+    def write(self, journal: JournalWriter, statuses: Sequence[str]) -> Ready:
+        return journal.ready([write_part(journal.location, 0, self._rows(statuses))])
+
+
+class LocalEngine:
+    name = "driver"
+
+    def __init__(self, cache: IndexCache | None = None, max_listed: int = DRIVER_MAX_LISTED) -> None:
+        self.cache = cache or IndexCache()
+        self.max_listed = max_listed
+
+    def index(self, meta: TableMetadata, snapshot_ids: Iterable[int], rules: PathRules) -> ManifestIndex:
+        return self.cache.index(meta, snapshot_ids, rules)
+
+    def doomed(self, gone: ManifestIndex, kept: ManifestIndex, rules: PathRules) -> LocalDoomed:
+        # A manifest the kept snapshots also list holds only files they keep, and one without
+        # live entries holds none: the candidates need neither opened.
+        candidates: dict[tuple[str, str], FileRow] = {(r[1], r[2]): r for r in gone.rows}
+        for row in _entries(gone, rules, kept.manifest_keys, True):
+            candidates.setdefault((row[1], row[2]), row)
+        valid = self.keys(kept, rules).known
+        return LocalDoomed(tuple(r for r in candidates.values() if r[1] not in valid))
+
+    def keys(self, index: ManifestIndex, rules: PathRules, extra: Iterable[str] = ()) -> KeySet:
+        work = tasks(index, 1)
+        with no_cycle_collection():
+            chunks = parallel_map(lambda t: entry_keys(t, rules), work)
+        known = {r[1] for r in index.rows}
+        known.update(extra)
+        for chunk in chunks:
+            known.update(chunk)
+        return KeySet(frozenset(known))
+
+    def delete(
+        self, files: Ready | Sequence[FileRow], keep: KeySet | None, concurrency: int
+    ) -> DeleteOutcome:
+        rows = (
+            [r for part in files.parts for r in decode_rows(read(part), part)]
+            if isinstance(files, Ready)
+            else list(files)
+        )
+        if keep is not None:
+            assert keep.handle is None, "the driver engine keeps its keys in memory"
+            rows = [r for r in rows if r[1] not in keep.known]
+        return delete_rows(rows, threads=max(1, concurrency), kill=faults.remote_kill("delete.mid"))
+
+    def scan_orphans(
+        self,
+        location: str,
+        rules: PathRules,
+        partition_names: frozenset[str],
+        references: Callable[[], tuple[ManifestIndex, tuple[str, ...]]],
+        cutoff_ms: int,
+        deletable: Callable[[str], bool] | None,
+    ) -> LocalOrphans:
+        listed = self._list(location, rules, partition_names)
+        index, extra = references()
+        refs = self.keys(index, rules, extra).known
+        old = (r for r in listed if r[3] < cutoff_ms and (deletable is None or deletable(r[0])))
+        pairs: Iterator[tuple[str, Any]] = (listed_pair(r) for r in old)
+        with no_cycle_collection():
+            found = classify([*pairs, *(reference_pair(k) for k in refs)])
+        return LocalOrphans(tuple(found), summary(tally(found, SAMPLE), SAMPLE))
+
+    def _list(
+        self, location: str, rules: PathRules, partition_names: frozenset[str]
+    ) -> list[tuple[str, str, int, int]]:
+        stem = strip_trailing_slash(location)
+        classifier = Classifier(stem, rules, partition_names)
+        rows: list[tuple[Any, ...]] = []
+        with no_cycle_collection():
+            for row in classifier.rows(FileIO.for_location(location).list(location, recursive=True)):
+                rows.append(row)
+                if len(rows) > self.max_listed:
+                    raise ListingTooLarge(f"{location} holds over {self.max_listed} files")
+        _, roots = markers(rows)
+        inner = tuple(root + "/" for root in nested(roots, rules.prefix(stem)[:-1]))
+        return [(r[0], r[1], r[2], r[3]) for r in rows if not r[4] and not (inner and r[1].startswith(inner))]

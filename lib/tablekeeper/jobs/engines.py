@@ -1,0 +1,77 @@
+"""Which engine a maintenance job runs on: this process for small tables, Spark for large ones.
+
+``--engine auto`` (the default) reads the manifest lists on the driver first; a table whose
+snapshots reach at most ``DRIVER_MAX_FILES`` files through at most ``DRIVER_MAX_MANIFESTS``
+manifests is handled by the driver engine and no Spark session starts. Anything larger starts (or
+takes) the session and reuses the lists already read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, Union
+
+from tablekeeper.errors import ConfigError
+from tablekeeper.files.engine import (
+    DRIVER_MAX_FILES,
+    DRIVER_MAX_MANIFESTS,
+    DRIVER_MAX_SNAPSHOTS,
+    Engine,
+)
+from tablekeeper.files.local import IndexCache, LocalEngine
+from tablekeeper.files.rules import PathRules
+from tablekeeper.iceberg.metadata import TableMetadata
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+EngineName = Literal["auto", "driver", "spark"]
+ENGINES = ("auto", "driver", "spark")
+# A session, a way to get one (started only if needed), or none (the driver engine only).
+SparkSource = Union["SparkSession", Callable[[], "SparkSession"], None]
+# Manifests whose lists give no entry counts (v1) make the estimate blind beyond this many.
+DRIVER_MAX_UNCOUNTED = 200
+
+
+def check_engine(name: str) -> None:
+    if name not in ENGINES:
+        raise ConfigError(f"--engine {name!r} is not auto, driver or spark")
+
+
+def spark_session(source: SparkSource, job: str) -> SparkSession:
+    if source is None:
+        raise ConfigError(f"{job} needs a Spark session here: run it with spark-submit or --engine driver")
+    if callable(source):
+        return source()
+    return source
+
+
+def spark_engine(source: SparkSource, job: str, cache: IndexCache) -> Engine:
+    from tablekeeper.spark.maintenance import SparkEngine
+
+    return SparkEngine(spark_session(source, job), cache)
+
+
+def choose_engine(
+    name: str, meta: TableMetadata, source: SparkSource, job: str, rules: PathRules, cache: IndexCache
+) -> Engine:
+    """The engine for a job on ``meta``; ``auto`` reads the manifest lists into ``cache``."""
+    check_engine(name)
+    if name == "driver":
+        return LocalEngine(cache)
+    if name == "spark" or len(meta.snapshots) > DRIVER_MAX_SNAPSHOTS:
+        return spark_engine(source, job, cache)
+    index = cache.index(meta, [s.snapshot_id for s in meta.snapshots], rules)
+    small = (
+        index.estimate <= DRIVER_MAX_FILES
+        and len(index.manifests) <= DRIVER_MAX_MANIFESTS
+        and index.uncounted <= DRIVER_MAX_UNCOUNTED
+    )
+    if small or source is None:
+        log.info("engine: driver (about %d files in %d manifests)", index.estimate, len(index.manifests))
+        return LocalEngine(cache)
+    log.info("engine: spark (about %d files in %d manifests)", index.estimate, len(index.manifests))
+    return spark_engine(source, job, cache)

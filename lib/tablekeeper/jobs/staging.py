@@ -1,0 +1,90 @@
+"""Runs that build a table's next state out of sight and publish it in one catalog operation.
+
+``staged_run`` stages the table (``catalog.staged``), writes a staging journal naming where the
+run's files go (their names carry the run's token), and on leaving publishes: readers see the
+table as it was or as the run left it, never in between. A known failure removes every file the
+run wrote; an unknown commit state keeps them and the journal; a run killed anywhere leaves the
+journal, which the next run finishes (``files.finish``).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from tablekeeper import faults
+from tablekeeper.catalog.base import Catalog, LoadedTable
+from tablekeeper.catalog.staged import StagedTable
+from tablekeeper.errors import CommitFailed, CommitStateUnknown, TablekeeperError
+from tablekeeper.files.finish import finish_journals, staged_files
+from tablekeeper.files.journal import JournalWriter, Staged
+from tablekeeper.files.local import LocalEngine
+from tablekeeper.io import FileIO
+
+log = logging.getLogger(__name__)
+
+# Where a staged table's new files go: manifests and lists, and delete files.
+STAGED_DIRECTORIES = ("metadata", "data")
+DELETE_THREADS = 8
+
+
+@dataclass
+class StagedRun:
+    table: StagedTable
+    token: str  # every file the run writes has it in its name
+    journal: JournalWriter
+    resumed: dict[str, Any] | None  # the journals of dead runs this one finished first
+    published: LoadedTable | None = None
+
+
+@contextmanager
+def staged_run(catalog: Catalog, identifier: str, base: LoadedTable | None, job: str) -> Iterator[StagedRun]:
+    """Stage ``identifier`` (``base``: the table as loaded, None to create it) for the body of the
+    ``with``; publish what it committed to the staged table when the body returns."""
+    location = base.metadata.location if base is not None else catalog.new_table_location(identifier)
+    io = base.io if base is not None else FileIO.for_location(location)
+    resumed = finish_journals(io, location, lambda: base, LocalEngine(), DELETE_THREADS).metric()
+    token = uuid.uuid4().hex[:12]
+    journal = JournalWriter.start(
+        io,
+        location,
+        job=job,
+        table=identifier,
+        kind="stage",
+        base_metadata=base.metadata_location if base is not None else None,
+        staged=tuple(Staged(f"{location.rstrip('/')}/{d}", token) for d in STAGED_DIRECTORIES),
+        run_id=token,
+    )
+    run = StagedRun(StagedTable(catalog, identifier, base, location), token, journal, resumed)
+    try:
+        yield run
+        if run.table.changed:
+            faults.kill_point("stage.written")
+            if not journal.intact():
+                raise CommitFailed(
+                    f"the staging journal of this run disappeared from {journal.location}: another run "
+                    "took it for dead and may have removed its files; run the job again"
+                )
+            run.published = run.table.publish()
+            journal.committed(run.published.metadata_location)
+    except CommitStateUnknown:
+        raise  # the catalog may show the table: its files stay, and so does the journal
+    except BaseException:
+        _remove_staged(journal)
+        raise
+    journal.remove()
+
+
+def _remove_staged(journal: JournalWriter) -> None:
+    """A known failure: nothing the run wrote is referenced (the table is as it was)."""
+    try:
+        rows = [row for s in journal.header.staged for row in staged_files(s, journal.header.rules)]
+        report = journal.io.delete_many([r[0] for r in rows])
+        if report.ok:
+            journal.remove()
+    except TablekeeperError as err:  # the next run finishes the journal
+        log.warning("could not remove the files of this failed run: %s", err.message)

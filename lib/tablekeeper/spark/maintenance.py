@@ -1,0 +1,157 @@
+"""The Spark engine of the maintenance jobs (``files.engine``): their sets as Spark datasets.
+
+Manifests are read, listings made, files compared, journal parts written and files deleted by
+executor tasks; the driver sees counts, samples and the locations of journal parts. Each step is
+one round of Python tasks, since a Python task costs a few hundred milliseconds to start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from pyspark import RDD, StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+from tablekeeper.files.deletes import NOTHING, DeleteOutcome
+from tablekeeper.files.engine import KeySet
+from tablekeeper.files.journal import JournalWriter, Ready, decode_rows, write_part
+from tablekeeper.files.local import IndexCache
+from tablekeeper.files.manifests import FileRow, ManifestIndex, read
+from tablekeeper.files.orphans import ORPHAN, Summary
+from tablekeeper.files.rules import PathRules
+from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.spark.concurrent import Background
+from tablekeeper.spark.listing import list_location
+from tablekeeper.spark.reachability import (
+    delete_files,
+    index_manifests,
+    reachable_files,
+    reachable_keys,
+)
+from tablekeeper.spark.unreferenced import summarize, unreferenced
+
+SAMPLE = 100
+# Rows a journal part holds at most, roughly: parts are written by the tasks that hold the rows.
+ROWS_PER_PART = 200_000
+
+
+def _write_parts(rows: RDD[Any], journal: JournalWriter, parallelism: int) -> Ready:
+    directory = journal.location
+
+    def write(index: int, part: Iterable[Any]) -> Iterator[tuple[str, int, int]]:
+        batch = [(str(r[0]), str(r[1]), str(r[2]), int(r[3])) for r in part]
+        if batch:
+            yield write_part(directory, index, batch)
+
+    if rows.getNumPartitions() > parallelism:
+        rows = rows.coalesce(parallelism)
+    return journal.ready(rows.mapPartitionsWithIndex(write).collect())
+
+
+class SparkDoomed:
+    def __init__(self, spark: SparkSession, files: DataFrame) -> None:
+        self.spark = spark
+        self.files = files
+
+    def rows(self) -> list[FileRow]:
+        return [
+            (r[0], r[1], r[2], int(r[3])) for r in self.files.select("path", "key", "kind", "size").collect()
+        ]
+
+    def write(self, journal: JournalWriter) -> Ready:
+        rdd = self.files.select("path", "key", "kind", "size").rdd
+        return _write_parts(rdd, journal, self.spark.sparkContext.defaultParallelism)
+
+
+class SparkOrphans:
+    def __init__(self, spark: SparkSession, found: RDD[tuple[str, str, str, int]], summary: Summary) -> None:
+        self.spark = spark
+        self.found = found
+        self.summary = summary
+
+    def _rows(self, statuses: Sequence[str]) -> RDD[Any]:
+        wanted = tuple(statuses)
+        return self.found.filter(lambda r: r[0] in wanted).map(lambda r: (r[1], r[2], ORPHAN, r[3]))
+
+    def rows(self, statuses: Sequence[str]) -> list[tuple[str, int]]:
+        return [(r[0], int(r[3])) for r in self._rows(statuses).collect()]
+
+    def write(self, journal: JournalWriter, statuses: Sequence[str]) -> Ready:
+        return _write_parts(self._rows(statuses), journal, self.spark.sparkContext.defaultParallelism)
+
+
+class SparkEngine:
+    name = "spark"
+
+    def __init__(self, spark: SparkSession, cache: IndexCache | None = None) -> None:
+        self.spark = spark
+        self.cache = cache
+
+    def index(self, meta: TableMetadata, snapshot_ids: Iterable[int], rules: PathRules) -> ManifestIndex:
+        return index_manifests(self.spark, meta, snapshot_ids, rules, self.cache)
+
+    def doomed(self, gone: ManifestIndex, kept: ManifestIndex, rules: PathRules) -> SparkDoomed:
+        # A manifest the kept snapshots also list holds only files they keep, and one without
+        # live entries holds none: the candidates need neither opened.
+        candidates = reachable_files(
+            self.spark, gone, rules, skip_manifests=kept.manifest_keys, skip_empty=True
+        )
+        valid = reachable_files(self.spark, kept, rules)
+        return SparkDoomed(self.spark, candidates.join(valid.select("key"), on="key", how="left_anti"))
+
+    def keys(self, index: ManifestIndex, rules: PathRules, extra: Iterable[str] = ()) -> KeySet:
+        found = reachable_keys(self.spark, index, rules)
+        return KeySet(frozenset(found.known) | frozenset(extra), found.entries)
+
+    def delete(
+        self, files: Ready | Sequence[FileRow], keep: KeySet | None, concurrency: int
+    ) -> DeleteOutcome:
+        sc = self.spark.sparkContext
+        rows: RDD[Any]
+        if isinstance(files, Ready):
+            if not files.parts:
+                return NOTHING
+            parts = sc.parallelize(list(files.parts), max(1, min(len(files.parts), sc.defaultParallelism)))
+            rows = parts.flatMap(lambda p: decode_rows(read(p), p))
+        elif not files:
+            return NOTHING
+        else:
+            rows = sc.parallelize(list(files), max(1, min(len(files), sc.defaultParallelism)))
+        if keep is not None:
+            known = keep.known
+            rows = rows.filter(lambda r: r[1] not in known)
+            if keep.handle is not None:
+                kept: RDD[Any] = keep.handle.map(lambda k: (k, None))
+                rows = rows.keyBy(lambda r: r[1]).subtractByKey(kept).values()
+        return delete_files(rows, concurrency)
+
+    def scan_orphans(
+        self,
+        location: str,
+        rules: PathRules,
+        partition_names: frozenset[str],
+        references: Callable[[], tuple[ManifestIndex, tuple[str, ...]]],
+        cutoff_ms: int,
+        deletable: Callable[[str], bool] | None,
+    ) -> SparkOrphans:
+        sc = self.spark.sparkContext
+
+        def referenced() -> tuple[KeySet, int]:
+            index, extra = references()
+            return self.keys(index, rules, extra), index.estimate + len(extra)
+
+        # The manifest lists are read while the driver lists: both leave cores idle on their own.
+        refs_job = Background(self.spark, "files the table references", referenced)
+        listing = list_location(self.spark, location, rules, partition_names)
+        refs, estimate = refs_job.result()
+
+        def old(row: tuple[Any, ...]) -> bool:
+            return bool(row[3] < cutoff_ms and (deletable is None or deletable(row[0])))
+
+        old_rows = [r for r in listing.driver_rows if old(r)]
+        old_rdd = listing.rows.filter(old) if listing.rows is not None else None
+        found = unreferenced(sc, old_rows, old_rdd, tuple(refs.known), refs.handle, listing.count + estimate)
+        found.persist(StorageLevel.MEMORY_AND_DISK)
+        found.localCheckpoint()  # what is deleted is exactly what was counted
+        return SparkOrphans(self.spark, found, summarize(found, SAMPLE))
