@@ -262,7 +262,8 @@ def test_log_cleanup_history_starts_at_checkpoint_and_incremental_resyncs(
 
 
 class _FailingCommits:
-    """A catalog whose pointer swap fails: every file of the attempt has been written by then."""
+    """A catalog whose pointer swap (or create) fails: every file of the attempt has been
+    written by then."""
 
     def __init__(self, inner: Any, error: Exception) -> None:
         self.inner, self.error = inner, error
@@ -271,6 +272,9 @@ class _FailingCommits:
         return getattr(self.inner, name)
 
     def commit(self, base: Any, new: Any) -> Any:
+        raise self.error
+
+    def create_table(self, identifier: str, metadata: Any) -> Any:
         raise self.error
 
 
@@ -286,11 +290,11 @@ def test_failed_commit_leaves_target_unchanged_and_rerun_converges(spark, catalo
     failing = _FailingCommits(catalog, StorageError("injected: the catalog is down"))
     with pytest.raises(StorageError):
         convert(catalogs, source, ident, catalog=failing, format_version=3)
-    loaded = catalog.load_table(ident)  # created, never committed to: nothing staged is left
-    location = Path(loaded.metadata.location)
-    assert loaded.metadata.current_snapshot() is None
-    assert _files_under(location) == {str(Path(loaded.metadata_location).relative_to(location))}
-    convert(catalogs, source, ident, format_version=3)  # the re-run reuses the empty target
+    # A full conversion is created with all it converted, or not at all: no table, no file left.
+    assert not catalog.table_exists(ident)
+    location = Path(catalog.default_table_location(ident))
+    assert _files_under(location) == set()
+    convert(catalogs, source, ident, format_version=3)  # the same command, again
     evolve_plain(spark, source)
     before, files = catalog.load_table(ident).metadata_location, _files_under(location)
     for options in ({}, {"history": "all"}, {"engine": "spark"}):
@@ -319,10 +323,10 @@ def test_executor_path_cleans_up_on_failure_and_auto_picks_it_for_large_logs(  #
     failing = _FailingCommits(catalog, StorageError("injected: the catalog is down"))
     with pytest.raises(StorageError):
         convert(catalogs, source, ident, spark, catalog=failing, engine="spark", format_version=3)
-    loaded = catalog.load_table(ident)
-    location = Path(loaded.metadata.location)
+    assert not catalog.table_exists(ident)
+    location = Path(catalog.default_table_location(ident))
     # Manifests the executors wrote, the driver's Puffin file and the manifest list are all gone.
-    assert _files_under(location) == {str(Path(loaded.metadata_location).relative_to(location))}
+    assert _files_under(location) == set()
     # auto: a log above the threshold goes to the executors without being asked.
     monkeypatch.setattr(job, "DISTRIBUTE_LOG_BYTES", 0)
     result = convert(catalogs, source, ident, spark, format_version=3)

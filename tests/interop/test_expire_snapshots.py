@@ -188,21 +188,38 @@ def test_expiring_a_ref_target_is_refused(spark, catalogs) -> None:  # type: ign
         )
 
 
-def test_unreadable_manifest_deletes_nothing(spark, catalogs, warehouse: Path) -> None:  # type: ignore[no-untyped-def]
-    name = "expire_corrupt"
-    _build(spark, name, 2)
+@pytest.mark.parametrize("engine", ["driver", "spark"])
+@pytest.mark.parametrize("damage", ["old manifest", "current manifest truncated", "current list missing"])
+def test_unreadable_manifest_deletes_nothing(
+    spark, catalogs, warehouse: Path, engine: str, damage: str
+) -> None:  # type: ignore[no-untyped-def]
+    """Everything the expiry decides by (the manifests of the snapshots it expires and of those it
+    keeps) is read before the commit: any of them unreadable refuses the run, table untouched."""
+    name = f"expire_corrupt_{engine}_{damage.split(maxsplit=1)[0]}_{damage.rsplit(maxsplit=1)[-1]}"
+    table = _build(spark, name, 2)
     root = warehouse / "files" / "db" / name
     manifests = sorted((root / "metadata").glob("*-m*.avro"), key=lambda p: p.stat().st_mtime)
-    manifests[0].write_bytes(b"not avro")
-    before = _files(root)
-    with pytest.raises(CorruptMetadataError, match="no file deleted"):
+    if damage == "old manifest":
+        manifests[0].write_bytes(b"not avro")
+    elif damage == "current manifest truncated":
+        current = spark.sql(f"SELECT path FROM {table}.manifests").collect()[0][0]
+        data = Path(current.removeprefix("file:")).read_bytes()
+        Path(current.removeprefix("file:")).write_bytes(data[: len(data) // 2])
+    else:
+        listed = spark.sql(
+            f"SELECT manifest_list FROM {table}.snapshots ORDER BY committed_at DESC"
+        ).collect()
+        Path(listed[0][0].removeprefix("file:")).unlink()
+    before = {p: Path(p).read_bytes() for p in _files(root)}
+    with pytest.raises(CorruptMetadataError, match="nothing expired, nothing deleted"):
         run_expire(
-            ExpireOptions(table=f"db.{name}", older_than="0s", retain_last=1),
+            ExpireOptions(table=f"db.{name}", older_than="0s", retain_last=1, engine=engine),
             catalog_for(catalogs.get(FS_CATALOG)),
             f"db.{name}",
             spark,
         )
-    assert before - _files(root) == set()
+    # A refusal is decided before the commit: not one file of the table changed.
+    assert {p: Path(p).read_bytes() for p in _files(root)} == before
 
 
 def test_unknown_commit_state_deletes_nothing(

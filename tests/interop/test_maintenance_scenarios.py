@@ -161,14 +161,21 @@ def test_each_phase_shows_its_own_job_description(spark, catalogs, warehouse: Pa
     identifier, _, _, _ = _mismatched_table(spark, catalogs, warehouse, "orphans_phases")
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     last, _ = _descriptions(spark)
-    run_orphans(OrphanOptions(table=identifier, prefix_mismatch="ignore"), catalog, identifier, spark)
+    run_orphans(
+        OrphanOptions(table=identifier, prefix_mismatch="ignore", engine="spark"), catalog, identifier, spark
+    )
     last, seen = _descriptions(spark, last)
     phases = {d.split(": ", 1)[1].split(" ")[0] for d in seen if d.startswith("remove-orphans: ")}
     assert phases == {"list", "files", "compare", "delete"}, seen
 
     spark.sql(f"INSERT INTO {FS_CATALOG}.{identifier} VALUES (2)")
     last, _ = _descriptions(spark, last)
-    run_expire(ExpireOptions(table=identifier, older_than="0s", retain_last=1), catalog, identifier, spark)
+    run_expire(
+        ExpireOptions(table=identifier, older_than="0s", retain_last=1, engine="spark"),
+        catalog,
+        identifier,
+        spark,
+    )
     _, seen = _descriptions(spark, last)
     assert all(d.startswith("expire-snapshots: ") for d in seen), seen
     assert any("retained snapshots" in d for d in seen)

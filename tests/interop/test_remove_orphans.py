@@ -117,7 +117,7 @@ def test_dry_run_lists_what_a_run_deletes_and_neighbours_survive(spark, catalogs
 
 def test_refusals_delete_nothing(spark, catalogs, warehouse: Path) -> None:  # type: ignore[no-untyped-def]
     name = "orphans_refused"
-    table, root, _ = _table(spark, warehouse, name)
+    _, root, _ = _table(spark, warehouse, name)
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     before = _files(root)
     with pytest.raises(SafetyRefusal, match="under 24 hours"):
@@ -126,15 +126,34 @@ def test_refusals_delete_nothing(spark, catalogs, warehouse: Path) -> None:  # t
         run_orphans(
             OrphanOptions(table=f"db.{name}", location=str(root.parent)), catalog, f"db.{name}", spark
         )
-    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('gc.enabled'='false')")
-    with pytest.raises(SafetyRefusal, match=r"gc\.enabled=false"):
-        run_orphans(OrphanOptions(table=f"db.{name}"), catalog, f"db.{name}", spark)
-    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('gc.enabled'='true')")
     manifest = next((root / "metadata").glob("*-m0.avro"))
     manifest.write_bytes(b"not avro")
     with pytest.raises(CorruptMetadataError, match="nothing deleted"):
         run_orphans(OrphanOptions(table=f"db.{name}"), catalog, f"db.{name}", spark)
-    assert before - _files(root) == set()  # (the property changes added metadata files)
+    assert before - _files(root) == set()
+
+
+@pytest.mark.parametrize("engine", ["driver", "spark"])
+def test_gc_disabled_cleans_only_the_metadata_location(spark, catalogs, warehouse: Path, engine: str) -> None:  # type: ignore[no-untyped-def]
+    """A table whose data files may belong to another table (gc.enabled=false, e.g. a converted
+    Delta table) gets only its own metadata leftovers removed, never a data file."""
+    name = f"orphans_gc_off_{engine}"
+    table, root, planted = _table(spark, warehouse, name)
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('gc.enabled'='false')")
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    with pytest.raises(SafetyRefusal, match="only cleans its metadata location"):
+        run_orphans(
+            OrphanOptions(table=f"db.{name}", location=str(root / "data"), engine=engine),
+            catalog,
+            f"db.{name}",
+            spark,
+        )
+    result = run_orphans(OrphanOptions(table=f"db.{name}", engine=engine), catalog, f"db.{name}", spark)
+    assert result.metrics["mode"] == "metadata-only"
+    gone = {p for p in planted if not p.exists()}
+    assert gone == {p for p in planted if p.parent.name == "metadata"}
+    assert all(p.exists() for p in planted if p.parent.name != "metadata")
+    assert result.metrics["deleted_files_count"] == len(gone)
 
 
 def test_short_retention_when_forced(spark, catalogs, warehouse: Path) -> None:  # type: ignore[no-untyped-def]

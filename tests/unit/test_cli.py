@@ -216,3 +216,25 @@ def test_destructive_jobs_reject_malformed_options_before_starting_spark(tmp_pat
     assert "is not name=name: use e.g. s3a=s3" in proc.stderr.strip().splitlines()[-1]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["job"] == "remove-orphans" and result["status"] == "failed"
+
+
+def test_metadata_failures_answer_without_starting_spark(tmp_path: Path) -> None:
+    """A missing table, or a refusal decided from metadata, is answered before any JVM starts."""
+    conf = tmp_path / "catalogs.yaml"
+    conf.write_text(f"default: fs\ncatalogs:\n  fs:\n    type: filesystem\n    warehouse: {tmp_path}/wh\n")
+    for job in ("expire-snapshots", "remove-orphans", "compact"):
+        proc = run(job, "--table", "db.missing", "--conf-file", str(conf))
+        assert proc.returncode == 2, (job, proc.stderr)
+        assert "not found in catalog fs" in proc.stderr.strip().splitlines()[-1]
+        assert "log4j" not in proc.stderr and "SparkContext" not in proc.stderr, job
+    table_conf, _ = _table_with_one_file(tmp_path)
+    common = ["--table", "db.t", "--conf-file", str(table_conf), "--warehouse", str(tmp_path)]
+    proc = run("remove-orphans", *common, "--older-than", "2h")
+    assert proc.returncode == 3 and "under 24 hours" in proc.stderr.strip().splitlines()[-1]
+    assert "log4j" not in proc.stderr
+    # A small table's dry runs need no Spark at all.
+    for job in ("expire-snapshots", "remove-orphans"):
+        proc = run(job, *common, "--dry-run")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout.strip().splitlines()[-1])["metrics"]["engine"] == "driver"
+        assert "log4j" not in proc.stderr

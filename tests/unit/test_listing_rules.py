@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tablekeeper.io.fileio import FileInfo
 from tablekeeper.files.listing import Classifier, is_hidden, nested
 from tablekeeper.files.rules import PathRules
+from tablekeeper.io.fileio import FileInfo
 
 HIDDEN = {
     "data/a.parquet": False,

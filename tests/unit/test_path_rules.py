@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from tablekeeper.io.uri import normalize_location
 from tablekeeper.files.rules import PathRules
+from tablekeeper.io.uri import normalize_location
 
 SEGMENTS = ["a", "B", ".", "..", "", "x=1", "_p", "%20", "f.parquet"]
 PREFIXES = [

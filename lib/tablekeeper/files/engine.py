@@ -59,6 +59,9 @@ class OrphanScan(Protocol):
 class Engine(Protocol):
     name: str
 
+    def describe(self, phase: str) -> None:
+        """Name what comes next (Spark shows it as the job description of its work)."""
+
     def index(self, meta: TableMetadata, snapshot_ids: Iterable[int], rules: PathRules) -> ManifestIndex:
         """The snapshots' manifest lists, read."""
 
@@ -101,6 +104,13 @@ def task_failure(err: BaseException, what: str) -> TablekeeperError:
                 return CorruptMetadataError(f"{what}: {line.split(marker, 1)[1]}")
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), err.__class__.__name__)
     return CorruptMetadataError(f"{what}: {first[:300]}")
+
+
+def failed(err: Exception, what: str) -> TablekeeperError:
+    """``err`` with what it means for the run in front (the class, so the exit code, kept)."""
+    if isinstance(err, TablekeeperError):
+        return type(err)(f"{what}: {err.message}")
+    return task_failure(err, what)
 
 
 class ListingTooLarge(Exception):

@@ -8,6 +8,7 @@ Spark session costs to start.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.io import FileIO
 from tablekeeper.io.uri import strip_trailing_slash
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 THREADS = 16
@@ -111,6 +113,9 @@ class LocalEngine:
     def __init__(self, cache: IndexCache | None = None, max_listed: int = DRIVER_MAX_LISTED) -> None:
         self.cache = cache or IndexCache()
         self.max_listed = max_listed
+
+    def describe(self, phase: str) -> None:
+        log.debug("%s", phase)
 
     def index(self, meta: TableMetadata, snapshot_ids: Iterable[int], rules: PathRules) -> ManifestIndex:
         return self.cache.index(meta, snapshot_ids, rules)

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog
 from tablekeeper.commit.producer import SnapshotChange
 from tablekeeper.commit.transaction import Committer
@@ -118,6 +119,7 @@ def run_backfill(options: BackfillOptions, catalog: Catalog, identifier: str) ->
         metrics["row_id_range"] = [start, start + total - 1] if total else None
         metrics["snapshot_ids"] = []
         return clock.result(JOB, identifier, dry_run=True, metrics=metrics)
+    faults.kill_point("plan.done")
     committer = Committer(catalog, identifier)
     snapshot_ids: list[int] = []
     low: int | None = None

@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from tablekeeper import faults
 from tablekeeper.catalog import Catalog, LoadedTable
 from tablekeeper.commit import Committer, SnapshotChange, SummaryDelta
 from tablekeeper.commit.producer import new_commit_uuid
@@ -159,12 +160,15 @@ def plan_convert(options: ConvertOptions, catalog: Catalog) -> ConvertPlan:
             f"target {options.target} was converted from {props.get(SOURCE_PROPERTY)}, not {root}: "
             "pick the matching source or another target"
         )
+    last = int(props[VERSION_PROPERTY])
     if options.mode == "full":
+        if last == latest:
+            # A run that completed (perhaps killed just after): the command's work is done.
+            return plan("full", (), last, False, table.metadata.format_version, True, "already converted")
         raise ConfigError(
             f"target {options.target} already exists: use --mode incremental to bring it up to date, "
             "or drop it for a full conversion"
         )
-    last = int(props[VERSION_PROPERTY])
     fv = table.metadata.format_version
     if last > latest:
         raise ConfigError(
@@ -577,6 +581,7 @@ def _run(options: ConvertOptions, catalog: Catalog, spark: SparkSession | None) 
     attempt = 0
     while True:
         plan = plan_convert(options, catalog)
+        faults.kill_point("plan.done")
         try:
             return execute_convert(plan, options, catalog, spark)
         except CommitFailed as err:

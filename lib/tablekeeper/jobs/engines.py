@@ -52,7 +52,7 @@ def spark_session(source: SparkSource, job: str) -> SparkSession:
 def spark_engine(source: SparkSource, job: str, cache: IndexCache) -> Engine:
     from tablekeeper.spark.maintenance import SparkEngine
 
-    return SparkEngine(spark_session(source, job), cache)
+    return SparkEngine(spark_session(source, job), job, cache)
 
 
 def choose_engine(

@@ -29,7 +29,7 @@ from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import CommitStateUnknown, SafetyRefusal, TablekeeperError
-from tablekeeper.files.engine import Engine, KeySet, task_failure
+from tablekeeper.files.engine import Engine, KeySet, failed, task_failure
 from tablekeeper.files.finish import finish_journals, metadata_files, pending_journals
 from tablekeeper.files.journal import JournalWriter
 from tablekeeper.files.local import IndexCache
@@ -155,12 +155,6 @@ def _reached_since(
     return engine.keys(unread, rules, extra)
 
 
-def _failed(err: Exception, what: str) -> TablekeeperError:
-    if isinstance(err, TablekeeperError):
-        return type(err)(f"{what}: {err.message}")
-    return task_failure(err, what)
-
-
 def run_expire(
     options: ExpireOptions, catalog: Catalog, identifier: str, spark: SparkSource = None
 ) -> JobResult:
@@ -204,9 +198,13 @@ def _plan(
     plan = plan_expiry(meta, policy)
     after = _expiry(table.io, meta, policy, clean, now)
     kept_ids = [s.snapshot_id for s in after.snapshots]
+    engine.describe(f"manifest lists of the {len(kept_ids)} retained snapshots")
     kept = engine.index(meta, kept_ids, rules)
+    engine.describe(f"manifest lists of {len(plan.expired_snapshot_ids)} expired snapshots")
     gone = engine.index(meta, plan.expired_snapshot_ids, rules)
-    return plan, kept_ids, kept, engine.doomed(gone, kept, rules)
+    doomed = engine.doomed(gone, kept, rules)
+    engine.describe("files only the expired snapshots reach")
+    return plan, kept_ids, kept, doomed
 
 
 def _dry_run(
@@ -223,7 +221,7 @@ def _dry_run(
         plan, _, _, doomed = _plan(table, policy, options.clean_expired_metadata, engine, rules, now)
         rows = doomed.rows()
     except Exception as err:
-        raise _failed(err, f"{JOB} {identifier}: nothing would be deleted safely") from err
+        raise failed(err, f"{JOB} {identifier}: nothing would be deleted safely") from err
     counts: dict[str, int] = {}
     for _, _, kind, _ in rows:
         counts[kind] = counts.get(kind, 0) + 1
@@ -257,7 +255,7 @@ def _execute(
     try:
         plan, kept_ids, kept, doomed = _plan(table, policy, clean, engine, rules, now)
     except Exception as err:
-        raise _failed(err, unchanged) from err
+        raise failed(err, unchanged) from err
     faults.kill_point("plan.done")
     if not plan.changes_anything:
         return _metrics(plan, {}) | {"bytes_freed": 0, "note": "nothing to expire"}
@@ -274,7 +272,7 @@ def _execute(
         try:
             ready = doomed.write(journal)  # every manifest is read here: unreadable -> no commit
         except Exception as err:
-            raise _failed(err, unchanged) from err
+            raise failed(err, unchanged) from err
         faults.kill_point("journal.written")
         bounded = policy.within(plan)
         committed = (
@@ -298,9 +296,10 @@ def _execute(
     try:
         refreshed = catalog.require(identifier)  # files of commits made since ours count as live
         keep = _reached_since(engine, refreshed, kept, kept_ids, rules)
+        engine.describe("delete unreachable files")
         outcome = engine.delete(ready, keep, concurrency)
     except Exception as err:
-        raise _failed(
+        raise failed(
             err,
             f"{JOB} {identifier}: snapshots expired, their files not deleted yet (the next run of any "
             "destructive job on the table deletes them from the journal)",

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.errors import ConfigError, SafetyRefusal, TablekeeperError
-from tablekeeper.files.engine import Engine, ListingTooLarge, OrphanScan, task_failure
+from tablekeeper.files.engine import Engine, ListingTooLarge, OrphanScan, failed, task_failure
 from tablekeeper.files.finish import finish_journals, metadata_files, pending_journals
 from tablekeeper.files.journal import JournalWriter
 from tablekeeper.files.local import IndexCache
@@ -153,13 +153,18 @@ def run_orphans(
                 table.io, table.metadata.location, lambda: catalog.require(identifier), engine, concurrency
             ).metric()
         try:
-            found = _scan(engine, table, scope, rules)
-        except ListingTooLarge as err:
-            if options.engine != "auto" or spark is None:
-                raise
-            log.info("%s: listing on Spark instead", err)
-            engine = spark_engine(spark, JOB, cache)
-            found = _scan(engine, table, scope, rules)
+            try:
+                found = _scan(engine, table, scope, rules)
+            except ListingTooLarge as err:
+                if options.engine != "auto" or spark is None:
+                    raise
+                log.info("%s: listing on Spark instead", err)
+                engine = spark_engine(spark, JOB, cache)
+                found = _scan(engine, table, scope, rules)
+        except ListingTooLarge:
+            raise
+        except Exception as err:
+            raise failed(err, f"{JOB} {identifier}: nothing deleted") from err
         metrics = _act(options, identifier, table, scope, engine, found, concurrency, rules)
     except TablekeeperError:
         raise
@@ -251,6 +256,7 @@ def _act(
         journal.remove()
         raise
     faults.kill_point("journal.written")
+    engine.describe("delete orphans")
     outcome = engine.delete(ready, None, concurrency)
     if not outcome.failures:
         journal.remove()

@@ -84,9 +84,13 @@ class SparkOrphans:
 class SparkEngine:
     name = "spark"
 
-    def __init__(self, spark: SparkSession, cache: IndexCache | None = None) -> None:
+    def __init__(self, spark: SparkSession, job: str, cache: IndexCache | None = None) -> None:
         self.spark = spark
+        self.job = job
         self.cache = cache
+
+    def describe(self, phase: str) -> None:
+        self.spark.sparkContext.setJobDescription(f"{self.job}: {phase}")
 
     def index(self, meta: TableMetadata, snapshot_ids: Iterable[int], rules: PathRules) -> ManifestIndex:
         return index_manifests(self.spark, meta, snapshot_ids, rules, self.cache)
@@ -142,9 +146,11 @@ class SparkEngine:
             return self.keys(index, rules, extra), index.estimate + len(extra)
 
         # The manifest lists are read while the driver lists: both leave cores idle on their own.
-        refs_job = Background(self.spark, "files the table references", referenced)
+        refs_job = Background(self.spark, f"{self.job}: files the table references", referenced)
+        self.describe(f"list {location}")
         listing = list_location(self.spark, location, rules, partition_names)
         refs, estimate = refs_job.result()
+        self.describe("compare")
 
         def old(row: tuple[Any, ...]) -> bool:
             return bool(row[3] < cutoff_ms and (deletable is None or deletable(row[0])))

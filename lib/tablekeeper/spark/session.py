@@ -212,6 +212,8 @@ def get_spark(
         return active
     catalogs = catalogs or load_catalogs()
     settings = session_conf(catalogs, local_jar_paths(), conf)
+    if logging.getLogger("tablekeeper").getEffectiveLevel() > logging.DEBUG:
+        settings.setdefault(DAEMON_MODULE, "tablekeeper.spark.quiet_daemon")
     _prepare_local_dirs(catalogs)
     # Executors in local mode must run the same interpreter as the driver (the project's venv).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -229,6 +231,7 @@ def get_spark(
     return spark
 
 
+DAEMON_MODULE = "spark.python.daemon.module"
 # Spark logs a failed task's whole Python traceback (the executor in local mode, the task set
 # manager on any driver); the job reports the same failure as one line, so below DEBUG they stay quiet.
 _TASK_FAILURE_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager")

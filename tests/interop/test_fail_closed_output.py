@@ -1,0 +1,79 @@
+"""Runs that fail closed on the executors say why in one line, with no traceback below DEBUG.
+
+Spark logs a failed task's whole Python traceback (the executor in local mode, the task set
+manager anywhere); the job reports the same failure as its one-line reason, so those logs stay
+quiet unless ``--log-level DEBUG`` asks for everything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FS_CATALOG
+from tests.support.kill import result_json, run_job
+
+pytestmark = pytest.mark.spark
+
+
+def _table(spark: Any, warehouse: Path, name: str) -> Path:
+    table = f"{FS_CATALOG}.db.{name}"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(f"CREATE TABLE {table} (id BIGINT, cat STRING) USING iceberg PARTITIONED BY (cat)")
+    for i in range(4):
+        spark.sql(f"INSERT INTO {table} VALUES ({i}, 'a'), ({i + 10}, 'b')")
+    return warehouse / "files" / "db" / name
+
+
+def _truncate_current_manifest(spark: Any, root: Path, name: str) -> None:
+    path = Path(
+        spark.sql(f"SELECT path FROM {FS_CATALOG}.db.{name}.manifests").collect()[0][0].removeprefix("file:")
+    )
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def _drop_current_list(spark: Any, root: Path, name: str) -> None:
+    rows = spark.sql(f"SELECT manifest_list FROM {FS_CATALOG}.db.{name}.snapshots ORDER BY committed_at DESC")
+    Path(rows.collect()[0][0].removeprefix("file:")).unlink()
+
+
+def _drop_a_data_file(spark: Any, root: Path, name: str) -> None:
+    Path(
+        spark.sql(f"SELECT file_path FROM {FS_CATALOG}.db.{name}.files").collect()[0][0].removeprefix("file:")
+    ).unlink()
+
+
+CASES = [
+    ("expire-snapshots", ["--older-than", "0s", "--engine", "spark"], _truncate_current_manifest, 3),
+    ("expire-snapshots", ["--older-than", "0s", "--engine", "spark"], _drop_current_list, 3),
+    ("remove-orphans", ["--engine", "spark"], _truncate_current_manifest, 3),
+    ("compact", ["--min-input-files", "2"], _drop_a_data_file, 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("job", "args", "damage", "code"), CASES, ids=[f"{c[0]}-{c[2].__name__[1:]}" for c in CASES]
+)
+def test_one_line_and_no_traceback(
+    spark, warehouse: Path, job: str, args: list[str], damage: Any, code: int
+) -> None:  # type: ignore[no-untyped-def]
+    name = f"quiet_{job.split('-', maxsplit=1)[0]}_{damage.__name__.strip('_')}"
+    root = _table(spark, warehouse, name)
+    damage(spark, root, name)
+    conf = warehouse / "quiet-catalogs.yaml"
+    conf.write_text(
+        f"default: {FS_CATALOG}\ncatalogs:\n  {FS_CATALOG}:\n"
+        f"    type: filesystem\n    warehouse: {warehouse}/files\n"
+    )
+    common = [job, "--table", f"db.{name}", "--conf-file", str(conf), *args]
+    proc = run_job(common)
+    assert proc.returncode == code, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "PythonException" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("tablekeeper: ") and result_json(proc)["error"] in last
+    if job == "expire-snapshots" and damage is _truncate_current_manifest:
+        # Asked for, the whole story is there.
+        debug = run_job(["--log-level", "DEBUG", *common])
+        assert debug.returncode == code and "Traceback" in debug.stderr
