@@ -22,7 +22,7 @@ JAR_LINES = $(shell awk '!/^[[:space:]]*\#/ && NF >= 2 {print $$1 "=" $$2}' conf
 MVN_DEPENDENCY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars package test lint demo bench clean
+.PHONY: help setup jars package test lint demo bench soak clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -104,6 +104,9 @@ bench: setup ## run the benchmarks (prints tables, writes bench/out/*.json)
 	$(PY) -m bench.maintenance $(MAINTENANCE_ARGS)
 	$(PY) -m bench.compact $(COMPACT_ARGS)
 	$(PY) -m bench.backfill $(BACKFILL_ARGS)
+
+soak: setup ## kill destructive jobs 200 times at random phases while Iceberg Spark appends (bench/soak.py)
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 clean: ## remove the venvs, the jars, local warehouses and dist/
 	rm -rf $(VENV) $(AIRFLOW_VENV) $(JARS) warehouse dist build

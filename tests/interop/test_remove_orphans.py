@@ -126,6 +126,13 @@ def test_refusals_delete_nothing(spark, catalogs, warehouse: Path) -> None:  # t
         run_orphans(
             OrphanOptions(table=f"db.{name}", location=str(root.parent)), catalog, f"db.{name}", spark
         )
+    with pytest.raises(SafetyRefusal, match="never orphans"):
+        run_orphans(
+            OrphanOptions(table=f"db.{name}", location=str(root / "metadata" / "_tablekeeper" / "journals")),
+            catalog,
+            f"db.{name}",
+            spark,
+        )
     manifest = next((root / "metadata").glob("*-m0.avro"))
     manifest.write_bytes(b"not avro")
     with pytest.raises(CorruptMetadataError, match="nothing deleted"):

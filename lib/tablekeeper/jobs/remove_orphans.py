@@ -27,7 +27,7 @@ from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.errors import ConfigError, SafetyRefusal, TablekeeperError
 from tablekeeper.files.engine import Engine, ListingTooLarge, OrphanScan, failed, task_failure
 from tablekeeper.files.finish import finish_journals, metadata_files, pending_journals
-from tablekeeper.files.journal import JournalWriter
+from tablekeeper.files.journal import JournalWriter, journals_location
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.manifests import ManifestIndex
 from tablekeeper.files.orphans import MISMATCH, ORPHAN
@@ -116,6 +116,11 @@ def _check(options: OrphanOptions, table: LoadedTable, rules: PathRules, now: in
         raise SafetyRefusal(
             f"--location {location} is outside the table location {meta.location}: "
             "remove-orphans only deletes inside its table"
+        )
+    if is_under(location, journals_location(meta.location), schemes, authorities):
+        raise SafetyRefusal(
+            f"--location {location} is inside the journals of {options.table}: they hold the plans of "
+            "destructive runs, which the next run finishes; they are never orphans"
         )
     if metadata_only:
         if not is_under(location, own, schemes, authorities):
