@@ -322,17 +322,20 @@ def _emit(result: JobResult, result_file: str | None) -> None:
 
 def _run_job(args: argparse.Namespace, job: str, table: str, run: Callable[[], JobResult]) -> int:
     """Run a job; whatever happens, stdout's last line is its JSON result."""
-    from tablekeeper.jobs.result import JobResult, utc_now_iso
+    from dataclasses import replace
 
-    started = utc_now_iso()
+    from tablekeeper.jobs.result import JobClock
+
+    clock = JobClock()
     try:
         result = run()
     except TablekeeperError as err:
-        status = "refused" if err.exit_code == ExitCode.REFUSED else "failed"
-        _emit(
-            JobResult(job, table, status, bool(args.dry_run), started, 0, error=err.message),  # type: ignore[arg-type]
-            args.result_file,
-        )
+        failed = clock.result(job, table, dry_run=bool(args.dry_run), metrics={})
+        if err.exit_code == ExitCode.REFUSED:
+            failed = replace(failed, status="refused", error=err.message)
+        else:
+            failed = replace(failed, status="failed", error=err.message)
+        _emit(failed, args.result_file)
         raise
     _emit(result, args.result_file)
     return 0

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import orjson
 
-from tablekeeper.errors import CorruptMetadataError, FileNotFound, TablekeeperError
+from tablekeeper.errors import CorruptMetadataError, TablekeeperError
 from tablekeeper.files.manifests import FileRow
 from tablekeeper.files.rules import PathRules
 from tablekeeper.io import FileIO
@@ -287,33 +287,21 @@ def _read_journal(io: FileIO, directory: str, names: dict[str, int]) -> Journal:
     return Journal(directory, header, ready, committed, touched, problem)
 
 
-def read_parts(journal: Journal) -> list[FileRow]:
-    assert journal.ready is not None
-    rows: list[FileRow] = []
-    for part in journal.ready.parts:
-        rows.extend(decode_rows(FileIO.for_location(part).read(part), part))
-    return rows
-
-
 def remove(io: FileIO, directory: str) -> None:
-    """Delete a journal's files (the header last, so a half-removed journal still says what it was)."""
-    try:
-        names = [i.location for i in io.list(directory, recursive=True)]
-    except FileNotFound:
-        return
-    header = f"{directory}/{HEADER}"
+    """Delete a journal: ``ready.json`` first, the header last, so a journal half removed by a
+    kill is never a complete plan with parts missing, and still says what it was."""
+    header, ready = f"{directory}/{HEADER}", f"{directory}/{READY}"
+    io.delete(ready, missing_ok=True)
+    names = [i.location for i in io.list(directory, recursive=True)]
     report = io.delete_many([n for n in names if n != header])
     if report.failures:
-        raise report_failure(directory, report.failures[0])
+        path, why = report.failures[0]
+        raise TablekeeperError(f"could not remove journal {directory}: {path}: {why}")
     io.delete(header, missing_ok=True)
     io.remove_empty_directory(directory)
     parent = directory.rsplit("/", 1)[0]
     io.remove_empty_directory(parent)  # journals/, then _tablekeeper/, once nothing is left
     io.remove_empty_directory(parent.rsplit("/", 1)[0])
-
-
-def report_failure(directory: str, failure: tuple[str, str]) -> TablekeeperError:
-    return TablekeeperError(f"could not remove journal {directory}: {failure[0]}: {failure[1]}")
 
 
 class JournalWriter:
