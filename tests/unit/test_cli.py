@@ -180,8 +180,15 @@ def test_convert_delta_refuses_unsupported_options_and_tables(tmp_path: Path) ->
     assert planned.returncode == 0, planned.stderr
     assert json.loads(planned.stdout.strip().splitlines()[-1])["metrics"]["mode"] == "full"
     assert run(*simple).returncode == 0
+    # The same command again (as after a kill that came once the conversion was visible) finds
+    # its work done; a full conversion asking for something else is told to go incremental.
     again = run(*simple)
-    assert again.returncode == 2 and "use --mode incremental" in again.stderr.strip().splitlines()[-1]
+    assert again.returncode == 0, again.stderr
+    done = json.loads(again.stdout.strip().splitlines()[-1])["metrics"]
+    assert done["note"] == "already converted" and done["snapshots_committed"] == 0
+    other_format = run(*simple, "--format-version", "3")
+    assert other_format.returncode == 2
+    assert "use --mode incremental" in other_format.stderr.strip().splitlines()[-1]
     caught_up = run(*simple, "--mode", "incremental")
     assert caught_up.returncode == 0
     assert json.loads(caught_up.stdout.strip().splitlines()[-1])["metrics"]["snapshots_committed"] == 0

@@ -20,7 +20,8 @@ from tablekeeper.catalog.base import LoadedTable
 from tablekeeper.errors import TablekeeperError
 from tablekeeper.files.deletes import DeleteOutcome
 from tablekeeper.files.engine import Engine, KeySet
-from tablekeeper.files.journal import Journal, Staged, list_journals, remove
+from tablekeeper.files.journal import STALE_AFTER_MS, Journal, JournalWriter, Staged, list_journals, remove
+from tablekeeper.files.local import LocalEngine
 from tablekeeper.files.manifests import FileRow
 from tablekeeper.files.rules import PathRules
 from tablekeeper.io import FileIO
@@ -129,6 +130,12 @@ def finish_journals(
         return keys[name]
 
     for journal in journals:
+        if journal.empty:
+            if now - journal.touched_ms > STALE_AFTER_MS:
+                remove(FileIO.for_location(journal.location), journal.location)
+            else:  # its run may be writing the header right now
+                result.pending.append(journal.location)
+            continue
         if journal.problem is not None:
             log.warning("leaving journal %s alone: %s", journal.location, journal.problem)
             result.unreadable.append(journal.problem)
@@ -138,6 +145,27 @@ def finish_journals(
             continue
         _finish(journal, keep_for, engine, concurrency, result)
     return result
+
+
+def discard(
+    writer: JournalWriter, load: Callable[[], LoadedTable | None], engine: Engine | None = None
+) -> None:
+    """After a known failure, finish this run's own staging journal now: what it staged and the
+    table does not reference is deleted (a batch that did commit keeps its files), then the
+    journal goes. Whatever fails here is left to the next run, which finishes the journal."""
+    writer.release()
+    journal = Journal(writer.location, writer.header, None, None, 0)
+    keys: list[KeySet] = []
+
+    def keep_for(rules: PathRules) -> KeySet:
+        if not keys:
+            keys.append(table_keys(engine or LocalEngine(), load(), rules))
+        return keys[0]
+
+    try:
+        _finish(journal, keep_for, engine or LocalEngine(), 8, Finished())
+    except TablekeeperError as err:
+        log.warning("left the journal %s for the next run: %s", writer.location, err.message)
 
 
 def _finish(

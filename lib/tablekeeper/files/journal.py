@@ -10,7 +10,7 @@ enough to finish the job::
         part-00000.jsonl.gz    delete runs: the files to delete, [path, key, kind, size] per line
         ready.json             delete runs: every part is written (the plan is complete)
         committed.json         the metadata location the run's commit produced
-        heartbeat              rewritten now and then by a long run, so others see it is alive
+        heartbeat              rewritten every minute while the run lives
 
 The ``_tablekeeper`` directory is hidden by Iceberg's rule (a name starting with ``_``), so neither
 tablekeeper's nor Iceberg's orphan removal ever lists a journal. A delete run writes its parts and
@@ -25,10 +25,12 @@ import gzip
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import orjson
@@ -48,7 +50,7 @@ HEARTBEAT = "heartbeat"
 FORMAT = 1
 # An owner on another host is presumed alive while its journal moved this recently.
 STALE_AFTER_MS = 3_600_000
-HEARTBEAT_EVERY_MS = 300_000
+HEARTBEAT_EVERY_MS = 60_000
 
 Kind = Literal["delete", "stage"]
 
@@ -59,7 +61,14 @@ def journals_location(table_location: str) -> str:
 
 def _boot_id() -> str:
     try:
-        return open("/proc/sys/kernel/random/boot_id", encoding="ascii").read().strip()  # noqa: PTH123
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+    except OSError:
+        return ""
+
+
+def _pid_namespace() -> str:
+    try:
+        return str(Path("/proc/self/ns/pid").readlink())
     except OSError:
         return ""
 
@@ -67,8 +76,7 @@ def _boot_id() -> str:
 def _process_start(pid: int) -> tuple[int, str] | None:
     """(start time in clock ticks since boot, state letter) of a live process, or None."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:  # noqa: PTH123
-            text = f.read()
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
     except OSError:
         return None
     fields = text[text.rfind(")") + 2 :].split()
@@ -83,16 +91,19 @@ class Owner:
     boot_id: str
     pid: int
     started: int
+    pid_namespace: str = ""  # containers sharing a host name see different pids
 
     @classmethod
     def current(cls) -> Owner:
         pid = os.getpid()
         start = _process_start(pid)
-        return cls(socket.gethostname(), _boot_id(), pid, start[0] if start else 0)
+        return cls(socket.gethostname(), _boot_id(), pid, start[0] if start else 0, _pid_namespace())
 
     def state(self) -> Literal["alive", "dead", "unknown"]:
         """Whether the owner still runs, as far as this host can tell."""
         if self.host != socket.gethostname():
+            return "unknown"
+        if self.pid_namespace and self.pid_namespace != _pid_namespace():
             return "unknown"
         boot = _boot_id()
         if boot and self.boot_id and boot != self.boot_id:
@@ -147,6 +158,7 @@ class Header:
                     "boot-id": self.owner.boot_id,
                     "pid": self.owner.pid,
                     "started": self.owner.started,
+                    "pid-namespace": self.owner.pid_namespace,
                 },
                 "base-metadata": self.base_metadata,
                 "rules": self.rules.to_json(),
@@ -175,7 +187,11 @@ class Header:
                 kind=kind,
                 created_ms=int(obj["created-ms"]),
                 owner=Owner(
-                    str(owner["host"]), str(owner["boot-id"]), int(owner["pid"]), int(owner["started"])
+                    str(owner["host"]),
+                    str(owner["boot-id"]),
+                    int(owner["pid"]),
+                    int(owner["started"]),
+                    str(owner.get("pid-namespace", "")),
                 ),
                 base_metadata=obj.get("base-metadata"),
                 rules=PathRules.from_json(obj["rules"]),
@@ -230,6 +246,11 @@ class Journal:
     touched_ms: int  # the newest modification of any of its files
     problem: str | None = None  # why it cannot be finished
 
+    @property
+    def empty(self) -> bool:
+        """No header: its run died before it recorded anything."""
+        return self.header is None and self.problem is None
+
     def owner_state(self) -> Literal["alive", "dead", "unknown"]:
         return self.header.owner.state() if self.header is not None else "unknown"
 
@@ -270,9 +291,10 @@ def _read_journal(io: FileIO, directory: str, names: dict[str, int]) -> Journal:
     problem: str | None = None
     ready: Ready | None = None
     committed: str | None = None
+    if HEADER not in names:
+        # Killed while writing its header (the first file of every journal): it planned nothing.
+        return Journal(directory, None, None, None, touched)
     try:
-        if HEADER not in names:
-            raise CorruptMetadataError(f"journal {directory} has no {HEADER}")
         header = Header.from_bytes(io.read(f"{directory}/{HEADER}"), f"{directory}/{HEADER}")
         if READY in names:
             obj = orjson.loads(io.read(f"{directory}/{READY}"))
@@ -313,7 +335,8 @@ class JournalWriter:
         self.location = (
             f"{journals_location(table_location)}/{header.created_ms:013d}-{header.job}-{header.run_id}"
         )
-        self._beat = 0
+        self._released = threading.Event()
+        self._lock = threading.Lock()  # a heartbeat never lands in a journal being removed
 
     @classmethod
     def start(
@@ -342,8 +365,32 @@ class JournalWriter:
         )
         writer = cls(io, table_location, header)
         io.create_if_absent(f"{writer.location}/{HEADER}", header.to_bytes())
-        writer._beat = header.created_ms
+        threading.Thread(target=writer._beat, name="journal-heartbeat", daemon=True).start()
         return writer
+
+    def _beat(self) -> None:
+        """Touch the journal while this process runs, however long one step takes: a run on
+        another host takes a journal for dead only once it went quiet for ``STALE_AFTER_MS``."""
+        while not self._released.wait(HEARTBEAT_EVERY_MS / 1000):
+            with self._lock:
+                if self._released.is_set():
+                    return
+                try:
+                    stamp = str(int(time.time() * 1000)).encode("ascii")
+                    self.io.write(f"{self.location}/{HEARTBEAT}", stamp)
+                except TablekeeperError as err:
+                    log.warning("could not touch %s: %s", self.location, err.message)
+
+    def __enter__(self) -> JournalWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()  # removed, or left for the next run: either way no longer touched
+
+    def release(self) -> None:
+        """Stop touching the journal, which stays for the next run to finish."""
+        with self._lock:
+            self._released.set()
 
     def ready(self, parts: Sequence[tuple[str, int, int]]) -> Ready:
         """Record that the delete plan is complete; nothing may be committed before this."""
@@ -360,21 +407,11 @@ class JournalWriter:
         except TablekeeperError as err:  # informational: finishing re-checks against the table
             log.warning("could not record the commit in %s: %s", self.location, err.message)
 
-    def heartbeat(self) -> None:
-        """Tell other runs this one is alive (at most every few minutes)."""
-        now = int(time.time() * 1000)
-        if now - self._beat < HEARTBEAT_EVERY_MS:
-            return
-        self._beat = now
-        try:
-            self.io.write(f"{self.location}/{HEARTBEAT}", str(now).encode("ascii"))
-        except TablekeeperError as err:
-            log.warning("could not touch %s: %s", self.location, err.message)
-
     def intact(self) -> bool:
         """Whether the journal is still there: another run finishes only an abandoned journal,
         so a missing one means this run was taken for dead and its staged files may be gone."""
         return self.io.exists(f"{self.location}/{HEADER}")
 
     def remove(self) -> None:
+        self.release()
         remove(self.io, self.location)

@@ -28,7 +28,7 @@ from tablekeeper.commit.producer import SnapshotChange
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import CommitStateUnknown, ConfigError, TablekeeperError, UnsupportedFeatureError
 from tablekeeper.files.engine import task_failure
-from tablekeeper.files.finish import finish_journals, pending_journals
+from tablekeeper.files.finish import discard, finish_journals, pending_journals
 from tablekeeper.files.journal import JournalWriter, Staged, list_journals
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.rules import PathRules
@@ -395,7 +395,7 @@ def run_compact(
         return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
     metrics["resumed_journal"] = _finish_journals(catalog, identifier, table, session)
     token = uuid.uuid4().hex[:12]
-    journal = JournalWriter.start(
+    with JournalWriter.start(
         table.io,
         meta.location,
         job=JOB,
@@ -404,27 +404,28 @@ def run_compact(
         base_metadata=table.metadata_location,
         staged=(Staged(data_root(meta), f"compact-{token}-", directories=True),),
         run_id=token,
-    )
-    try:
-        outcomes, removed_deletes = _execute(
-            options,
-            catalog,
-            identifier,
-            session.get(),
-            meta,
-            the_plan,
-            rewrite,
-            keys,
-            global_sort,
-            sort_order_id,
-            token,
-        )
-    except CommitStateUnknown:
-        raise  # the journal stays: the next run keeps whatever the table turns out to reference
-    except BaseException:
-        journal.remove()  # every new file of a group that did not commit was removed
-        raise
-    journal.remove()
+    ) as journal:
+        try:
+            outcomes, removed_deletes = _execute(
+                options,
+                catalog,
+                identifier,
+                session.get(),
+                meta,
+                the_plan,
+                rewrite,
+                keys,
+                global_sort,
+                sort_order_id,
+                token,
+            )
+        except CommitStateUnknown:
+            raise  # the journal stays: the next run keeps whatever the table turns out to reference
+        except BaseException:
+            # What did not commit was removed as it failed; the journal checks that against the table.
+            discard(journal, lambda: catalog.require(identifier))
+            raise
+        journal.remove()
     metrics |= _counts(outcomes, removed_deletes)
     metrics["groups"] = [_group_json(o) for o in outcomes]
     metrics["snapshot_ids"] = sorted({o.snapshot_id for o in outcomes if o.snapshot_id is not None})

@@ -162,8 +162,8 @@ def plan_convert(options: ConvertOptions, catalog: Catalog) -> ConvertPlan:
         )
     last = int(props[VERSION_PROPERTY])
     if options.mode == "full":
-        if last == latest:
-            # A run that completed (perhaps killed just after): the command's work is done.
+        if last == latest and _converted_as_asked(table.metadata, options, oldest):
+            # The same command ran to completion (perhaps killed just after): its work is done.
             return plan("full", (), last, False, table.metadata.format_version, True, "already converted")
         raise ConfigError(
             f"target {options.target} already exists: use --mode incremental to bring it up to date, "
@@ -186,6 +186,17 @@ def plan_convert(options: ConvertOptions, catalog: Catalog) -> ConvertPlan:
         "read: re-synced from the target's own files"
     )
     return plan("incremental", every(first_kept), last, True, fv, True, note)
+
+
+def _converted_as_asked(meta: TableMetadata, options: ConvertOptions, oldest: int) -> bool:
+    """Whether a target holds what this full conversion would make of the source: same format
+    version and, with all history, a snapshot for every version from the oldest on."""
+    if meta.format_version != options.format_version:
+        return False
+    if options.history != "all":
+        return True
+    versions = {s.summary.get("tablekeeper.delta-version") for s in meta.snapshots}
+    return all(str(v) in versions for v in range(oldest, int(meta.properties[VERSION_PROPERTY]) + 1))
 
 
 # -----------------------------------------------------------------------------------------------
@@ -518,7 +529,6 @@ def _convert(
             stepwise = prev_version is not None and snap.version == prev_version + 1
             diff = diff_files(previous, snap.files, snap.tombstones if stepwise else None)
             _commit_version(snap, diff, options, catalog, spark, totals, token)
-            journal.heartbeat()
             previous, prev_version, latest = _columns(snap.files), snap.version, snap
     return {
         "delta_version": plan.latest_version,

@@ -259,7 +259,7 @@ def _execute(
     faults.kill_point("plan.done")
     if not plan.changes_anything:
         return _metrics(plan, {}) | {"bytes_freed": 0, "note": "nothing to expire"}
-    journal = JournalWriter.start(
+    with JournalWriter.start(
         table.io,
         table.metadata.location,
         job=JOB,
@@ -267,59 +267,59 @@ def _execute(
         kind="delete",
         base_metadata=table.metadata_location,
         rules=rules,
-    )
-    try:
+    ) as journal:
         try:
-            ready = doomed.write(journal)  # every manifest is read here: unreadable -> no commit
+            try:
+                ready = doomed.write(journal)  # every manifest is read here: unreadable -> no commit
+            except Exception as err:
+                raise failed(err, unchanged) from err
+            faults.kill_point("journal.written")
+            bounded = policy.within(plan)
+            committed = (
+                Committer(catalog, identifier)
+                .update_metadata(lambda base, ts: _expiry(table.io, base, bounded, clean, ts))
+                .table
+            )
+        except CommitStateUnknown:
+            raise  # the journal stays: the next run finishes it against the table as it then is
+        except BaseException:
+            journal.remove()  # nothing was committed
+            raise
+        journal.committed(committed.metadata_location)
+        retained = {s.snapshot_id for s in committed.metadata.snapshots}
+        done = replace(
+            plan,
+            expired_snapshot_ids=tuple(
+                s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id not in retained
+            ),
+        )
+        try:
+            refreshed = catalog.require(identifier)  # files of commits made since ours count as live
+            keep = _reached_since(engine, refreshed, kept, kept_ids, rules)
+            engine.describe("delete unreachable files")
+            outcome = engine.delete(ready, keep, concurrency)
         except Exception as err:
-            raise failed(err, unchanged) from err
-        faults.kill_point("journal.written")
-        bounded = policy.within(plan)
-        committed = (
-            Committer(catalog, identifier)
-            .update_metadata(lambda base, ts: _expiry(table.io, base, bounded, clean, ts))
-            .table
-        )
-    except CommitStateUnknown:
-        raise  # the journal stays: the next run finishes it against the table as it then is
-    except BaseException:
-        journal.remove()  # nothing was committed
-        raise
-    journal.committed(committed.metadata_location)
-    retained = {s.snapshot_id for s in committed.metadata.snapshots}
-    done = replace(
-        plan,
-        expired_snapshot_ids=tuple(
-            s.snapshot_id for s in table.metadata.snapshots if s.snapshot_id not in retained
-        ),
-    )
-    try:
-        refreshed = catalog.require(identifier)  # files of commits made since ours count as live
-        keep = _reached_since(engine, refreshed, kept, kept_ids, rules)
-        engine.describe("delete unreachable files")
-        outcome = engine.delete(ready, keep, concurrency)
-    except Exception as err:
-        raise failed(
-            err,
-            f"{JOB} {identifier}: snapshots expired, their files not deleted yet (the next run of any "
-            "destructive job on the table deletes them from the journal)",
-        ) from err
-    report = committed.io.delete_many(_removed_metadata_files(table, committed))
-    if not outcome.failures:
-        journal.remove()
-    failures = list(outcome.failures) + list(report.failures)
-    metrics = _metrics(done, dict(outcome.deleted))
-    metrics |= {
-        "bytes_freed": outcome.bytes_freed,
-        "deleted_metadata_files_count": report.deleted,
-        "already_missing_count": outcome.missing + report.missing,
-        "failed_deletes_count": len(failures),
-    }
-    if failures:
-        metrics["failed_deletes"] = [f"{path}: {reason}" for path, reason in failures[:FAILURE_SAMPLE]]
-        log.warning(
-            "%d deletes failed (the journal keeps them for the next run); first: %s",
-            len(failures),
-            failures[0],
-        )
-    return metrics
+            raise failed(
+                err,
+                f"{JOB} {identifier}: snapshots expired, their files not deleted yet (the next run of any "
+                "destructive job on the table deletes them from the journal)",
+            ) from err
+        report = committed.io.delete_many(_removed_metadata_files(table, committed))
+        if not outcome.failures:
+            journal.remove()
+        failures = list(outcome.failures) + list(report.failures)
+        metrics = _metrics(done, dict(outcome.deleted))
+        metrics |= {
+            "bytes_freed": outcome.bytes_freed,
+            "deleted_metadata_files_count": report.deleted,
+            "already_missing_count": outcome.missing + report.missing,
+            "failed_deletes_count": len(failures),
+        }
+        if failures:
+            metrics["failed_deletes"] = [f"{path}: {reason}" for path, reason in failures[:FAILURE_SAMPLE]]
+            log.warning(
+                "%d deletes failed (the journal keeps them for the next run); first: %s",
+                len(failures),
+                failures[0],
+            )
+        return metrics

@@ -246,7 +246,7 @@ def _act(
         else:
             metrics["files"] = paths
         return metrics
-    journal = JournalWriter.start(
+    with JournalWriter.start(
         table.io,
         table.metadata.location,
         job=JOB,
@@ -254,27 +254,27 @@ def _act(
         kind="delete",
         base_metadata=table.metadata_location,
         rules=rules,
-    )
-    try:
-        ready = found.write(journal, wanted)
-    except BaseException:
-        journal.remove()
-        raise
-    faults.kill_point("journal.written")
-    engine.describe("delete orphans")
-    outcome = engine.delete(ready, None, concurrency)
-    if not outcome.failures:
-        journal.remove()
-    metrics |= {
-        "orphan_file_count": ready.files,
-        "deleted_files_count": outcome.count(ORPHAN),
-        "bytes_freed": outcome.bytes_freed,
-        "failed_deletes_count": len(outcome.failures),
-        "orphan_file_location_sample": list(summary.sample),
-    }
-    if outcome.failures:
-        metrics["failed_deletes"] = [f"{p}: {why}" for p, why in outcome.failures[:20]]
-    if options.file_list:
-        write_file_list(options.file_list, sorted(p for p, _ in found.rows(wanted)))
-        metrics["file_list"] = options.file_list
-    return metrics
+    ) as journal:
+        try:
+            ready = found.write(journal, wanted)
+        except BaseException:
+            journal.remove()
+            raise
+        faults.kill_point("journal.written")
+        engine.describe("delete orphans")
+        outcome = engine.delete(ready, None, concurrency)
+        if not outcome.failures:
+            journal.remove()
+        metrics |= {
+            "orphan_file_count": ready.files,
+            "deleted_files_count": outcome.count(ORPHAN),
+            "bytes_freed": outcome.bytes_freed,
+            "failed_deletes_count": len(outcome.failures),
+            "orphan_file_location_sample": list(summary.sample),
+        }
+        if outcome.failures:
+            metrics["failed_deletes"] = [f"{p}: {why}" for p, why in outcome.failures[:20]]
+        if options.file_list:
+            write_file_list(options.file_list, sorted(p for p, _ in found.rows(wanted)))
+            metrics["file_list"] = options.file_list
+        return metrics

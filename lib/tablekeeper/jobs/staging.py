@@ -19,8 +19,8 @@ from typing import Any
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.catalog.staged import StagedTable
-from tablekeeper.errors import CommitFailed, CommitStateUnknown, TablekeeperError
-from tablekeeper.files.finish import finish_journals, staged_files
+from tablekeeper.errors import CommitFailed, CommitStateUnknown
+from tablekeeper.files.finish import discard, finish_journals
 from tablekeeper.files.journal import JournalWriter, Staged
 from tablekeeper.files.local import LocalEngine
 from tablekeeper.io import FileIO
@@ -49,7 +49,7 @@ def staged_run(catalog: Catalog, identifier: str, base: LoadedTable | None, job:
     io = base.io if base is not None else FileIO.for_location(location)
     resumed = finish_journals(io, location, lambda: base, LocalEngine(), DELETE_THREADS).metric()
     token = uuid.uuid4().hex[:12]
-    journal = JournalWriter.start(
+    with JournalWriter.start(
         io,
         location,
         job=job,
@@ -58,33 +58,22 @@ def staged_run(catalog: Catalog, identifier: str, base: LoadedTable | None, job:
         base_metadata=base.metadata_location if base is not None else None,
         staged=tuple(Staged(f"{location.rstrip('/')}/{d}", token) for d in STAGED_DIRECTORIES),
         run_id=token,
-    )
-    run = StagedRun(StagedTable(catalog, identifier, base, location), token, journal, resumed)
-    try:
-        yield run
-        if run.table.changed:
-            faults.kill_point("stage.written")
-            if not journal.intact():
-                raise CommitFailed(
-                    f"the staging journal of this run disappeared from {journal.location}: another run "
-                    "took it for dead and may have removed its files; run the job again"
-                )
-            run.published = run.table.publish()
-            journal.committed(run.published.metadata_location)
-    except CommitStateUnknown:
-        raise  # the catalog may show the table: its files stay, and so does the journal
-    except BaseException:
-        _remove_staged(journal)
-        raise
-    journal.remove()
-
-
-def _remove_staged(journal: JournalWriter) -> None:
-    """A known failure: nothing the run wrote is referenced (the table is as it was)."""
-    try:
-        rows = [row for s in journal.header.staged for row in staged_files(s, journal.header.rules)]
-        report = journal.io.delete_many([r[0] for r in rows])
-        if report.ok:
-            journal.remove()
-    except TablekeeperError as err:  # the next run finishes the journal
-        log.warning("could not remove the files of this failed run: %s", err.message)
+    ) as journal:
+        run = StagedRun(StagedTable(catalog, identifier, base, location), token, journal, resumed)
+        try:
+            yield run
+            if run.table.changed:
+                faults.kill_point("stage.written")
+                if not journal.intact():
+                    raise CommitFailed(
+                        f"the staging journal of this run disappeared from {journal.location}: another "
+                        "run took it for dead and may have removed its files; run the job again"
+                    )
+                run.published = run.table.publish()
+                journal.committed(run.published.metadata_location)
+        except CommitStateUnknown:
+            raise  # the catalog may show the table: its files stay, and so does the journal
+        except BaseException:
+            discard(journal, lambda: catalog.require(identifier) if base is not None else None)
+            raise
+        journal.remove()
