@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import http.client
 import http.server
 import logging
@@ -45,6 +46,12 @@ def test_s3_s3a_and_s3n_name_one_object_and_deletes_go_in_batches(
     assert io.read(f"s3n://{S3_BUCKET}/fileio/a.txt") == b"hello"
     with pytest.raises(AlreadyExists):
         io.create_if_absent(f"s3a://{S3_BUCKET}/fileio/a.txt", b"other")
+    # Bytes are stored as given, whatever the name says: pyarrow would gzip a ".gz" name again.
+    gzipped = gzip.compress(b"journal part")
+    io.write(f"s3://{S3_BUCKET}/fileio/part.jsonl.gz", gzipped)
+    io.create_if_absent(f"s3://{S3_BUCKET}/fileio/v1.metadata.json.gz", gzipped)
+    assert io.read(f"s3://{S3_BUCKET}/fileio/part.jsonl.gz") == gzipped
+    assert io.read(f"s3://{S3_BUCKET}/fileio/v1.metadata.json.gz") == gzipped
 
     fs = s3_server.filesystem(allow_delayed_open=True)
     for i in range(1_500):  # more than one listing page and one delete request

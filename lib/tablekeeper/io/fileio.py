@@ -358,7 +358,7 @@ class FileIO:
                 _fsync_dir(target.parent)
             else:
                 self._make_parent(path)
-                with self._fs.open_output_stream(path) as out:
+                with self._fs.open_output_stream(path, compression=None) as out:
                     out.write(data)
 
     def create_if_absent(self, location: str, data: bytes) -> None:
@@ -373,7 +373,7 @@ class FileIO:
                 raise _already_exists(location)
             with _translate(location, "create"):
                 self._make_parent(path)
-                with self._fs.open_output_stream(path) as out:
+                with self._fs.open_output_stream(path, compression=None) as out:
                     out.write(data)
             return
         with _translate(location, "create"):
