@@ -77,6 +77,28 @@ def test_owner_states() -> None:
     # The same pid after a reboot, or a pid reused by another process, is not the owner.
     assert Owner(me.host, "another-boot", me.pid, me.started).state() == "dead"
     assert Owner(me.host, me.boot_id, me.pid, me.started + 1).state() == "dead"
+    # Another machine (or pid namespace) of the same host name: nothing can be told from here.
+    if me.machine_id:
+        assert (
+            Owner(me.host, "another-boot", me.pid, me.started, me.pid_namespace, "other").state() == "unknown"
+        )
+    if me.pid_namespace:
+        assert Owner(me.host, me.boot_id, me.pid, me.started, "pid:[1]", me.machine_id).state() == "unknown"
+
+
+def test_a_dead_owners_commit_may_still_land_for_a_while(tmp_path: Path) -> None:
+    """A REST server may apply a request whose client died: its journal waits that long."""
+    location = str(tmp_path / "t")
+    io = FileIO.for_location(location)
+    writer = JournalWriter.start(io, location, job="compact", table="db.t", kind="stage", settle_ms=120_000)
+    writer.release()
+    dead = Header(**{**writer.header.__dict__, "owner": _dead_owner()})
+    io.write(f"{writer.location}/{HEADER}", dead.to_bytes())
+    (found,) = list_journals(io, location)
+    now = int(time.time() * 1000)
+    assert found.header is not None and found.header.settle_ms == 120_000
+    assert not found.abandoned(now)
+    assert found.abandoned(now + 121_000)
 
 
 def test_header_round_trip_and_corruption() -> None:

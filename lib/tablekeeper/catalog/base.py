@@ -84,6 +84,9 @@ def write_new_metadata(io: FileIO, location: str, metadata: TableMetadata) -> No
 
 class Catalog(ABC):
     name: str
+    # How long a commit whose sender died may still land (a server finishing its request):
+    # journals of a dead run are finished only once that has passed. Local catalogs: at once.
+    commit_settle_ms: int = 0
 
     @abstractmethod
     def load_table(self, identifier: str) -> LoadedTable: ...
@@ -112,6 +115,13 @@ class Catalog(ABC):
         if not location:
             raise ConfigError(f"catalog {self.name} gives no location for {identifier}: set its warehouse")
         return location
+
+    def load_if_exists(self, identifier: str) -> LoadedTable | None:
+        """The table as it is now, or None when the catalog has no such table."""
+        try:
+            return self.load_table(identifier)
+        except NotATableError:
+            return None
 
     def require(self, identifier: str) -> LoadedTable:
         try:

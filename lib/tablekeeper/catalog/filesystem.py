@@ -20,6 +20,7 @@ from tablekeeper.errors import (
     FileNotFound,
     NotATableError,
     StorageError,
+    TablekeeperError,
 )
 from tablekeeper.iceberg.metadata import TableMetadata, table_metadata_to_bytes
 from tablekeeper.io import FileIO
@@ -81,8 +82,7 @@ def find_current_version(io: FileIO, table_location: str, repair: bool = False) 
             "refusing to fall back to older metadata"
         )
     if repair and current is not None and stale_hint and current[0] != hint:
-        log.info("version hint of %s said %s; the table is at version %d", table_location, hint, current[0])
-        _write_hint(io, table_location, current[0])
+        _repair_hint(io, table_location, current[0])
     return current
 
 
@@ -166,6 +166,18 @@ def commit_path_table(base: LoadedTable, new_metadata: TableMetadata) -> LoadedT
     return LoadedTable(base.identifier, target, new_metadata, io)
 
 
+def _repair_hint(io: FileIO, table_location: str, version: int) -> None:
+    """Bring a lagging hint up to ``version``, never down: a writer may have moved it on since."""
+    try:
+        text = io.read(f"{_metadata_dir(table_location)}/{VERSION_HINT}").decode("utf-8", "replace").strip()
+        if int(text.splitlines()[0]) >= version:
+            return
+    except (TablekeeperError, ValueError, IndexError):
+        pass  # missing or unreadable: write it
+    log.info("version hint of %s lagged: the table is at version %d", table_location, version)
+    _write_hint(io, table_location, version)
+
+
 def _write_hint(io: FileIO, table_location: str, version: int) -> None:
     try:
         io.write(f"{_metadata_dir(table_location)}/{VERSION_HINT}", str(version).encode("ascii"))
@@ -208,6 +220,11 @@ class FileSystemCatalog(Catalog):
             self.io.create_if_absent(target, table_metadata_to_bytes(metadata))
         except AlreadyExists:
             raise CommitFailed(f"table {identifier} was created concurrently") from None
+        except StorageError as err:
+            # The file may or may not exist now (an object store's answer can be lost).
+            raise CommitStateUnknown(
+                f"creating {target} failed midway ({err.message}); check whether {identifier} exists"
+            ) from err
         faults.kill_point("commit.swapped")
         _write_hint(self.io, location, 1)
         return LoadedTable(identifier, target, metadata, self.io)

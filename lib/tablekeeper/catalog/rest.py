@@ -67,7 +67,40 @@ class _NoAnswer(Exception):
     """The request may have reached the server, but no complete answer came back."""
 
 
+def _created_differently(sent: TableMetadata, got: TableMetadata) -> str | None:
+    """What a server changed in a table created from ``sent`` (None: nothing that matters).
+
+    Everything the new files are read by goes by id: schemas and specs by the ids manifests and
+    snapshots name, snapshots and refs by theirs, row ids from ``next-row-id``. The snapshot log
+    is the server's business: Iceberg keeps only the current snapshot in it when one request adds
+    several (time travel by id reaches them all, by timestamp only from the current one)."""
+    checks = {
+        "schemas": (
+            {s.schema_id: s.fields for s in sent.schemas},
+            {s.schema_id: s.fields for s in got.schemas},
+        ),
+        "partition specs": (
+            {p.spec_id: p.fields for p in sent.partition_specs},
+            {p.spec_id: p.fields for p in got.partition_specs},
+        ),
+        "current ids": (
+            (sent.current_schema_id, sent.default_spec_id, sent.current_snapshot_id),
+            (got.current_schema_id, got.default_spec_id, got.current_snapshot_id),
+        ),
+        "snapshots": (
+            {x.snapshot_id: (x.manifest_list, x.schema_id, x.first_row_id) for x in sent.snapshots},
+            {x.snapshot_id: (x.manifest_list, x.schema_id, x.first_row_id) for x in got.snapshots},
+        ),
+        "refs": (dict(sent.refs), dict(got.refs)),
+        "row ids": (sent.next_row_id, got.next_row_id),
+    }
+    return next((name for name, (a, b) in checks.items() if a != b), None)
+
+
 class RestCatalog(Catalog):
+    # A commit request's client may die while the server still applies it: past any timeout.
+    commit_settle_ms = int(4 * _TIMEOUT_S * 1000)
+
     def __init__(
         self, name: str, uri: str, warehouse: str, properties: Mapping[str, str] | None = None
     ) -> None:
@@ -373,14 +406,17 @@ class RestCatalog(Catalog):
         except Exception as err:
             raise CommitStateUnknown(unknown.format(f"unreadable answer: {type(err).__name__}")) from None
         faults.kill_point("commit.swapped")
-        if (
-            got.current_snapshot_id != metadata.current_snapshot_id
-            or got.schema().fields != metadata.schema().fields
-            or got.current_schema_id != metadata.current_schema_id
-        ):
+        differs = _created_differently(metadata, got)
+        if differs:
+            # Fresh and unusable: readers would resolve manifests by the wrong ids. Drop it again.
+            status, reply = self._ask("DELETE", self._table_path(ident))
+            if status not in (200, 204, 404):
+                raise CommitStateUnknown(
+                    unknown.format(f"created with other {differs}, and dropping it answered {status}")
+                )
             raise UnsupportedFeatureError(
-                f"catalog {self.name} created {identifier} with other ids or snapshots than sent: "
-                "tablekeeper cannot convert into that catalog"
+                f"catalog {self.name} created {identifier} with other {differs} than sent, so it was "
+                "dropped again: tablekeeper cannot convert into that catalog"
             )
         # A commit answer carries no storage settings: those of the staged create still hold.
         return LoadedTable(identifier, location, got, FileIO.for_location(got.location))

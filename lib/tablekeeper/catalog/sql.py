@@ -140,6 +140,15 @@ class SqlCatalog(Catalog):
         except sqlite3.IntegrityError:
             self.io.delete(location)
             raise ConfigError(f"table {identifier} already exists in catalog {self.name}") from None
+        except sqlite3.OperationalError as err:
+            # sqlite rolls a failed statement back: no table, the metadata file is unused.
+            self.io.delete(location)
+            raise CommitFailed(f"catalog {self.name} busy ({err}); nothing created") from err
+        except sqlite3.DatabaseError as err:
+            raise CommitStateUnknown(
+                f"catalog {self.name} failed while creating {identifier} ({err}); check whether it exists "
+                "before cleaning anything"
+            ) from err
         faults.kill_point("commit.swapped")
         return LoadedTable(identifier, location, metadata, self.io)
 

@@ -24,6 +24,7 @@ class StagedTable(Catalog):
     def __init__(self, real: Catalog, identifier: str, base: LoadedTable | None, location: str) -> None:
         self.name = real.name
         self.real = real
+        self.commit_settle_ms = real.commit_settle_ms
         self.identifier = identifier
         self.base = base
         self.location = location

@@ -1,8 +1,9 @@
 """Optimistic commits: apply on the freshest base, swap, retry with backoff, clean up safely.
 
 Cleanup rules (the ones that keep data safe): files written by a failed attempt are deleted only
-when the catalog said the swap did not happen (CommitFailed). On CommitStateUnknown nothing is
-deleted, because the new metadata may be live and reference every file written.
+when the failure is known to have left the pointer where it was (CommitFailed, and errors raised
+before the swap). On CommitStateUnknown nothing is deleted, because the new metadata may be live
+and reference every file written; nor on an interrupt, which may come just after the swap.
 """
 
 from __future__ import annotations
@@ -110,8 +111,9 @@ class Committer:
                 log.info("commit attempt %d lost (%s); retrying in %.0f ms", attempt + 1, err.message, wait)
                 self.sleep(wait / 1000)
                 attempt += 1
-            except BaseException:
-                # Any other failure is known to have left the pointer where it was.
+            except Exception:
+                # Any other failure is known to have left the pointer where it was. An interrupt
+                # (KeyboardInterrupt, SystemExit) may come after the swap: its files stay.
                 base.io.delete_many(list(written))
                 raise
 
@@ -156,7 +158,7 @@ class Committer:
             table, snapshot, attempts = self._retrying(step)
         except CommitStateUnknown:
             raise  # the new metadata may be live and reference every manifest: keep them all
-        except BaseException:
+        except Exception:
             # Known failure (conflict, validation, I/O before the swap): nothing references them.
             first.io.delete_many([m.manifest_path for m in new_manifests])
             raise

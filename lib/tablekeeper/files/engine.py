@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tablekeeper.errors import CorruptMetadataError, TablekeeperError
+from tablekeeper.errors import CorruptMetadataError, StorageError, TablekeeperError, UnsupportedFeatureError
 from tablekeeper.files.deletes import DeleteOutcome
 from tablekeeper.files.journal import JournalWriter, Ready
 from tablekeeper.files.manifests import FileRow, ManifestIndex
@@ -93,17 +93,27 @@ class Engine(Protocol):
 
 
 def task_failure(err: BaseException, what: str) -> TablekeeperError:
-    """An engine's failure as one typed line: the tablekeeper error a task raised if any (Spark
-    wraps it in a Java exception whose text ends with the Python traceback)."""
+    """An engine's failure as one typed line: the tablekeeper error a task raised, if any (Spark
+    wraps it in a Java exception whose text ends with the Python traceback), else an unexpected
+    failure (a lost executor, memory), never mistaken for a refusal."""
     text = str(err)
     for raw in reversed(text.splitlines()):
         line = raw.strip()
-        for name in ("CorruptMetadataError", "FileNotFound", "StorageError", "UnsupportedFeatureError"):
+        for name, kind in _TASK_ERRORS.items():
             marker = f"tablekeeper.errors.{name}: "
             if marker in line:
-                return CorruptMetadataError(f"{what}: {line.split(marker, 1)[1]}")
+                return kind(f"{what}: {line.split(marker, 1)[1]}")
     first = next((ln.strip() for ln in text.splitlines() if ln.strip()), err.__class__.__name__)
-    return CorruptMetadataError(f"{what}: {first[:300]}")
+    return TablekeeperError(f"{what}: {first[:300]}")
+
+
+# A task's error -> what the run reports (a referenced file gone is metadata that lies).
+_TASK_ERRORS: dict[str, type[TablekeeperError]] = {
+    "CorruptMetadataError": CorruptMetadataError,
+    "FileNotFound": CorruptMetadataError,
+    "UnsupportedFeatureError": UnsupportedFeatureError,
+    "StorageError": StorageError,
+}
 
 
 def failed(err: Exception, what: str) -> TablekeeperError:

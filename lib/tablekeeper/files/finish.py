@@ -20,7 +20,16 @@ from tablekeeper.catalog.base import LoadedTable
 from tablekeeper.errors import TablekeeperError
 from tablekeeper.files.deletes import DeleteOutcome
 from tablekeeper.files.engine import Engine, KeySet
-from tablekeeper.files.journal import STALE_AFTER_MS, Journal, JournalWriter, Staged, list_journals, remove
+from tablekeeper.files.journal import (
+    STALE_AFTER_MS,
+    Journal,
+    JournalWriter,
+    Staged,
+    list_journals,
+    read_parts,
+    remove,
+)
+from tablekeeper.files.listing import is_metadata_file
 from tablekeeper.files.local import LocalEngine
 from tablekeeper.files.manifests import FileRow
 from tablekeeper.files.rules import PathRules
@@ -100,6 +109,37 @@ def pending_journals(io: FileIO, table_location: str) -> list[dict[str, Any]]:
     ]
 
 
+class _Current:
+    """The table as it is now, loaded once, and the keys of every file it references."""
+
+    def __init__(self, load: Callable[[], LoadedTable | None], engine: Engine) -> None:
+        self._load = load
+        self._engine = engine
+        self._table: list[LoadedTable | None] = []
+        self._keys: dict[str, KeySet] = {}
+
+    @property
+    def table(self) -> LoadedTable | None:
+        if not self._table:
+            self._table.append(self._load())
+        return self._table[0]
+
+    def keep(self, rules: PathRules) -> KeySet:
+        name = repr(sorted((k, sorted(v.items())) for k, v in rules.to_json().items()))
+        if name not in self._keys:
+            self._keys[name] = table_keys(self._engine, self.table, rules)
+        return self._keys[name]
+
+    def only_metadata(self) -> Callable[[str], bool] | None:
+        """With ``gc.enabled=false`` (its data files may be another table's, as a converted
+        Delta table's are): which files may still go, those of its own metadata location."""
+        table = self.table
+        if table is None or table.metadata.property_bool("gc.enabled", True):
+            return None
+        own = f"{table.metadata.location.rstrip('/')}/metadata/"
+        return lambda path: path.startswith(own) and is_metadata_file(path)
+
+
 def finish_journals(
     io: FileIO,
     table_location: str,
@@ -118,17 +158,7 @@ def finish_journals(
     if not journals:
         return result
     now = int(time.time() * 1000)
-    keys: dict[str, KeySet] = {}
-    table: list[LoadedTable | None] = []
-
-    def keep_for(rules: PathRules) -> KeySet:
-        if not table:
-            table.append(load())
-        name = repr(sorted((k, sorted(v.items())) for k, v in rules.to_json().items()))
-        if name not in keys:
-            keys[name] = table_keys(engine, table[0], rules)
-        return keys[name]
-
+    current = _Current(load, engine)
     for journal in journals:
         if journal.empty:
             if now - journal.touched_ms > STALE_AFTER_MS:
@@ -143,7 +173,7 @@ def finish_journals(
         if not journal.abandoned(now):
             result.pending.append(journal.location)
             continue
-        _finish(journal, keep_for, engine, concurrency, result)
+        _finish(journal, current, engine, concurrency, result)
     return result
 
 
@@ -155,32 +185,22 @@ def discard(
     journal goes. Whatever fails here is left to the next run, which finishes the journal."""
     writer.release()
     journal = Journal(writer.location, writer.header, None, None, 0)
-    keys: list[KeySet] = []
-
-    def keep_for(rules: PathRules) -> KeySet:
-        if not keys:
-            keys.append(table_keys(engine or LocalEngine(), load(), rules))
-        return keys[0]
-
     try:
-        _finish(journal, keep_for, engine or LocalEngine(), 8, Finished())
+        _finish(journal, _Current(load, engine or LocalEngine()), engine or LocalEngine(), 8, Finished())
     except TablekeeperError as err:
         log.warning("left the journal %s for the next run: %s", writer.location, err.message)
 
 
-def _finish(
-    journal: Journal,
-    keep_for: Callable[[PathRules], KeySet],
-    engine: Engine,
-    concurrency: int,
-    result: Finished,
-) -> None:
+def _finish(journal: Journal, current: _Current, engine: Engine, concurrency: int, result: Finished) -> None:
     header = journal.header
     assert header is not None
     files: Any = None
     if header.kind == "delete" and journal.ready is not None:
         files = journal.ready
         planned = journal.ready.files
+        allowed = current.only_metadata()
+        if allowed is not None:  # the table no longer owns its data files: leave them be
+            files = [r for r in read_parts(journal.ready) if allowed(r[0])]
     elif header.kind == "stage":
         files = [row for s in header.staged for row in staged_files(s, header.rules)]
         planned = len(files)
@@ -188,7 +208,7 @@ def _finish(
         planned = 0  # a plan the dead run never completed: it committed nothing
     outcome = None
     if files is not None and planned:
-        outcome = engine.delete(files, keep_for(header.rules), concurrency)
+        outcome = engine.delete(files, current.keep(header.rules), concurrency)
         result.outcomes.append(outcome)
         result.kept += planned - outcome.total - outcome.missing - len(outcome.failures)
     summary = {**journal.describe(), "planned_files_count": planned}

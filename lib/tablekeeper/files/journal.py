@@ -66,6 +66,15 @@ def _boot_id() -> str:
         return ""
 
 
+def _machine_id() -> str:
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            return Path(path).read_text(encoding="ascii").strip()
+        except OSError:
+            continue
+    return ""
+
+
 def _pid_namespace() -> str:
     try:
         return str(Path("/proc/self/ns/pid").readlink())
@@ -92,16 +101,23 @@ class Owner:
     pid: int
     started: int
     pid_namespace: str = ""  # containers sharing a host name see different pids
+    machine_id: str = ""  # machines may share a host name
 
     @classmethod
     def current(cls) -> Owner:
         pid = os.getpid()
         start = _process_start(pid)
-        return cls(socket.gethostname(), _boot_id(), pid, start[0] if start else 0, _pid_namespace())
+        return cls(
+            socket.gethostname(), _boot_id(), pid, start[0] if start else 0, _pid_namespace(), _machine_id()
+        )
 
     def state(self) -> Literal["alive", "dead", "unknown"]:
-        """Whether the owner still runs, as far as this host can tell."""
+        """Whether the owner still runs, as far as this process can tell: only a process it can
+        see (same machine, same pid namespace) is ever called dead or alive."""
         if self.host != socket.gethostname():
+            return "unknown"
+        here = _machine_id()
+        if self.machine_id and here and self.machine_id != here:
             return "unknown"
         if self.pid_namespace and self.pid_namespace != _pid_namespace():
             return "unknown"
@@ -143,6 +159,9 @@ class Header:
     base_metadata: str | None = None
     rules: PathRules = field(default_factory=PathRules)
     staged: tuple[Staged, ...] = ()
+    # How long after its owner died a commit it sent may still land (a REST server finishing a
+    # request whose client is gone): the journal is finished only once that has passed.
+    settle_ms: int = 0
 
     def to_bytes(self) -> bytes:
         return orjson.dumps(
@@ -159,7 +178,9 @@ class Header:
                     "pid": self.owner.pid,
                     "started": self.owner.started,
                     "pid-namespace": self.owner.pid_namespace,
+                    "machine-id": self.owner.machine_id,
                 },
+                "settle-ms": self.settle_ms,
                 "base-metadata": self.base_metadata,
                 "rules": self.rules.to_json(),
                 "staged": [
@@ -192,7 +213,9 @@ class Header:
                     int(owner["pid"]),
                     int(owner["started"]),
                     str(owner.get("pid-namespace", "")),
+                    str(owner.get("machine-id", "")),
                 ),
+                settle_ms=int(obj.get("settle-ms", 0)),
                 base_metadata=obj.get("base-metadata"),
                 rules=PathRules.from_json(obj["rules"]),
                 staged=tuple(
@@ -258,7 +281,8 @@ class Journal:
         """Nobody is still writing it: its owner is gone, or (owner elsewhere) it went quiet."""
         state = self.owner_state()
         if state == "dead":
-            return True
+            assert self.header is not None
+            return now_ms - self.touched_ms >= self.header.settle_ms
         return state == "unknown" and now_ms - self.touched_ms > STALE_AFTER_MS
 
     def describe(self) -> dict[str, Any]:
@@ -309,6 +333,11 @@ def _read_journal(io: FileIO, directory: str, names: dict[str, int]) -> Journal:
     return Journal(directory, header, ready, committed, touched, problem)
 
 
+def read_parts(ready: Ready) -> list[FileRow]:
+    """Every row of a complete delete journal, on this process."""
+    return [r for part in ready.parts for r in decode_rows(FileIO.for_location(part).read(part), part)]
+
+
 def remove(io: FileIO, directory: str) -> None:
     """Delete a journal: ``ready.json`` first, the header last, so a journal half removed by a
     kill is never a complete plan with parts missing, and still says what it was."""
@@ -337,6 +366,7 @@ class JournalWriter:
         )
         self._released = threading.Event()
         self._lock = threading.Lock()  # a heartbeat never lands in a journal being removed
+        self._touched = header.created_ms  # the last write of this journal that succeeded
 
     @classmethod
     def start(
@@ -351,6 +381,7 @@ class JournalWriter:
         rules: PathRules | None = None,
         staged: tuple[Staged, ...] = (),
         run_id: str | None = None,
+        settle_ms: int = 0,
     ) -> JournalWriter:
         header = Header(
             job=job,
@@ -362,6 +393,7 @@ class JournalWriter:
             base_metadata=base_metadata,
             rules=rules or PathRules(),
             staged=staged,
+            settle_ms=settle_ms,
         )
         writer = cls(io, table_location, header)
         io.create_if_absent(f"{writer.location}/{HEADER}", header.to_bytes())
@@ -376,8 +408,9 @@ class JournalWriter:
                 if self._released.is_set():
                     return
                 try:
-                    stamp = str(int(time.time() * 1000)).encode("ascii")
-                    self.io.write(f"{self.location}/{HEARTBEAT}", stamp)
+                    now = int(time.time() * 1000)
+                    self.io.write(f"{self.location}/{HEARTBEAT}", str(now).encode("ascii"))
+                    self._touched = now
                 except TablekeeperError as err:
                     log.warning("could not touch %s: %s", self.location, err.message)
 
@@ -408,10 +441,17 @@ class JournalWriter:
             log.warning("could not record the commit in %s: %s", self.location, err.message)
 
     def intact(self) -> bool:
-        """Whether the journal is still there: another run finishes only an abandoned journal,
-        so a missing one means this run was taken for dead and its staged files may be gone."""
-        return self.io.exists(f"{self.location}/{HEADER}")
+        """Whether this run may still commit what it staged: its journal is there, and was
+        touched recently enough that no other host can have taken the run for dead (and removed
+        its staged files). Checked right before each commit."""
+        fresh = int(time.time() * 1000) - self._touched < STALE_AFTER_MS // 2
+        return fresh and self.io.exists(f"{self.location}/{HEADER}")
 
     def remove(self) -> None:
+        """Remove the journal once its run is done with it; if that fails the run still succeeded
+        (the next run finds the journal, re-checks it and has nothing left to delete)."""
         self.release()
-        remove(self.io, self.location)
+        try:
+            remove(self.io, self.location)
+        except TablekeeperError as err:
+            log.warning("could not remove journal %s: %s", self.location, err.message)

@@ -21,6 +21,19 @@ from tablekeeper.io.fileio import FileInfo
 _METADATA_JSON = (".metadata.json", ".metadata.json.gz")
 
 
+# What a table's metadata directory holds; with gc.enabled=false nothing else there is deleted.
+_METADATA_NAMES = (".metadata.json", ".metadata.json.gz", ".avro", ".puffin", ".stats", "version-hint.text")
+
+
+def is_metadata_file(location: str) -> bool:
+    """Whether a file is Iceberg metadata by its name (metadata JSON, manifest or list, Puffin or
+    statistics file, partition statistics, the version hint), never a data file."""
+    name = location.rsplit("/", 1)[-1]
+    return name.endswith(_METADATA_NAMES) or (
+        name.startswith("partition-stats-") and name.endswith(".parquet")
+    )
+
+
 def is_hidden(relative: str, partition_names: frozenset[str]) -> bool:
     """Whether a path relative to the table location is hidden (Iceberg's rule: a segment
     starting with ``.`` or ``_``, unless it is a ``_field=value`` partition directory)."""

@@ -18,7 +18,7 @@ from tablekeeper import faults
 from tablekeeper.files.cycles import no_cycle_collection
 from tablekeeper.files.deletes import DeleteOutcome, delete_rows
 from tablekeeper.files.engine import DRIVER_MAX_LISTED, KeySet, ListingTooLarge
-from tablekeeper.files.journal import JournalWriter, Ready, decode_rows, write_part
+from tablekeeper.files.journal import JournalWriter, Ready, read_parts, write_part
 from tablekeeper.files.listing import Classifier, markers, nested
 from tablekeeper.files.manifests import (
     FileRow,
@@ -27,7 +27,6 @@ from tablekeeper.files.manifests import (
     build_index,
     entry_keys,
     entry_rows,
-    read,
     seeds,
     snapshot_manifests,
     statistics_rows,
@@ -142,11 +141,7 @@ class LocalEngine:
     def delete(
         self, files: Ready | Sequence[FileRow], keep: KeySet | None, concurrency: int
     ) -> DeleteOutcome:
-        rows = (
-            [r for part in files.parts for r in decode_rows(read(part), part)]
-            if isinstance(files, Ready)
-            else list(files)
-        )
+        rows = read_parts(files) if isinstance(files, Ready) else list(files)
         if keep is not None:
             assert keep.handle is None, "the driver engine keeps its keys in memory"
             rows = [r for r in rows if r[1] not in keep.known]

@@ -219,4 +219,11 @@ def creation_change(meta: TableMetadata) -> TableChange:
         ups.append(Update("set-snapshot-ref", {"ref-name": name, **ref_to_obj(ref)}))
     for stats in meta.statistics:
         ups.append(Update("set-statistics", {"statistics": statistics_to_obj(stats)}))
+    for p in meta.partition_statistics:
+        body = {
+            "snapshot-id": p.snapshot_id,
+            "statistics-path": p.statistics_path,
+            "file-size-in-bytes": p.file_size_in_bytes,
+        }
+        ups.append(Update("set-partition-statistics", {"partition-statistics": body}))
     return TableChange((Requirement("assert-create"),), tuple(ups))

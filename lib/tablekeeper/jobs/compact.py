@@ -26,7 +26,13 @@ from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.producer import SnapshotChange
 from tablekeeper.commit.transaction import Committer
-from tablekeeper.errors import CommitStateUnknown, ConfigError, TablekeeperError, UnsupportedFeatureError
+from tablekeeper.errors import (
+    CommitFailed,
+    CommitStateUnknown,
+    ConfigError,
+    TablekeeperError,
+    UnsupportedFeatureError,
+)
 from tablekeeper.files.engine import task_failure
 from tablekeeper.files.finish import discard, finish_journals, pending_journals
 from tablekeeper.files.journal import JournalWriter, Staged, list_journals
@@ -318,7 +324,12 @@ def _clean(directories: Sequence[str]) -> None:
 
 
 def _commit(
-    catalog: Catalog, identifier: str, start: TableMetadata, branch: str, batch: Sequence[_Outcome]
+    catalog: Catalog,
+    identifier: str,
+    start: TableMetadata,
+    branch: str,
+    batch: Sequence[_Outcome],
+    file_prefix: str,
 ) -> int:
     """Commit a batch of rewritten groups; returns the delete files the commit removed."""
     snapshot = start.ref_snapshot(branch)
@@ -336,7 +347,7 @@ def _commit(
         summary={"tablekeeper.job": JOB},
     )
     try:
-        result = Committer(catalog, identifier).commit_snapshot(change)
+        result = Committer(catalog, identifier, file_prefix=file_prefix).commit_snapshot(change)
     except CommitStateUnknown as err:
         for o in batch:  # the new metadata may be live and name these files: keep them
             o.error = f"commit state unknown: {err.message}"
@@ -402,8 +413,12 @@ def run_compact(
         table=identifier,
         kind="stage",
         base_metadata=table.metadata_location,
-        staged=(Staged(data_root(meta), f"compact-{token}-", directories=True),),
+        staged=(
+            Staged(data_root(meta), f"compact-{token}-", directories=True),
+            Staged(f"{meta.location.rstrip('/')}/metadata", token),  # a killed commit's manifests
+        ),
         run_id=token,
+        settle_ms=catalog.commit_settle_ms,
     ) as journal:
         try:
             outcomes, removed_deletes = _execute(
@@ -417,11 +432,11 @@ def run_compact(
                 keys,
                 global_sort,
                 sort_order_id,
-                token,
+                journal,
             )
         except CommitStateUnknown:
             raise  # the journal stays: the next run keeps whatever the table turns out to reference
-        except BaseException:
+        except Exception:
             # What did not commit was removed as it failed; the journal checks that against the table.
             discard(journal, lambda: catalog.require(identifier))
             raise
@@ -443,7 +458,7 @@ def _execute(
     keys: Sequence[SortKey],
     global_sort: bool,
     sort_order_id: int | None,
-    token: str,
+    journal: JournalWriter,
 ) -> tuple[list[_Outcome], int]:
     groups = the_plan.groups
     per_commit = -(-len(groups) // options.max_commits) if options.partial_progress else len(groups)
@@ -453,14 +468,24 @@ def _execute(
     pending: list[_Outcome] = []
     outcomes: list[_Outcome] = []
     failures: list[TablekeeperError] = []
+    unknown: list[CommitStateUnknown] = []
 
     def commit(batch: list[_Outcome]) -> None:
         faults.kill_point("stage.written")
+        if unknown:
+            raise unknown[0]  # nothing more may be committed or cleaned until someone looks
         attempted.append(len(batch))
         try:
-            removed_deletes.append(_commit(catalog, identifier, meta, options.branch, batch))
-        except CommitStateUnknown:
-            raise  # nothing more may be committed or cleaned until someone looks
+            if not journal.intact():
+                raise CommitFailed(
+                    f"the staging journal {journal.location} is gone or went quiet: another run may "
+                    "have taken this one for dead and removed its files; nothing more is committed"
+                )
+            token = journal.header.run_id
+            removed_deletes.append(_commit(catalog, identifier, meta, options.branch, batch, token))
+        except CommitStateUnknown as err:
+            unknown.append(err)
+            raise
         except TablekeeperError as err:
             if not options.partial_progress:
                 raise
@@ -469,7 +494,15 @@ def _execute(
 
     def one(group: FileGroup) -> None:
         outcome = _rewrite_group(
-            spark, meta, group, rewrite, keys, global_sort, sort_order_id, options.writer, token
+            spark,
+            meta,
+            group,
+            rewrite,
+            keys,
+            global_sort,
+            sort_order_id,
+            options.writer,
+            journal.header.run_id,
         )
         with lock:
             outcomes.append(outcome)
@@ -484,7 +517,8 @@ def _execute(
         with rewrite_conf(spark), ThreadPoolExecutor(max_workers=options.max_concurrent_groups) as pool:
             for f in [pool.submit(one, g) for g in groups]:
                 f.result()
-    except BaseException as err:
+    except Exception as err:
+        # Not on an interrupt either: a batch's commit may have landed without being marked.
         if not isinstance(err, CommitStateUnknown):
             _clean([d for o in outcomes if not o.committed for d in o.directories])
         raise

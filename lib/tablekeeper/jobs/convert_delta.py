@@ -305,7 +305,7 @@ def _deletes_removed_on_failure(deletes: WrittenDeletes, location: str) -> Itera
         yield
     except CommitStateUnknown:
         raise  # the snapshot may be live and reference the delete files: keep them
-    except BaseException:
+    except Exception:  # an interrupt may come after the swap: keep them then too
         FileIO.for_location(location).delete_many(list(deletes.paths))
         raise
 

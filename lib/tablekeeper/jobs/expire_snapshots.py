@@ -175,8 +175,8 @@ def run_expire(
         metrics = _execute(options, catalog, identifier, table, policy, engine, rules, concurrency, now)
     except TablekeeperError:
         raise
-    except Exception as err:
-        raise task_failure(err, f"{JOB} {identifier}: nothing deleted") from err
+    except Exception as err:  # a journal it wrote is finished by the next run
+        raise task_failure(err, f"{JOB} {identifier} failed") from err
     metrics["resumed_journal"] = resumed
     metrics["engine"] = engine.name
     return clock.result(JOB, identifier, dry_run=False, metrics=metrics)
@@ -267,6 +267,7 @@ def _execute(
         kind="delete",
         base_metadata=table.metadata_location,
         rules=rules,
+        settle_ms=catalog.commit_settle_ms,
     ) as journal:
         try:
             try:
@@ -282,8 +283,8 @@ def _execute(
             )
         except CommitStateUnknown:
             raise  # the journal stays: the next run finishes it against the table as it then is
-        except BaseException:
-            journal.remove()  # nothing was committed
+        except Exception:
+            journal.remove()  # nothing was committed (an interrupt leaves it: the commit may have)
             raise
         journal.committed(committed.metadata_location)
         retained = {s.snapshot_id for s in committed.metadata.snapshots}

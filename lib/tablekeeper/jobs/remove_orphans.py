@@ -28,6 +28,7 @@ from tablekeeper.errors import ConfigError, SafetyRefusal, TablekeeperError
 from tablekeeper.files.engine import Engine, ListingTooLarge, OrphanScan, failed, task_failure
 from tablekeeper.files.finish import finish_journals, metadata_files, pending_journals
 from tablekeeper.files.journal import JournalWriter, journals_location
+from tablekeeper.files.listing import is_metadata_file
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.manifests import ManifestIndex
 from tablekeeper.files.orphans import MISMATCH, ORPHAN
@@ -45,8 +46,6 @@ DEFAULT_OLDER_THAN = "3d"
 MIN_RETENTION_MS = 24 * 3600 * 1000
 SAMPLE = 100
 SOURCE_PROPERTY = "tablekeeper.delta.source"
-# Files a table's metadata directory holds; anything else there is left alone on gc.enabled=false.
-_METADATA_NAMES = (".metadata.json", ".metadata.json.gz", ".avro", ".puffin", ".stats", "version-hint.text")
 PrefixMismatch = Literal["error", "ignore", "delete"]
 
 
@@ -79,14 +78,6 @@ class OrphanOptions:
 
     def __post_init__(self) -> None:
         check_engine(self.engine)
-
-
-def metadata_file_name(location: str) -> bool:
-    """Whether a file in a metadata directory is metadata (the only kind deleted with gc off)."""
-    name = location.rsplit("/", 1)[-1]
-    return name.endswith(_METADATA_NAMES) or (
-        name.startswith("partition-stats-") and name.endswith(".parquet")
-    )
 
 
 def _partition_names(table: LoadedTable) -> frozenset[str]:
@@ -175,8 +166,8 @@ def run_orphans(
         raise
     except ListingTooLarge as err:
         raise ConfigError(f"{JOB} {identifier}: {err}: run it with --engine spark") from None
-    except Exception as err:
-        raise task_failure(err, f"{JOB} {identifier}: nothing deleted") from err
+    except Exception as err:  # a journal it wrote is finished by the next run
+        raise task_failure(err, f"{JOB} {identifier} failed") from err
     metrics |= {"engine": engine.name, "mode": "metadata-only" if scope.metadata_only else "all"}
     if not options.dry_run:
         metrics["resumed_journal"] = resumed
@@ -205,7 +196,7 @@ def _scan(engine: Engine, table: LoadedTable, scope: _Scope, rules: PathRules) -
         _partition_names(table),
         references,
         scope.cutoff,
-        metadata_file_name if scope.metadata_only else None,
+        is_metadata_file if scope.metadata_only else None,
     )
 
 
@@ -257,7 +248,7 @@ def _act(
     ) as journal:
         try:
             ready = found.write(journal, wanted)
-        except BaseException:
+        except Exception:
             journal.remove()
             raise
         faults.kill_point("journal.written")

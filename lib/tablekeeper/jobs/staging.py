@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from tablekeeper import faults
@@ -47,7 +48,10 @@ def staged_run(catalog: Catalog, identifier: str, base: LoadedTable | None, job:
     ``with``; publish what it committed to the staged table when the body returns."""
     location = base.metadata.location if base is not None else catalog.new_table_location(identifier)
     io = base.io if base is not None else FileIO.for_location(location)
-    resumed = finish_journals(io, location, lambda: base, LocalEngine(), DELETE_THREADS).metric()
+    # Whatever dead runs left is checked against the table as it is now, not as loaded before:
+    # one of them may have published since.
+    current = partial(catalog.load_if_exists, identifier)
+    resumed = finish_journals(io, location, current, LocalEngine(), DELETE_THREADS).metric()
     token = uuid.uuid4().hex[:12]
     with JournalWriter.start(
         io,
@@ -58,6 +62,7 @@ def staged_run(catalog: Catalog, identifier: str, base: LoadedTable | None, job:
         base_metadata=base.metadata_location if base is not None else None,
         staged=tuple(Staged(f"{location.rstrip('/')}/{d}", token) for d in STAGED_DIRECTORIES),
         run_id=token,
+        settle_ms=catalog.commit_settle_ms,
     ) as journal:
         run = StagedRun(StagedTable(catalog, identifier, base, location), token, journal, resumed)
         try:
@@ -73,7 +78,9 @@ def staged_run(catalog: Catalog, identifier: str, base: LoadedTable | None, job:
                 journal.committed(run.published.metadata_location)
         except CommitStateUnknown:
             raise  # the catalog may show the table: its files stay, and so does the journal
-        except BaseException:
-            discard(journal, lambda: catalog.require(identifier) if base is not None else None)
+        except Exception:
+            # Known failures only; an interrupt may come after the publish landed, so its files
+            # stay with the journal, like those of an unknown commit.
+            discard(journal, current)
             raise
         journal.remove()
