@@ -162,6 +162,36 @@ def test_convert_delta_from_the_bucket_into_the_rest_catalog(spark, lake: Lake, 
     assert rows(spark, f"{CATALOG}.db.events") == sorted([*expected, (1000, "x")])
 
 
+def test_converted_history_is_created_in_one_request_with_our_ids(spark, lake: Lake, capfd, caplog) -> None:  # type: ignore[no-untyped-def]
+    """A full conversion with history goes into the REST catalog as one create transaction: every
+    version a snapshot, schemas evolving by Delta's column ids, nothing visible before the end."""
+    root = f"s3a://{S3_BUCKET}/delta/history"
+    spark.sql(f"CREATE TABLE delta.`{root}` (id BIGINT, cat STRING) USING delta")
+    spark.sql(f"INSERT INTO delta.`{root}` SELECT id, CAST(id % 2 AS STRING) FROM range(0, 40)")
+    spark.sql(f"ALTER TABLE delta.`{root}` ADD COLUMNS (note STRING)")
+    spark.sql(f"INSERT INTO delta.`{root}` VALUES (100, 'x', 'added later')")
+    spark.sql(f"DELETE FROM delta.`{root}` WHERE id < 5")
+    versions = [r[0] for r in spark.sql(f"DESCRIBE HISTORY delta.`{root}`").collect()]
+    result = ok(
+        lake, capfd, caplog, "convert-delta", "--source", root, "--target", "db.history", "--history", "all"
+    )
+    assert result["metrics"]["snapshots_committed"] == len(versions), result
+    table = f"{CATALOG}.db.history"
+    spark.sql(f"REFRESH TABLE {table}")
+    by_version = {
+        int(r[1]): r[0]
+        for r in spark.sql(
+            f"SELECT snapshot_id, summary['tablekeeper.delta-version'] FROM {table}.snapshots"
+        ).collect()
+    }
+    assert sorted(by_version) == sorted(versions)
+    for v, snapshot_id in by_version.items():
+        delta = rows(spark, f"delta.`{root}` VERSION AS OF {v}", "*")
+        assert rows(spark, f"{table} VERSION AS OF {snapshot_id}", "*") == delta, v
+    # One metadata file: the table was created with all of it.
+    assert len(spark.sql(f"SELECT * FROM {table}.metadata_log_entries").collect()) == 1
+
+
 def test_compact_then_expire_snapshots(spark, lake: Lake, capfd, caplog) -> None:  # type: ignore[no-untyped-def]
     table = small_table(spark, "small")
     before = rows(spark, table)

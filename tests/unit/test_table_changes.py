@@ -110,3 +110,49 @@ def test_no_change_is_no_update_and_the_uuid_is_fixed() -> None:
     with pytest.raises(UnsupportedFeatureError, match="never goes down"):
         v3 = _base(3)
         table_change(v3, with_changes(v3, format_version=2))
+
+
+def test_a_creation_rebuilds_everything_from_nothing_in_id_order() -> None:
+    """A create transaction: the server applies the updates to empty metadata, so they carry every
+    schema, spec and order (ids in order, as a builder numbers them), every snapshot, the log
+    through main, the refs and the statistics, guarded only by assert-create."""
+    from tablekeeper.iceberg.table_changes import creation_change
+
+    meta = add_snapshot(_base(), _snap(1, None, 1), timestamp_ms=T + 1)
+    wider = Schema(1, (*SCHEMA.fields, NestedField(2, "v", LONG)))
+    meta = add_schema(meta, wider, timestamp_ms=T + 2)
+    meta = add_snapshot(meta, _snap(2, 1, 2), timestamp_ms=T + 3)
+    meta = set_ref(meta, "audit", SnapshotRef(1, "tag"), timestamp_ms=T + 4)
+    meta = set_properties(meta, {"gc.enabled": "false"}, timestamp_ms=T + 5)
+    change = creation_change(meta)
+    assert [r.to_json() for r in change.requirements] == [{"type": "assert-create"}]
+    actions = [u.action for u in change.updates]
+    assert actions[:2] == ["assign-uuid", "upgrade-format-version"]
+    assert change.updates[0].to_json()["uuid"] == meta.table_uuid
+    schemas = [u.to_json()["schema"]["schema-id"] for u in change.updates if u.action == "add-schema"]
+    assert schemas == [0, 1]
+    assert change.updates[actions.index("set-current-schema")].to_json()["schema-id"] == 1
+    assert actions.index("set-location") < actions.index("add-snapshot")
+    added = [u.to_json()["snapshot"]["snapshot-id"] for u in change.updates if u.action == "add-snapshot"]
+    assert added == [1, 2]
+    moves = [u.to_json() for u in change.updates if u.action == "set-snapshot-ref"]
+    assert [(m["ref-name"], m["snapshot-id"]) for m in moves] == [
+        ("main", 1),
+        ("main", 2),
+        ("main", 2),
+        ("audit", 1),
+    ]
+    assert actions.index("add-snapshot") < actions.index("set-snapshot-ref")
+
+
+def test_a_created_table_is_checked_for_what_a_server_may_change() -> None:
+    from dataclasses import replace
+
+    from tablekeeper.catalog.rest import _created_differently
+
+    sent = add_snapshot(_base(), _snap(1, None, 1), timestamp_ms=T + 1)
+    assert _created_differently(sent, sent) is None
+    renumbered = replace(sent, schemas=(replace(SCHEMA, schema_id=7),), current_schema_id=7)
+    assert _created_differently(sent, renumbered) == "schemas"
+    assert _created_differently(sent, replace(sent, next_row_id=(sent.next_row_id or 0) + 5)) == "row ids"
+    assert _created_differently(sent, replace(sent, refs={})) == "refs"

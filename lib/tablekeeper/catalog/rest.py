@@ -29,11 +29,12 @@ from tablekeeper.errors import (
     ConfigError,
     NotATableError,
     StorageError,
+    TablekeeperError,
     UnsupportedFeatureError,
 )
 from tablekeeper.iceberg.metadata import TableMetadata, parse_table_metadata
 from tablekeeper.iceberg.partitioning import partition_spec_to_json, sort_order_to_json
-from tablekeeper.iceberg.table_changes import creation_change, table_change
+from tablekeeper.iceberg.table_changes import TableChange, creation_change, table_change
 from tablekeeper.iceberg.types import schema_to_json
 from tablekeeper.io import FileIO
 from tablekeeper.io.storage import configure_storage, storage_subset
@@ -375,6 +376,37 @@ class RestCatalog(Catalog):
             self._ask("DELETE", self._table_path(ident))
             raise
 
+    def _post_change(
+        self,
+        ident: TableIdentifier,
+        change: TableChange,
+        *,
+        unknown: str,
+        conflict: TablekeeperError,
+        what: str,
+    ) -> tuple[str, TableMetadata]:
+        """Send one change; the metadata location and metadata the server answers with. A 409 is
+        ``conflict``; statuses that say nothing was applied are refusals; every other outcome (no
+        answer, any other status, an unreadable 200) is an unknown state (``unknown`` says so)."""
+        faults.kill_point("commit.metadata-written")
+        try:
+            status, reply = self._call(
+                "POST", self._table_path(ident), change.request(ident.namespace, ident.name)
+            )
+        except _NoAnswer as err:
+            raise CommitStateUnknown(unknown.format(f"no answer: {redact(str(err))}")) from None
+        if status == 409:
+            raise conflict
+        if status in _NOT_APPLIED:
+            raise ConfigError(f"catalog {self.name} refused {what}: {status} {self._error(reply)}")
+        if status != 200:
+            raise CommitStateUnknown(unknown.format(f"answered {status} {self._error(reply)}"))
+        try:
+            location = str(reply["metadata-location"])
+            return location, parse_table_metadata(json.dumps(reply["metadata"]), source=location)
+        except Exception as err:  # any unreadable 200: the change may well be live
+            raise CommitStateUnknown(unknown.format(f"unreadable answer: {type(err).__name__}")) from None
+
     def _create_with_history(
         self, ident: TableIdentifier, identifier: str, metadata: TableMetadata
     ) -> LoadedTable:
@@ -385,31 +417,18 @@ class RestCatalog(Catalog):
             f"catalog {self.name}: the outcome of creating {identifier} is unknown ({{}}); check whether "
             "it exists before cleaning anything"
         )
-        faults.kill_point("commit.metadata-written")
-        try:
-            status, reply = self._call(
-                "POST", self._table_path(ident), change.request(ident.namespace, ident.name)
-            )
-        except _NoAnswer as err:
-            raise CommitStateUnknown(unknown.format(f"no answer: {redact(str(err))}")) from None
-        if status == 409:
-            raise ConfigError(f"table {identifier} already exists in catalog {self.name}")
-        if status in _NOT_APPLIED:
-            raise ConfigError(
-                f"catalog {self.name} refused to create {identifier}: {status} {self._error(reply)}"
-            )
-        if status != 200:
-            raise CommitStateUnknown(unknown.format(f"answered {status} {self._error(reply)}"))
-        try:
-            location = str(reply["metadata-location"])
-            got = parse_table_metadata(json.dumps(reply["metadata"]), source=location)
-        except Exception as err:
-            raise CommitStateUnknown(unknown.format(f"unreadable answer: {type(err).__name__}")) from None
+        location, got = self._post_change(
+            ident,
+            change,
+            unknown=unknown,
+            conflict=ConfigError(f"table {identifier} already exists in catalog {self.name}"),
+            what=f"the creation of {identifier}",
+        )
         faults.kill_point("commit.swapped")
         differs = _created_differently(metadata, got)
         if differs:
             # Fresh and unusable: readers would resolve manifests by the wrong ids. Drop it again.
-            status, reply = self._ask("DELETE", self._table_path(ident))
+            status, _ = self._ask("DELETE", self._table_path(ident))
             if status not in (200, 204, 404):
                 raise CommitStateUnknown(
                     unknown.format(f"created with other {differs}, and dropping it answered {status}")
@@ -469,29 +488,17 @@ class RestCatalog(Catalog):
         change = table_change(base.metadata, new_metadata)
         if not change.updates:
             return base
-        path = self._table_path(ident)
         unknown = (
             f"catalog {self.name}: the outcome of the commit to {base.identifier} is unknown "
             "({}); check the table's current snapshot before cleaning anything"
         )
-        faults.kill_point("commit.metadata-written")
-        try:
-            status, reply = self._call("POST", path, change.request(ident.namespace, ident.name))
-        except _NoAnswer as err:
-            raise CommitStateUnknown(unknown.format(f"no answer: {redact(str(err))}")) from None
-        if status == 409:
-            raise CommitFailed(f"{base.identifier} was changed by another writer since it was loaded")
-        if status in _NOT_APPLIED:
-            raise ConfigError(
-                f"catalog {self.name} refused the commit of {base.identifier}: {status} {self._error(reply)}"
-            )
-        if status != 200:
-            raise CommitStateUnknown(unknown.format(f"answered {status} {self._error(reply)}"))
-        try:
-            location = str(reply["metadata-location"])
-            meta = parse_table_metadata(json.dumps(reply["metadata"]), source=location)
-        except Exception as err:  # any unreadable 200: the commit may well be live
-            raise CommitStateUnknown(unknown.format(f"unreadable answer: {type(err).__name__}")) from None
+        location, meta = self._post_change(
+            ident,
+            change,
+            unknown=unknown,
+            conflict=CommitFailed(f"{base.identifier} was changed by another writer since it was loaded"),
+            what=f"the commit of {base.identifier}",
+        )
         if location == base.metadata_location or meta.current_snapshot_id != new_metadata.current_snapshot_id:
             raise CommitStateUnknown(unknown.format("the answer does not show the change"))
         faults.kill_point("commit.swapped")
