@@ -71,8 +71,8 @@ def staged_run(catalog: Catalog, identifier: str, base: LoadedTable | None, job:
                 faults.kill_point("stage.written")
                 if not journal.intact():
                     raise CommitFailed(
-                        f"the staging journal of this run disappeared from {journal.location}: another "
-                        "run took it for dead and may have removed its files; run the job again"
+                        f"the staging journal {journal.location} is gone or went quiet: another run may "
+                        "have taken this one for dead and removed its files; run the job again"
                     )
                 run.published = run.table.publish()
                 journal.committed(run.published.metadata_location)
