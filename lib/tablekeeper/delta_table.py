@@ -20,6 +20,7 @@ from tablekeeper.delta.replay import (
     NON_FILE_COLUMNS,
     CommitActions,
     NonFileState,
+    UnreadableCheckpoint,
     checkpoint_file_actions,
     checkpoint_non_file_actions,
     iter_parquet,
@@ -30,6 +31,7 @@ from tablekeeper.delta.replay import (
 from tablekeeper.delta.schema import ColumnMapping, DeltaStruct
 from tablekeeper.delta.segment import (
     Checkpoint,
+    LastCheckpointHint,
     LogEntry,
     LogSegment,
     build_segment,
@@ -48,6 +50,7 @@ from tablekeeper.errors import (
     FileNotFound,
     NotATableError,
     StorageError,
+    TablekeeperError,
     UnsupportedFeatureError,
 )
 from tablekeeper.iceberg.manifest import DataFile
@@ -169,7 +172,7 @@ def replay_segment(io: FileIO, root: str, segment: LogSegment) -> DeltaSnapshot:
     return snapshot_from_replay(root, segment, state, reconcile(tables, root), "pure")
 
 
-def _hint(io: FileIO, root: str) -> object:
+def _hint(io: FileIO, root: str) -> LastCheckpointHint | None:
     try:
         return parse_last_checkpoint(io.read(f"{root}/{LOG_DIR}/_last_checkpoint"))
     except FileNotFound:
@@ -181,6 +184,65 @@ def commit_time(io: FileIO, snapshot: DeltaSnapshot, entries: Sequence[LogEntry]
     if snapshot.metadata.configuration.get("delta.enableInCommitTimestamps") == "true":
         return commit_times(io, snapshot.root, entries, snapshot).get(snapshot.version, 0)
     return commit_timestamps(entries).get(snapshot.version, 0)
+
+
+def _checkpoint_readable(io: FileIO, root: str, checkpoint: Checkpoint) -> str | None:
+    """Why a checkpoint cannot be read (its Parquet footers), or None when it can."""
+    for part in checkpoint.files:
+        if not part.name.endswith(".parquet"):
+            continue
+        location = f"{root}/{LOG_DIR}/{part.name}"
+        try:
+            with io.open_input(location) as stream:
+                pq.read_metadata(stream)
+        except (pa.ArrowInvalid, OSError, TablekeeperError) as err:
+            reason = err.message if isinstance(err, TablekeeperError) else str(err).splitlines()[0]
+            return f"{part.name}: {reason[:200]}"
+    return None
+
+
+def readable_segment(
+    io: FileIO,
+    root: str,
+    entries: Sequence[LogEntry],
+    *,
+    version: int | None = None,
+    hint: LastCheckpointHint | None = None,
+    skip: frozenset[Checkpoint] = frozenset(),
+    notes: tuple[str, ...] = (),
+) -> tuple[LogSegment, tuple[str, ...]]:
+    """The segment that rebuilds ``version``, falling back past checkpoints that cannot be read
+    to an older one plus the commits after it, as Delta's own readers do; the notes say so."""
+    while True:
+        try:
+            segment = build_segment(entries, version=version, hint=hint, table=root, skip=skip)
+        except CorruptMetadataError as err:
+            if not skip:
+                raise
+            raise CorruptMetadataError(
+                f"{notes[-1]}, and no older state can be rebuilt ({err.message}): repair or rewrite the "
+                "checkpoint (delta-spark: run a query on the table, then CHECKPOINT)"
+            ) from err
+        checkpoint = segment.checkpoint
+        problem = _checkpoint_readable(io, root, checkpoint) if checkpoint is not None else None
+        if checkpoint is None or problem is None:
+            return segment, notes
+        skip, notes = _skipping(checkpoint, problem, skip, notes)
+
+
+def _skipping(
+    checkpoint: Checkpoint, problem: str, skip: frozenset[Checkpoint], notes: tuple[str, ...]
+) -> tuple[frozenset[Checkpoint], tuple[str, ...]]:
+    log.warning(
+        "checkpoint %d cannot be read (%s): using an older state and more commits",
+        checkpoint.version,
+        problem,
+    )
+    note = (
+        f"checkpoint {checkpoint.version} cannot be read ({problem}); rebuilt from an older state plus "
+        "commits"
+    )
+    return skip | {checkpoint}, (*notes, note)
 
 
 def load_snapshot(
@@ -208,7 +270,7 @@ def load_snapshot(
     hint = _hint(io, root)
     if timestamp_ms is not None:
         version = version_at(io, root, entries, timestamp_ms)
-    segment = build_segment(entries, version=version, hint=hint, table=root)  # type: ignore[arg-type]
+    segment, notes = readable_segment(io, root, entries, version=version, hint=hint)
     use_spark = engine == "spark" or (engine == "auto" and segment_bytes(segment) > SPARK_THRESHOLD_BYTES)
     if use_spark:
         from tablekeeper.spark import get_spark
@@ -216,8 +278,18 @@ def load_snapshot(
 
         snapshot = spark_replay(spark or get_spark("tablekeeper-delta-replay"), root, segment)
     else:
-        snapshot = replay_segment(io, root, segment)
-    return replace(snapshot, timestamp_ms=commit_time(io, snapshot, entries))
+        skip: frozenset[Checkpoint] = frozenset()
+        while True:
+            try:
+                snapshot = replay_segment(io, root, segment)
+                break
+            except UnreadableCheckpoint as err:  # a footer that reads, pages that do not
+                assert segment.checkpoint is not None
+                skip, notes = _skipping(segment.checkpoint, err.message, skip | {segment.checkpoint}, notes)
+                segment, notes = readable_segment(
+                    io, root, entries, version=version, hint=hint, skip=skip, notes=notes
+                )
+    return replace(snapshot, timestamp_ms=commit_time(io, snapshot, entries), notes=notes)
 
 
 def segment_bytes(segment: LogSegment) -> int:

@@ -502,3 +502,32 @@ def test_both_writers_agree_on_every_type(spark, catalogs) -> None:  # type: ign
         assert_pyiceberg_same_rows(spark, table, catalog.require(f"db.{name}").metadata_location)
         results[writer] = [r[:-2] for r in after]
     assert results["auto"] == results["spark"]
+
+
+@pytest.mark.parametrize(("version", "writer"), [(2, "auto"), (3, "spark")])
+def test_nan_partitions_keep_their_deletes(spark, catalogs, version: int, writer: str) -> None:  # type: ignore[no-untyped-def]
+    """Partition values compare by their bits, as the spec says: every NaN is one partition, so its
+    position deletes and DVs apply (Python's NaN equals nothing: the rows came back)."""
+    name = f"compact_nan_v{version}_{writer}"
+    table = f"{FS_CATALOG}.db.{name}"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, p DOUBLE) USING iceberg PARTITIONED BY (p) "
+        f"TBLPROPERTIES ('format-version'='{version}', 'write.delete.mode'='merge-on-read')"
+    )
+    for i in range(3):
+        spark.sql(
+            f"INSERT INTO {table} VALUES ({i * 10}, CAST('NaN' AS DOUBLE)), "
+            f"({i * 10 + 1}, CAST('NaN' AS DOUBLE)), ({i * 10 + 2}, 0.0), ({i * 10 + 3}, 1.0)"
+        )
+    spark.sql(f"DELETE FROM {table} WHERE id IN (0, 11, 21, 12)")
+    before = _rows(spark, f"SELECT id, CAST(p AS STRING) FROM {table}")
+    assert len(before) == 8
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    m = run_compact(
+        CompactOptions(table=f"db.{name}", min_input_files=2, writer=writer), catalog, f"db.{name}", spark
+    ).metrics
+    assert m["rewritten_data_files_count"] == 9, m
+    spark.sql(f"REFRESH TABLE {table}")
+    assert _rows(spark, f"SELECT id, CAST(p AS STRING) FROM {table}") == before
+    assert _delete_files(spark, table) == 0

@@ -31,6 +31,7 @@ from tablekeeper.iceberg.manifest import (
     write_manifest_list,
 )
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, Snapshot, TableMetadata
+from tablekeeper.iceberg.partitioning import partition_key
 from tablekeeper.iceberg.updates import add_snapshot
 from tablekeeper.io import FileIO
 from tablekeeper.table import load_manifests, read_entries
@@ -316,7 +317,7 @@ def _apply_change(
         raise ValueError(
             f"invalid replace: adds {delta.added_records} records but removes only {delta.deleted_records}"
         )
-    partitions = {(f.spec_id, f.partition) for f in (*change.added_files, *removed)}
+    partitions = {(f.spec_id, partition_key(f.partition)) for f in (*change.added_files, *removed)}
     summary = build_summary(
         change.operation,
         delta,
@@ -378,7 +379,7 @@ def _check_new_deletes(
     start_seq = started.sequence_number if started is not None else 0
     unpartitioned = {s.spec_id for s in base.partition_specs if s.is_unpartitioned}
     paths = {e.data_file.file_path for e in removed}
-    scopes = {(e.data_file.spec_id, e.data_file.partition) for e in removed}
+    scopes = {(e.data_file.spec_id, partition_key(e.data_file.partition)) for e in removed}
     for m in load_manifests(io, newer[0]):
         # Deletes committed since the start have a larger data sequence number, whether their
         # entry is still ADDED or was carried into a merged manifest as EXISTING.
@@ -390,10 +391,11 @@ def _check_new_deletes(
                 continue
             if f.content == POSITION_DELETES:
                 target = referenced_file(f)
-                hit = target in paths if target is not None else (f.spec_id, f.partition) in scopes
+                scope = (f.spec_id, partition_key(f.partition))
+                hit = target in paths if target is not None else scope in scopes
             else:
                 hit = change.data_sequence_number is None and (
-                    f.spec_id in unpartitioned or (f.spec_id, f.partition) in scopes
+                    f.spec_id in unpartitioned or (f.spec_id, partition_key(f.partition)) in scopes
                 )
             if hit:
                 raise CommitConflict(

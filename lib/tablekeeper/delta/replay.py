@@ -280,6 +280,10 @@ def read_parquet(source: Any, wanted: Iterable[str]) -> pa.Table:
         raise CorruptMetadataError(f"checkpoint is not a readable Parquet file ({err})") from err
 
 
+class UnreadableCheckpoint(CorruptMetadataError):
+    """A checkpoint that cannot be read: readers rebuild the version from an older one instead."""
+
+
 def iter_parquet(source: Any, wanted: Iterable[str], batch_rows: int = 131_072) -> Iterator[pa.Table]:
     """A checkpoint in slices: raw rows are dropped as soon as each slice is converted, which keeps
     a million-file replay's peak memory near the size of its result."""
@@ -290,12 +294,15 @@ def iter_parquet(source: Any, wanted: Iterable[str], batch_rows: int = 131_072) 
         for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
             yield pa.Table.from_batches([batch])
     except (pa.ArrowInvalid, OSError) as err:
-        raise CorruptMetadataError(f"checkpoint is not a readable Parquet file ({err})") from err
+        raise UnreadableCheckpoint(f"checkpoint is not a readable Parquet file ({err})") from err
 
 
 def parse_json_checkpoint(data: bytes, state: NonFileState, first_order: int) -> pa.Table:
     actions = CommitActions()
-    parse_commit(-1, data, actions, state, first_order)
+    try:
+        parse_commit(-1, data, actions, state, first_order)
+    except CorruptMetadataError as err:
+        raise UnreadableCheckpoint(err.message) from err
     return actions.table()
 
 

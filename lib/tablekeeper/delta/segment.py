@@ -140,8 +140,12 @@ def build_segment(
     version: int | None = None,
     hint: LastCheckpointHint | None = None,
     table: str = "the table",
+    skip: frozenset[Checkpoint] = frozenset(),
 ) -> LogSegment:
+    """The checkpoint and commits that rebuild ``version`` (default: the latest). ``skip``:
+    checkpoints found unreadable, so an older one and more commits are used instead."""
     commits, checkpoints = parse_listing(entries)
+    checkpoints = [c for c in checkpoints if c not in skip]
     if not commits and not checkpoints:
         raise CorruptMetadataError(f"{table} has an empty _delta_log (no commits, no checkpoints)")
     latest = max([*commits, *(c.version for c in checkpoints)])

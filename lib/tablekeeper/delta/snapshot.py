@@ -40,6 +40,7 @@ class DeltaSnapshot:
     commit_info: CommitInfo | None = None
     checkpoint_version: int | None = None
     engine: str = "pure"
+    notes: tuple[str, ...] = ()  # how the state was rebuilt when the log needed a detour
 
     @property
     def schema(self) -> DeltaStruct:

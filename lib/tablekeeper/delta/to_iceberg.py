@@ -23,6 +23,7 @@ from tablekeeper.delta.schema import (
     DeltaPrimitive,
     DeltaStruct,
     DeltaType,
+    parse_type,
 )
 from tablekeeper.delta.values import (
     INTEGER_TYPES,
@@ -32,8 +33,9 @@ from tablekeeper.delta.values import (
     stats_value,
     timestamp_upper_bound,
 )
-from tablekeeper.errors import UnsupportedFeatureError
+from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
 from tablekeeper.iceberg import types as it
+from tablekeeper.iceberg.bounds import widen_zero
 from tablekeeper.iceberg.conversions import to_bytes
 from tablekeeper.iceberg.manifest import DATA, DataFile
 from tablekeeper.iceberg.name_mapping import MappedField, NameMapping
@@ -107,6 +109,48 @@ def ids_by_name_path(schema: it.Schema) -> dict[tuple[str, ...], int]:
     return out
 
 
+TYPE_CHANGES = "delta.typeChanges"
+
+
+def _iceberg_of(delta_type_name: str) -> it.IcebergType | None:
+    try:
+        t = parse_type(delta_type_name)
+    except (UnsupportedFeatureError, CorruptMetadataError):
+        return None
+    if isinstance(t, DeltaDecimal):
+        return it.DecimalType(t.precision, t.scale)
+    return _PRIMITIVES.get(t.name) if isinstance(t, DeltaPrimitive) else None
+
+
+def check_type_changes(f: DeltaField, path: tuple[str, ...], format_version: int) -> None:
+    """Refuse a column Delta widened in a way Iceberg readers do not promote.
+
+    Type widening changes the schema without rewriting files: files written before the change
+    still hold the old type, and an Iceberg schema claiming the new one is read correctly only
+    where Iceberg itself promotes (int to long, float to double, decimal precision, and on v3
+    date to timestamp). byte and short are Iceberg ints, so widening among them changes nothing.
+    """
+    changes = f.metadata.get(TYPE_CHANGES) or []
+    if not isinstance(changes, list):
+        raise CorruptMetadataError(f"Delta column {'.'.join(path)!r} has a malformed {TYPE_CHANGES}")
+    for change in changes:
+        try:
+            old_name, new_name = str(change["fromType"]), str(change["toType"])
+        except (KeyError, TypeError):
+            raise CorruptMetadataError(
+                f"Delta column {'.'.join(path)!r} has a malformed {TYPE_CHANGES} entry {change!r}"
+            ) from None
+        where = ".".join((*path, *([str(change["fieldPath"])] if change.get("fieldPath") else [])))
+        old, new = _iceberg_of(old_name), _iceberg_of(new_name)
+        if old is None or new is None or not it.is_valid_promotion(old, new, format_version):
+            raise UnsupportedFeatureError(
+                f"Delta column {where!r} was widened from {old_name} to {new_name}, which Iceberg "
+                f"readers of a v{format_version} table do not promote, so files written before the "
+                "change would be read wrong: have Delta rewrite them (ALTER TABLE ... DROP FEATURE "
+                "typeWidening), then convert"
+            )
+
+
 def map_schema(
     struct: DeltaStruct,
     mapping: ColumnMapping,
@@ -114,9 +158,11 @@ def map_schema(
     *,
     previous: it.Schema | None = None,
     last_column_id: int = 0,
+    format_version: int = 2,
 ) -> MappedSchema:
     """``previous``: the Iceberg schema this one evolves. Without column-mapping ids, a field keeps
-    the id its name path had there; new fields take ids above ``last_column_id``."""
+    the id its name path had there; new fields take ids above ``last_column_id``. Columns Delta
+    widened are checked against the promotions Iceberg allows at ``format_version``."""
     start = _max_column_id(struct, configuration) + 1 if mapping.enabled else 1
     ids = _Ids(max(start, last_column_id + 1))
     reuse = ids_by_name_path(previous) if previous is not None else {}
@@ -192,9 +238,11 @@ def map_schema(
         mapped: list[MappedField] = []
         # Ids of a struct's own fields first, so top-level columns get the lowest fresh ids.
         own = [(f.column_id if mapping.enabled and f.column_id else fresh((*path, f.name))) for f in fields]
+        physicals = {mapping.physical_name(f) for f in fields}
         for f, fid in zip(fields, own, strict=True):
             physical = mapping.physical_name(f)
             fpath, fphys = (*path, f.name), (*phys, physical)
+            check_type_changes(f, fpath, format_version)
             ids_by_path[fpath] = fid
             physical_by_path[fpath] = fphys
             ftype, children = convert_type(f.type, fpath, fphys, f, physical)
@@ -204,8 +252,11 @@ def map_schema(
                     fid, f.name, ftype, required=not f.nullable, doc=None if doc is None else str(doc)
                 )
             )
-            # Files carry physical names (logical ones without column mapping); list both.
-            names = (physical,) if physical == f.name else (physical, f.name)
+            # Files carry physical names (logical ones without column mapping); list both, unless
+            # the logical name is a sibling's physical name (a column renamed after mapping was
+            # enabled in place, whose physical name is its old name): the physical name wins.
+            alias = f.name != physical and f.name not in physicals
+            names = (physical, f.name) if alias else (physical,)
             mapped.append(MappedField(names, fid, tuple(children)))
         return out, mapped
 
@@ -327,6 +378,11 @@ class _MetricColumn:
     physical: tuple[str, ...]
     fast: _Encoder | None = None
 
+    @property
+    def floating(self) -> bool:
+        t = self.iceberg_type
+        return isinstance(t, it.PrimitiveType) and t.name in ("float", "double")
+
 
 # (mapped, struct) -> the columns that get metrics; both kept so their ids stay unique.
 _PLANS: dict[tuple[int, int], tuple[MappedSchema, DeltaStruct, tuple[_MetricColumn, ...], bool]] = {}
@@ -397,7 +453,8 @@ def metrics_from_stats(
                 if lo is not None:
                     b = to_bytes(c.iceberg_type, lo)
             if b is not None:
-                lower[fid] = b
+                # Spark's min cannot tell -0.0 from +0.0; Iceberg orders -0.0 first.
+                lower[fid] = widen_zero(c.iceberg_type, b, lower=True) if c.floating else b
         raw = maxes.get(top) if top is not None else _lookup(maxes, c.physical)
         if raw is not None:
             b = c.fast(raw) if c.fast is not None else None
@@ -407,7 +464,7 @@ def metrics_from_stats(
                 if upper_value is not None:
                     b = to_bytes(c.iceberg_type, upper_value)
             if b is not None:
-                upper[fid] = b
+                upper[fid] = widen_zero(c.iceberg_type, b, lower=False) if c.floating else b
         nc = null_counts.get(top) if top is not None else _lookup(null_counts, c.physical)
         if type(nc) is int and (exact_nulls or nc == 0):
             nulls[fid] = nc

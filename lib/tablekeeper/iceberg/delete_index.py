@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from tablekeeper.errors import CorruptMetadataError
 from tablekeeper.iceberg.manifest import EQUALITY_DELETES, POSITION_DELETES, DataFile, ManifestEntry
+from tablekeeper.iceberg.partitioning import partition_key
 
 # The position-delete file_path column: its bounds say which data files a delete file names.
 DELETE_FILE_PATH_ID = 2147483546
@@ -100,7 +101,7 @@ class DeleteIndex:
         self._global: _Scoped = _Scoped()
         for entry in deletes:
             f = entry.data_file
-            scope = (f.spec_id, f.partition)
+            scope = (f.spec_id, partition_key(f.partition))
             if f.content == POSITION_DELETES and f.is_dv:
                 target = f.referenced_data_file
                 if target is None:
@@ -126,13 +127,13 @@ class DeleteIndex:
     def for_data_file(self, entry: ManifestEntry) -> AppliedDeletes:
         f = entry.data_file
         seq = _seq(entry)
-        scope = (f.spec_id, f.partition)
+        scope = (f.spec_id, partition_key(f.partition))
         dv = self._dvs.get(f.file_path)
         if dv is not None and _seq(dv) < seq:
             raise CorruptMetadataError(
                 f"deletion vector for {f.file_path} is older than the file (sequence {_seq(dv)} < {seq})"
             )
-        if dv is not None and (dv.data_file.spec_id, dv.data_file.partition) != scope:
+        if dv is not None and (dv.data_file.spec_id, partition_key(dv.data_file.partition)) != scope:
             raise CorruptMetadataError(f"deletion vector for {f.file_path} is in another partition")
         positions: tuple[ManifestEntry, ...] = ()
         if dv is None and scope in self._positions:

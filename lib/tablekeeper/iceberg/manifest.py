@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import uuid
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,7 +28,8 @@ from tablekeeper.iceberg.avro_schemas import (
     manifest_file_avro,
     manifest_file_struct,
 )
-from tablekeeper.iceberg.conversions import native_to_value, to_bytes
+from tablekeeper.iceberg.bounds import PartitionBounds
+from tablekeeper.iceberg.conversions import native_to_value
 from tablekeeper.iceberg.partitioning import PartitionSpec, partition_fields_to_json
 from tablekeeper.iceberg.types import (
     DecimalType,
@@ -203,43 +203,6 @@ def _entry_record(
     return rec
 
 
-class _SummaryBuilder:
-    """Per partition field: nulls, NaNs and min/max of the values, for the manifest list."""
-
-    def __init__(self, partition_type: StructType) -> None:
-        self.types = [f.type for f in partition_type.fields]
-        self.nulls = [False] * len(self.types)
-        self.nans = [False] * len(self.types)
-        self.lows: list[Any] = [None] * len(self.types)
-        self.highs: list[Any] = [None] * len(self.types)
-
-    def update(self, values: Sequence[Any]) -> None:
-        for i, v in enumerate(values):
-            if v is None:
-                self.nulls[i] = True
-            elif isinstance(v, float) and math.isnan(v):
-                self.nans[i] = True
-            else:
-                if self.lows[i] is None or v < self.lows[i]:
-                    self.lows[i] = v
-                if self.highs[i] is None or v > self.highs[i]:
-                    self.highs[i] = v
-
-    def build(self) -> tuple[FieldSummary, ...]:
-        out = []
-        for i, t in enumerate(self.types):
-            is_float = isinstance(t, PrimitiveType) and t.name in ("float", "double")
-            out.append(
-                FieldSummary(
-                    contains_null=self.nulls[i],
-                    contains_nan=self.nans[i] if is_float else False,
-                    lower_bound=None if self.lows[i] is None else to_bytes(t, self.lows[i]),
-                    upper_bound=None if self.highs[i] is None else to_bytes(t, self.highs[i]),
-                )
-            )
-        return tuple(out)
-
-
 def write_manifest(
     path: str,
     entries: Iterable[ManifestEntry],
@@ -258,7 +221,7 @@ def write_manifest(
     partition_type = spec.partition_type(schema)
     struct = manifest_entry_struct(format_version, partition_type)
     avro_schema = manifest_entry_avro(format_version, partition_type)
-    summaries = _SummaryBuilder(partition_type)
+    summaries = PartitionBounds(partition_type)
     partition_fields = [(avro_name(pf.name), pf.type) for pf in partition_type.fields]
     counts = {ADDED: [0, 0], EXISTING: [0, 0], DELETED: [0, 0]}
     min_seq: int | None = None
@@ -313,7 +276,7 @@ def write_manifest(
         added_rows_count=counts[ADDED][1],
         existing_rows_count=counts[EXISTING][1],
         deleted_rows_count=counts[DELETED][1],
-        partitions=summaries.build(),
+        partitions=tuple(FieldSummary(*f) for f in summaries.build()),
     )
     return data, manifest
 

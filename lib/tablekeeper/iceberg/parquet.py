@@ -143,7 +143,8 @@ def data_file_from_footer(
     nulls: dict[int, int] = {}
     lows: dict[int, Any] = {}
     highs: dict[int, Any] = {}
-    stats_ok: dict[int, bool] = {}
+    stats_ok: dict[int, bool] = {}  # bounds from every row group
+    counts_ok: dict[int, bool] = {}  # null counts from every row group
     for rg in range(footer.num_row_groups):
         group = footer.row_group(rg)
         for c in range(group.num_columns):
@@ -155,7 +156,7 @@ def data_file_from_footer(
             values[fid] = values.get(fid, 0) + col.num_values
             st = col.statistics
             if st is None or not st.has_null_count:
-                stats_ok[fid] = False
+                stats_ok[fid] = counts_ok[fid] = False
                 continue
             nulls[fid] = nulls.get(fid, 0) + st.null_count
             if st.has_min_max and stats_ok.get(fid, True):
@@ -166,6 +167,9 @@ def data_file_from_footer(
                     highs[fid] = hi
             elif st.num_values > 0:
                 stats_ok[fid] = False
+    # A count over some row groups only would claim fewer nulls than the file holds, and an
+    # IS NULL filter could then skip it: no count unless every row group gave one.
+    nulls = {fid: n for fid, n in nulls.items() if counts_ok.get(fid, True)}
     lower: dict[int, bytes] = {}
     upper: dict[int, bytes] = {}
     for fid, low in lows.items():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +91,25 @@ class SortOrder:
 
 
 UNSORTED = SortOrder(order_id=0, fields=())
+
+
+_DOUBLE_BITS = struct.Struct(">d").pack
+_CANONICAL_NAN = _DOUBLE_BITS(math.nan)
+
+
+def partition_key(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A partition tuple as a key that is equal exactly when the spec says the partitions are.
+
+    Floats compare by their bits, as Java's ``Double.equals`` does: every NaN is one partition
+    (Python's NaN equals nothing, itself included, so it would never find its own deletes), and
+    -0.0 is another partition than +0.0 (Python's ``==`` would merge them).
+    """
+    if not any(type(v) is float for v in values):
+        return values
+    return tuple(
+        (_CANONICAL_NAN if math.isnan(v) else _DOUBLE_BITS(v), "float") if type(v) is float else v
+        for v in values
+    )
 
 
 def _req(obj: Mapping[str, Any], key: str, what: str) -> Any:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from tablekeeper.errors import ConfigError
 from tablekeeper.iceberg.delete_index import AppliedDeletes, DeleteIndex, referenced_file
 from tablekeeper.iceberg.manifest import POSITION_DELETES, DataFile, ManifestEntry
+from tablekeeper.iceberg.partitioning import partition_key
 
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
 DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
@@ -250,11 +251,12 @@ def plan_rewrite(
         if not options.rewrite_all and not _candidate(task, options):
             continue
         f = entry.data_file
-        by_partition.setdefault((f.spec_id, f.partition), []).append(task)
+        by_partition.setdefault((f.spec_id, partition_key(f.partition)), []).append(task)
     groups: list[FileGroup] = []
     planned = 0
     budget = options.max_files_to_rewrite
-    for (spec_id, partition), tasks in by_partition.items():
+    for (spec_id, _), tasks in by_partition.items():
+        partition = tasks[0].file.partition  # the values (the key compares floats by bits)
         kept = [
             g for g in pack(tasks, options.max_file_group_size) if options.rewrite_all or _keep(g, options)
         ]

@@ -41,6 +41,7 @@ from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.delete_index import DeleteIndex
 from tablekeeper.iceberg.manifest import DataFile, ManifestEntry
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
+from tablekeeper.iceberg.partitioning import partition_key
 from tablekeeper.iceberg.rewrite_plan import FileGroup, FileTask, RewriteOptions, RewritePlan, plan_rewrite
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.engines import SparkSource, choose_engine
@@ -257,13 +258,14 @@ def _targets(
     """One write per (spec, partition) among the group's files: each keeps its own spec."""
     by_scope: dict[tuple[int, tuple[Any, ...]], list[FileTask]] = {}
     for t in group.tasks:
-        by_scope.setdefault((t.file.spec_id, t.file.partition), []).append(t)
+        by_scope.setdefault((t.file.spec_id, partition_key(t.file.partition)), []).append(t)
     codec = meta.properties.get(COMPRESSION, "zstd").lower()
     if codec not in _CODECS:
         raise UnsupportedFeatureError(f"{COMPRESSION}={codec} is not a Parquet codec tablekeeper writes")
     root = data_root(meta)
     out = []
-    for (spec_id, partition), tasks in by_scope.items():
+    for (spec_id, _), tasks in by_scope.items():
+        partition = tasks[0].file.partition  # the values (the key compares floats by bits)
         size = sum(t.size for t in tasks)
         records = max(1, sum(t.file.record_count for t in tasks))
         per_record = max(1.0, size / records)

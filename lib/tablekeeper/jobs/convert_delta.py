@@ -30,7 +30,7 @@ from tablekeeper.commit import Committer, SnapshotChange, SummaryDelta
 from tablekeeper.commit.producer import new_commit_uuid
 from tablekeeper.commit.transaction import RetryPolicy
 from tablekeeper.delta.diff import FileDiff, diff_files
-from tablekeeper.delta.segment import LogEntry, LogSegment, build_segment, oldest_reconstructable
+from tablekeeper.delta.segment import LogEntry, LogSegment, oldest_reconstructable
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.to_iceberg import MappedSchema, map_schema, partition_spec
 from tablekeeper.delta_table import (
@@ -39,6 +39,7 @@ from tablekeeper.delta_table import (
     list_log,
     load_snapshot,
     normalise_root,
+    readable_segment,
     segment_bytes,
 )
 from tablekeeper.errors import (
@@ -124,8 +125,9 @@ def plan_convert(options: ConvertOptions, catalog: Catalog) -> ConvertPlan:
     root = normalise_root(options.source)
     io = FileIO.for_location(root)
     entries = list_log(io, root)
-    # The latest version's segment, checked as any read would check it (gaps, missing commits).
-    segment = build_segment(entries, table=root)
+    # The latest version's segment, checked as any read would check it (gaps, missing commits,
+    # a checkpoint that cannot be read).
+    segment, detours = readable_segment(io, root, entries)
     latest = segment.version
     oldest = oldest_reconstructable(entries, root) if options.history == "all" else latest
     table = _existing(catalog, options.target)
@@ -142,8 +144,9 @@ def plan_convert(options: ConvertOptions, catalog: Catalog) -> ConvertPlan:
         exists: bool,
         note: str | None = None,
     ) -> ConvertPlan:
+        said = "; ".join([*detours, *([note] if note else [])]) or None
         return ConvertPlan(
-            root, mode, latest, versions, base, resync, format_version, exists, note, tuple(entries), segment
+            root, mode, latest, versions, base, resync, format_version, exists, said, tuple(entries), segment
         )
 
     if table is None or VERSION_PROPERTY not in table.metadata.properties:
@@ -207,13 +210,20 @@ def evolve(meta: TableMetadata, snap: DeltaSnapshot, timestamp_ms: int) -> tuple
     """The target's metadata with the Delta version's schema, partitioning and version recorded."""
     mapping, config = snap.column_mapping, snap.metadata.configuration
     mapped = map_schema(
-        snap.schema, mapping, config, previous=meta.schema(), last_column_id=meta.last_column_id
+        snap.schema,
+        mapping,
+        config,
+        previous=meta.schema(),
+        last_column_id=meta.last_column_id,
+        format_version=meta.format_version,
     )
     try:
         updated = add_schema(meta, mapped.schema, timestamp_ms=timestamp_ms)
     except ConfigError:
         # An overwrite replaced a column by name with another type: only the name is shared.
-        mapped = map_schema(snap.schema, mapping, config, last_column_id=meta.last_column_id)
+        fv = meta.format_version
+        last = meta.last_column_id
+        mapped = map_schema(snap.schema, mapping, config, last_column_id=last, format_version=fv)
         try:
             updated = add_schema(meta, mapped.schema, timestamp_ms=timestamp_ms)
         except ConfigError as err:
@@ -236,7 +246,9 @@ def evolve(meta: TableMetadata, snap: DeltaSnapshot, timestamp_ms: int) -> tuple
 def _create_target(
     options: ConvertOptions, plan: ConvertPlan, catalog: Catalog, first: DeltaSnapshot
 ) -> None:
-    mapped = map_schema(first.schema, first.column_mapping, first.metadata.configuration)
+    mapped = map_schema(
+        first.schema, first.column_mapping, first.metadata.configuration, format_version=plan.format_version
+    )
     meta = new_table_metadata(
         schema=mapped.schema,
         location=catalog.default_table_location(options.target),

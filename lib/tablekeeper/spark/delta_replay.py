@@ -55,7 +55,7 @@ def _normalise(actions: DataFrame, column: str, is_add: bool, order: Column) -> 
         get("size", "bigint").alias("size"),
         get("modificationTime", "bigint").alias("modification_time"),
         get("dataChange", "boolean").alias("data_change"),
-        (get("stats", "string") if is_add else F.lit(None).cast("string")).alias("stats"),
+        (_stats(c, fields) if is_add else F.lit(None).cast("string")).alias("stats"),
         (get("tags", "map<string,string>") if is_add else F.lit(None).cast("map<string,string>")).alias(
             "tags"
         ),
@@ -83,6 +83,16 @@ def _normalise(actions: DataFrame, column: str, is_add: bool, order: Column) -> 
             "clustering_provider"
         ),
     )
+
+
+def _stats(c: Column, fields: set[str]) -> Column:
+    """``stats`` as JSON; a checkpoint written with typed stats only (``stats_parsed``) has them
+    there instead, turned back into the JSON form (the driver's replay does the same)."""
+    stats = c["stats"].cast("string") if "stats" in fields else F.lit(None).cast("string")
+    if "stats_parsed" in fields:
+        parsed = F.to_json(c["stats_parsed"], {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"})
+        stats = F.coalesce(stats, parsed)
+    return stats
 
 
 def _absolute(root: str) -> Column:

@@ -33,7 +33,7 @@ from tablekeeper.iceberg.manifest import DataFile, ManifestEntry
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.name_mapping import NameMapping, parse_name_mapping
 from tablekeeper.iceberg.parquet import data_file_from_footer
-from tablekeeper.iceberg.partitioning import PartitionSpec
+from tablekeeper.iceberg.partitioning import PartitionSpec, partition_key
 from tablekeeper.iceberg.puffin import deserialize_dv
 from tablekeeper.iceberg.rewrite_plan import FileTask
 from tablekeeper.iceberg.types import FixedType, IcebergType, NestedField, Schema, StructType
@@ -121,7 +121,7 @@ def _constants(
             path_key(t.file.file_path),
             int(t.entry.sequence_number or 0),
             t.file.first_row_id,
-            scopes[(t.file.spec_id, t.file.partition)],
+            scopes[(t.file.spec_id, partition_key(t.file.partition))],
         )
         for t in tasks
     ]
@@ -259,7 +259,7 @@ def _equality_deletes(
                     int(e.sequence_number or 0),
                     -1
                     if e.data_file.spec_id in unpartitioned
-                    else scopes.get((e.data_file.spec_id, e.data_file.partition), -2),
+                    else scopes.get((e.data_file.spec_id, partition_key(e.data_file.partition)), -2),
                 )
                 for p, e in entries.items()
             ],
@@ -376,7 +376,10 @@ def rewrite_files(
     schema = meta.schema()
     v3 = meta.format_version >= 3
     scopes = {
-        key: i for i, key in enumerate(sorted({(t.file.spec_id, t.file.partition) for t in tasks}, key=repr))
+        key: i
+        for i, key in enumerate(
+            sorted({(t.file.spec_id, partition_key(t.file.partition)) for t in tasks}, key=repr)
+        )
     }
     df = read_data_files(
         spark,
