@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 from pyspark.sql import functions as F
@@ -100,7 +101,8 @@ def test_converted_table_reads_like_delta(spark, catalogs, tmp_path: Path, name:
         side.unlink()
     catalog = catalog_for(catalogs.get(SQL_CATALOG))
     target = ident(name, version)
-    options = ConvertOptions(source=str(source), target=target, format_version=version)
+    # Verified: every table's live rows per partition agree between the log and the manifests.
+    options = ConvertOptions(source=str(source), target=target, format_version=version, verify="metadata")
     if name in REFUSED:
         with pytest.raises(TablekeeperError) as info:
             run_convert(options, catalog)
@@ -110,6 +112,7 @@ def test_converted_table_reads_like_delta(spark, catalogs, tmp_path: Path, name:
     assert result.status == "ok"
     metrics = result.metrics
     assert metrics["delete_files"] == (1 if name in WITH_DVS else 0)
+    assert metrics["verified"] == {"mode": "metadata", "versions_verified": 1, "partitions_verified": ANY}
     json.loads(result.to_json())
     meta = catalog.load_table(target).metadata
     assert meta.properties["gc.enabled"] == "false"
@@ -130,9 +133,18 @@ def test_manifests_written_by_executors(spark, catalogs, tmp_path: Path) -> None
     ).partitionBy("p").option("delta.enableDeletionVectors", "true").save(str(source))
     spark.sql(f"DELETE FROM delta.`{source}` WHERE id % 9 = 0")
     catalog = catalog_for(catalogs.get(SQL_CATALOG))
-    options = ConvertOptions(source=str(source), target="conv.executors", format_version=3, engine="spark")
+    options = ConvertOptions(
+        source=str(source), target="conv.executors", format_version=3, engine="spark", verify="rows"
+    )
     result = run_convert(options, catalog, spark)
     assert result.metrics["manifest_writer"] == "executors"
+    # Delta's counts came from the tasks, Iceberg's from the manifests read back: 5 partitions.
+    assert result.metrics["verified"] == {
+        "mode": "rows",
+        "versions_verified": 1,
+        "partitions_verified": 5,
+        "versions_row_counted": 1,
+    }
     assert result.metrics["data_files"] == spark.read.format("delta").load(str(source)).inputFiles().__len__()
     assert result.metrics["delete_files"] > 0
     assert_same_rows(spark, f"{SQL_CATALOG}.conv.executors", source)

@@ -114,9 +114,10 @@ def test_full_history_matches_delta_at_every_version(
     evolve_plain(spark, source)
     finish_plain(spark, source)
     ident = f"{NS}.plain_v{format_version}"
-    result = convert(catalogs, source, ident, history="all", format_version=format_version)
+    result = convert(catalogs, source, ident, history="all", format_version=format_version, verify="metadata")
     m = result.metrics
     assert (m["snapshots_committed"], m["versions_converted"], m["delta_version"]) == (10, 10, 9)
+    assert m["verified"]["versions_verified"] == 10
     assert m["delete_files"] > 0 and m["data_files_removed"] > 0
     table = f"{SQL_CATALOG}.{ident}"
     assert_every_version(spark, table, source, range(10))

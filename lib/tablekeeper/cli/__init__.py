@@ -84,6 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "driver", "spark"],
         help="who writes manifests (auto: the executors of a spark-submit session for large tables)",
     )
+    convert.add_argument(
+        "--verify",
+        nargs="?",
+        const="metadata",
+        default="off",
+        choices=["off", "metadata", "rows"],
+        help="check every converted version before publishing: live rows per partition from both "
+        "sides' metadata (--verify or --verify metadata), also counted through Spark (rows)",
+    )
     _job_options(convert)
     expire = sub.add_parser(
         "expire-snapshots", help="drop old snapshots, then delete the files only they reached"
@@ -107,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--clean-expired-metadata",
         action="store_true",
         help="also remove partition specs and schemas no retained snapshot uses",
+    )
+    expire.add_argument(
+        "--metadata-only",
+        action="store_true",
+        help="delete only the table's own manifests, lists and statistics, never a data or delete "
+        "file (for gc.enabled=false tables, e.g. a converted Delta table)",
     )
     expire.add_argument(
         "--max-concurrent-deletes", type=_positive, help="delete tasks at once (default: one per core)"
@@ -365,9 +380,12 @@ def _convert_delta(args: argparse.Namespace) -> int:
             format_version=args.format_version,
             dry_run=args.dry_run,
             engine=args.engine,
+            verify=args.verify,
         )
         catalogs = _catalogs(args)
-        return run_convert(options, catalog_for(catalogs.get(args.catalog)), _session(args.engine, catalogs))
+        counting = args.verify == "rows" and not args.dry_run
+        spark = _spark_session(catalogs) if counting else _session(args.engine, catalogs)
+        return run_convert(options, catalog_for(catalogs.get(args.catalog)), spark)
 
     return _run_job(args, "convert-delta", args.target, run)
 
@@ -431,6 +449,7 @@ def _expire_snapshots(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             file_list=args.file_list,
             engine=args.engine,
+            metadata_only=args.metadata_only,
         )
         return run_expire(options, *_lazy_spark_table(args))
 

@@ -223,3 +223,31 @@ def timestamp_upper_bound(max_micros: int) -> int:
 
 def micros_to_iso(micros: int) -> str:
     return (_EPOCH + dt.timedelta(microseconds=micros)).isoformat()
+
+
+# How long Delta keeps a removed file before VACUUM may delete it.
+RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+DEFAULT_RETENTION = "interval 1 week"
+_UNIT_HOURS = {
+    "week": 168.0,
+    "day": 24.0,
+    "hour": 1.0,
+    "minute": 1 / 60,
+    "second": 1 / 3600,
+    "millisecond": 1 / 3_600_000,
+    "microsecond": 1 / 3_600_000_000,
+}
+
+
+def interval_hours(text: str) -> float:
+    """A Delta duration property (``interval 1 week``, ``interval 36 hours``) in hours."""
+    parts = text.strip().lower().removeprefix("interval").split()
+    if len(parts) % 2 or not parts:
+        raise UnsupportedFeatureError(f"cannot read the Delta duration {text!r}")
+    hours = 0.0
+    for amount, unit in zip(parts[::2], parts[1::2], strict=True):
+        factor = _UNIT_HOURS.get(unit.rstrip("s"))
+        if factor is None or not amount.replace(".", "", 1).isdigit():
+            raise UnsupportedFeatureError(f"cannot read the Delta duration {text!r}")
+        hours += float(amount) * factor
+    return hours

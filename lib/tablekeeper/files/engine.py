@@ -20,12 +20,24 @@ from tablekeeper.files.manifests import FileRow, ManifestIndex
 from tablekeeper.files.orphans import Summary
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.iceberg.reachable import MANIFEST, MANIFEST_LIST, STATISTICS
 
 # Above these, a table's files are read on Spark executors (when the job may use Spark).
 DRIVER_MAX_SNAPSHOTS = 2_000
 DRIVER_MAX_MANIFESTS = 2_000
 DRIVER_MAX_FILES = 200_000
 DRIVER_MAX_LISTED = 250_000
+
+
+@dataclass(frozen=True)
+class MetadataOnly:
+    """Of the files to delete, only a table's own metadata (manifests, lists, statistics files
+    under its metadata location): for a table whose data files another table owns."""
+
+    prefix: str  # the comparison key prefix of the metadata location
+
+    def __call__(self, row: FileRow) -> bool:
+        return row[2] in (MANIFEST, MANIFEST_LIST, STATISTICS) and row[1].startswith(self.prefix)
 
 
 @dataclass(frozen=True)
@@ -65,7 +77,10 @@ class Engine(Protocol):
     def index(self, meta: TableMetadata, snapshot_ids: Iterable[int], rules: PathRules) -> ManifestIndex:
         """The snapshots' manifest lists, read."""
 
-    def doomed(self, gone: ManifestIndex, kept: ManifestIndex, rules: PathRules) -> Doomed: ...
+    def doomed(
+        self, gone: ManifestIndex, kept: ManifestIndex, rules: PathRules, only: MetadataOnly | None = None
+    ) -> Doomed:
+        """Files ``gone`` reaches and ``kept`` does not (of them, those ``only`` allows)."""
 
     def keys(self, index: ManifestIndex, rules: PathRules, extra: Iterable[str] = ()) -> KeySet:
         """Every file the index reaches (all its manifests read), plus ``extra`` keys."""

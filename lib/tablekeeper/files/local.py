@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from tablekeeper import faults
 from tablekeeper.files.cycles import no_cycle_collection
 from tablekeeper.files.deletes import DeleteOutcome, delete_rows
-from tablekeeper.files.engine import DRIVER_MAX_LISTED, KeySet, ListingTooLarge
+from tablekeeper.files.engine import DRIVER_MAX_LISTED, KeySet, ListingTooLarge, MetadataOnly
 from tablekeeper.files.journal import JournalWriter, Ready, read_parts, write_part
 from tablekeeper.files.listing import Classifier, markers, nested
 from tablekeeper.files.manifests import (
@@ -119,14 +119,18 @@ class LocalEngine:
     def index(self, meta: TableMetadata, snapshot_ids: Iterable[int], rules: PathRules) -> ManifestIndex:
         return self.cache.index(meta, snapshot_ids, rules)
 
-    def doomed(self, gone: ManifestIndex, kept: ManifestIndex, rules: PathRules) -> LocalDoomed:
+    def doomed(
+        self, gone: ManifestIndex, kept: ManifestIndex, rules: PathRules, only: MetadataOnly | None = None
+    ) -> LocalDoomed:
         # A manifest the kept snapshots also list holds only files they keep, and one without
         # live entries holds none: the candidates need neither opened.
         candidates: dict[tuple[str, str], FileRow] = {(r[1], r[2]): r for r in gone.rows}
         for row in _entries(gone, rules, kept.manifest_keys, True):
             candidates.setdefault((row[1], row[2]), row)
         valid = self.keys(kept, rules).known
-        return LocalDoomed(tuple(r for r in candidates.values() if r[1] not in valid))
+        return LocalDoomed(
+            tuple(r for r in candidates.values() if r[1] not in valid and (only is None or only(r)))
+        )
 
     def keys(self, index: ManifestIndex, rules: PathRules, extra: Iterable[str] = ()) -> KeySet:
         work = tasks(index, 1)

@@ -14,6 +14,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from tablekeeper.delta.values import DEFAULT_RETENTION, RETENTION_PROPERTY, interval_hours
 from tablekeeper.errors import SafetyRefusal, TablekeeperError, UnsupportedFeatureError
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.options import parse_older_than, write_file_list
@@ -22,32 +23,7 @@ from tablekeeper.jobs.result import JobClock, JobResult
 RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 # delta-spark lists the table with this many tasks (Spark's default is 10,000: minutes on 2 cores).
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
-RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
-DEFAULT_RETENTION = "interval 1 week"
 LOG_DIR = "_delta_log"
-_UNIT_HOURS = {
-    "week": 168.0,
-    "day": 24.0,
-    "hour": 1.0,
-    "minute": 1 / 60,
-    "second": 1 / 3600,
-    "millisecond": 1 / 3_600_000,
-    "microsecond": 1 / 3_600_000_000,
-}
-
-
-def interval_hours(text: str) -> float:
-    """A Delta duration property (``interval 1 week``, ``interval 36 hours``) in hours."""
-    parts = text.strip().lower().removeprefix("interval").split()
-    if len(parts) % 2 or not parts:
-        raise UnsupportedFeatureError(f"cannot read the Delta duration {text!r}")
-    hours = 0.0
-    for amount, unit in zip(parts[::2], parts[1::2], strict=True):
-        factor = _UNIT_HOURS.get(unit.rstrip("s"))
-        if factor is None or not amount.replace(".", "", 1).isdigit():
-            raise UnsupportedFeatureError(f"cannot read the Delta duration {text!r}")
-        hours += float(amount) * factor
-    return hours
 
 
 def _retention_floor(spark: SparkSession, path: str) -> float:

@@ -29,7 +29,7 @@ from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import CommitStateUnknown, SafetyRefusal, TablekeeperError
-from tablekeeper.files.engine import Engine, KeySet, failed, task_failure
+from tablekeeper.files.engine import Engine, KeySet, MetadataOnly, failed, task_failure
 from tablekeeper.files.finish import finish_journals, metadata_files, pending_journals
 from tablekeeper.files.journal import JournalWriter
 from tablekeeper.files.local import IndexCache
@@ -47,6 +47,7 @@ from tablekeeper.iceberg.reachable import (
     STATISTICS,
 )
 from tablekeeper.io import FileIO
+from tablekeeper.io.uri import join_location
 from tablekeeper.jobs.engines import SparkSource, check_engine, choose_engine
 from tablekeeper.jobs.options import parse_older_than, write_file_list
 from tablekeeper.jobs.result import JobClock, JobResult
@@ -80,6 +81,9 @@ class ExpireOptions:
     dry_run: bool = False
     file_list: str | None = None
     engine: str = "auto"
+    # Delete only the table's own metadata (manifests, lists, statistics): for gc.enabled=false
+    # tables, whose data and delete files may be another table's (a converted Delta table's).
+    metadata_only: bool = False
 
     def __post_init__(self) -> None:
         check_engine(self.engine)
@@ -89,13 +93,18 @@ class ExpireOptions:
         return ExpirePolicy(now_ms, older, self.retain_last, self.snapshot_ids)
 
 
-def _check_gc(meta: TableMetadata, table: str) -> None:
-    if not meta.property_bool(GC_ENABLED, True):
+def _check_gc(meta: TableMetadata, table: str, metadata_only: bool) -> None:
+    if not metadata_only and not meta.property_bool(GC_ENABLED, True):
         raise SafetyRefusal(
             f"{table} has gc.enabled=false (its files may belong to another table, e.g. a converted "
-            "Delta table): expire-snapshots deletes nothing there; set gc.enabled=true if the files are "
+            "Delta table): expire-snapshots deletes none of its data files; use --metadata-only to "
+            "expire snapshots and delete only their metadata, or set gc.enabled=true if the files are "
             "its own"
         )
+
+
+def metadata_only(table: LoadedTable, rules: PathRules) -> MetadataOnly:
+    return MetadataOnly(rules.prefix(join_location(table.metadata.location, "metadata")))
 
 
 def _spec_ids(io: FileIO, meta: TableMetadata) -> Callable[[Iterable[int]], set[int]]:
@@ -162,7 +171,7 @@ def run_expire(
     now = int(time.time() * 1000)
     policy = options.policy(now)
     table = catalog.require(identifier)
-    _check_gc(table.metadata, identifier)
+    _check_gc(table.metadata, identifier, options.metadata_only)
     rules = PathRules()
     engine = choose_engine(options.engine, table.metadata, spark, JOB, rules, IndexCache())
     concurrency = options.max_concurrent_deletes or _default_concurrency(engine, spark)
@@ -179,6 +188,7 @@ def run_expire(
         raise task_failure(err, f"{JOB} {identifier} failed") from err
     metrics["resumed_journal"] = resumed
     metrics["engine"] = engine.name
+    metrics["metadata_only"] = options.metadata_only
     return clock.result(JOB, identifier, dry_run=False, metrics=metrics)
 
 
@@ -191,18 +201,24 @@ def _default_concurrency(engine: Engine, spark: SparkSource) -> int:
 
 
 def _plan(
-    table: LoadedTable, policy: ExpirePolicy, clean: bool, engine: Engine, rules: PathRules, now: int
+    table: LoadedTable,
+    policy: ExpirePolicy,
+    options: ExpireOptions,
+    engine: Engine,
+    rules: PathRules,
+    now: int,
 ) -> tuple[ExpirePlan, list[int], ManifestIndex, Any]:
     """The plan, the snapshots it keeps, their index, and the files only the expired ones reach."""
     meta = table.metadata
     plan = plan_expiry(meta, policy)
-    after = _expiry(table.io, meta, policy, clean, now)
+    after = _expiry(table.io, meta, policy, options.clean_expired_metadata, now)
     kept_ids = [s.snapshot_id for s in after.snapshots]
     engine.describe(f"manifest lists of the {len(kept_ids)} retained snapshots")
     kept = engine.index(meta, kept_ids, rules)
     engine.describe(f"manifest lists of {len(plan.expired_snapshot_ids)} expired snapshots")
     gone = engine.index(meta, plan.expired_snapshot_ids, rules)
-    doomed = engine.doomed(gone, kept, rules)
+    only = metadata_only(table, rules) if options.metadata_only else None
+    doomed = engine.doomed(gone, kept, rules, only)
     engine.describe("files only the expired snapshots reach")
     return plan, kept_ids, kept, doomed
 
@@ -218,14 +234,18 @@ def _dry_run(
     clock: JobClock,
 ) -> JobResult:
     try:
-        plan, _, _, doomed = _plan(table, policy, options.clean_expired_metadata, engine, rules, now)
+        plan, _, _, doomed = _plan(table, policy, options, engine, rules, now)
         rows = doomed.rows()
     except Exception as err:
         raise failed(err, f"{JOB} {identifier}: nothing would be deleted safely") from err
     counts: dict[str, int] = {}
     for _, _, kind, _ in rows:
         counts[kind] = counts.get(kind, 0) + 1
-    metrics = _metrics(plan, counts) | {"bytes_to_free": sum(r[3] for r in rows), "engine": engine.name}
+    metrics = _metrics(plan, counts) | {
+        "bytes_to_free": sum(r[3] for r in rows),
+        "engine": engine.name,
+        "metadata_only": options.metadata_only,
+    }
     journals = pending_journals(table.io, table.metadata.location)
     if journals:
         metrics["journals_to_finish"] = journals
@@ -253,7 +273,7 @@ def _execute(
     clean = options.clean_expired_metadata
     unchanged = f"{JOB} {identifier}: nothing expired, nothing deleted"
     try:
-        plan, kept_ids, kept, doomed = _plan(table, policy, clean, engine, rules, now)
+        plan, kept_ids, kept, doomed = _plan(table, policy, options, engine, rules, now)
     except Exception as err:
         raise failed(err, unchanged) from err
     faults.kill_point("plan.done")

@@ -26,6 +26,15 @@ from tablekeeper.iceberg.manifest import (
 )
 from tablekeeper.iceberg.partitioning import PartitionSpec
 from tablekeeper.iceberg.types import Schema
+from tablekeeper.row_counts import (
+    Counts,
+    PartitionKey,
+    delta_partition,
+    live_delta_rows,
+    manifest_counts,
+    merge_counts,
+    stats_record_count,
+)
 from tablekeeper.spark.concurrent import no_cycle_collection
 from tablekeeper.spark.manifests import write_manifest_group
 
@@ -44,6 +53,9 @@ class DataFileContext:
     table_location: str
     snapshot_id: int
     commit_uuid: str
+    # convert-delta --verify: count Delta's live rows per partition from the adds, and read the
+    # written manifests back to count Iceberg's.
+    verify: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,9 @@ class TaskOutput:
     manifests: tuple[ManifestFile, ...]
     delta: SummaryDelta
     with_dv: tuple[tuple[AddFile, DataFile], ...]  # deletes are written by the driver
+    delta_counts: Counts | None = None
+    manifest_counts: dict[str, Counts] | None = None
+    names: dict[PartitionKey, tuple[Any, ...]] | None = None
 
 
 def build_task(
@@ -67,12 +82,23 @@ def _build(ctx: DataFileContext, rows: Iterable[dict[str, Any]], per_manifest: i
     manifests: list[ManifestFile] = []
     with_dv: list[tuple[AddFile, DataFile]] = []
     delta = SummaryDelta()
+    counts: Counts | None = {} if ctx.verify else None
+    names: dict[PartitionKey, tuple[Any, ...]] = {}
     for row in rows:
         add = add_file_from_row(row)
         f = build_data_file(
             add, ctx.struct, ctx.mapping, ctx.mapped, ctx.partition_columns, spec_id=ctx.spec.spec_id
         )
         files.append(f)
+        if counts is not None:
+            key, values = delta_partition(
+                add, ctx.spec.spec_id, ctx.struct, ctx.mapping, ctx.partition_columns
+            )
+            names.setdefault(key, values)
+            # Where the log has no count the footer was read for the data file: that is the source.
+            rows_in_file = stats_record_count(add.stats)
+            rows_in_file = f.record_count if rows_in_file is None else rows_in_file
+            counts[key] = counts.get(key, 0) + live_delta_rows(add, rows_in_file)
         if add.deletion_vector is not None:
             with_dv.append((add, f))
         if len(files) >= per_manifest:
@@ -82,7 +108,11 @@ def _build(ctx: DataFileContext, rows: Iterable[dict[str, Any]], per_manifest: i
     if files:
         manifests.extend(_write(ctx, files))
         delta = delta + SummaryDelta.of(files)
-    return TaskOutput(tuple(manifests), delta, tuple(with_dv))
+    if counts is None:
+        return TaskOutput(tuple(manifests), delta, tuple(with_dv))
+    ptype = ctx.spec.partition_type(ctx.schema)
+    read_back = {m.manifest_path: manifest_counts(m, ptype) for m in manifests}
+    return TaskOutput(tuple(manifests), delta, tuple(with_dv), counts, read_back, names)
 
 
 def _write(ctx: DataFileContext, files: list[DataFile]) -> list[ManifestFile]:
@@ -112,12 +142,21 @@ def task_count(spark: SparkSession) -> int:
     return max(1, spark.sparkContext.defaultParallelism * 2)
 
 
-def write_data_manifests(
-    live: DataFrame, ctx: DataFileContext, per_manifest: int = 20_000
-) -> tuple[list[ManifestFile], SummaryDelta, list[tuple[AddFile, DataFile]], int]:
-    """Manifests for every live add in ``live`` (one task per partition, see ``task_count``);
-    returns them, their summary counts, the adds with DVs (with their data files) and the bytes
-    the data files hold."""
+@dataclass(frozen=True)
+class Written:
+    """What the tasks wrote: manifests, their summary counts, the adds with DVs (with their data
+    files), and with ``verify`` Delta's counts and the manifests' counts read back."""
+
+    manifests: list[ManifestFile]
+    delta: SummaryDelta
+    with_dv: list[tuple[AddFile, DataFile]]
+    delta_counts: Counts | None = None
+    manifest_counts: dict[str, Counts] | None = None
+    names: dict[PartitionKey, tuple[Any, ...]] | None = None
+
+
+def write_data_manifests(live: DataFrame, ctx: DataFileContext, per_manifest: int = 20_000) -> Written:
+    """Manifests for every live add in ``live`` (one task per partition, see ``task_count``)."""
     columns = [
         "path",
         "absolute_path",
@@ -144,4 +183,13 @@ def write_data_manifests(
     for o in outputs:
         delta = delta + o.delta
     with_dv = [pair for o in outputs for pair in o.with_dv]
-    return manifests, delta, with_dv, delta.added_files_size
+    if not ctx.verify:
+        return Written(manifests, delta, with_dv)
+    return Written(
+        manifests,
+        delta,
+        with_dv,
+        merge_counts(o.delta_counts or {} for o in outputs),
+        {path: c for o in outputs for path, c in (o.manifest_counts or {}).items()},
+        {k: v for o in outputs for k, v in (o.names or {}).items()},
+    )

@@ -14,7 +14,7 @@ from pyspark import RDD, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from tablekeeper.files.deletes import NOTHING, DeleteOutcome
-from tablekeeper.files.engine import KeySet
+from tablekeeper.files.engine import KeySet, MetadataOnly
 from tablekeeper.files.journal import JournalWriter, Ready, decode_rows, write_part
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.manifests import FileRow, ManifestIndex, read
@@ -50,18 +50,22 @@ def _write_parts(rows: RDD[Any], journal: JournalWriter, parallelism: int) -> Re
 
 
 class SparkDoomed:
-    def __init__(self, spark: SparkSession, files: DataFrame) -> None:
+    def __init__(self, spark: SparkSession, files: DataFrame, only: MetadataOnly | None) -> None:
         self.spark = spark
         self.files = files
+        self.only = only
+
+    def _rdd(self) -> RDD[Any]:
+        rdd = self.files.select("path", "key", "kind", "size").rdd.map(
+            lambda r: (r[0], r[1], r[2], int(r[3]))
+        )
+        return rdd.filter(self.only) if self.only is not None else rdd
 
     def rows(self) -> list[FileRow]:
-        return [
-            (r[0], r[1], r[2], int(r[3])) for r in self.files.select("path", "key", "kind", "size").collect()
-        ]
+        return list(self._rdd().collect())
 
     def write(self, journal: JournalWriter) -> Ready:
-        rdd = self.files.select("path", "key", "kind", "size").rdd
-        return _write_parts(rdd, journal, self.spark.sparkContext.defaultParallelism)
+        return _write_parts(self._rdd(), journal, self.spark.sparkContext.defaultParallelism)
 
 
 class SparkOrphans:
@@ -95,14 +99,16 @@ class SparkEngine:
     def index(self, meta: TableMetadata, snapshot_ids: Iterable[int], rules: PathRules) -> ManifestIndex:
         return index_manifests(self.spark, meta, snapshot_ids, rules, self.cache)
 
-    def doomed(self, gone: ManifestIndex, kept: ManifestIndex, rules: PathRules) -> SparkDoomed:
+    def doomed(
+        self, gone: ManifestIndex, kept: ManifestIndex, rules: PathRules, only: MetadataOnly | None = None
+    ) -> SparkDoomed:
         # A manifest the kept snapshots also list holds only files they keep, and one without
         # live entries holds none: the candidates need neither opened.
         candidates = reachable_files(
             self.spark, gone, rules, skip_manifests=kept.manifest_keys, skip_empty=True
         )
         valid = reachable_files(self.spark, kept, rules)
-        return SparkDoomed(self.spark, candidates.join(valid.select("key"), on="key", how="left_anti"))
+        return SparkDoomed(self.spark, candidates.join(valid.select("key"), on="key", how="left_anti"), only)
 
     def keys(self, index: ManifestIndex, rules: PathRules, extra: Iterable[str] = ()) -> KeySet:
         found = reachable_keys(self.spark, index, rules)

@@ -1,0 +1,293 @@
+"""convert-delta, one Delta version at a time: options, plan, and the snapshot each version becomes.
+
+A version's snapshot is built from the difference between two Delta states and committed (to the
+staged target, ``jobs.staging``) together with the schema, spec and ``tablekeeper.delta.version``
+it reaches; data files get their metrics from Delta stats, deletion vectors become v3 DVs or v2
+position delete files.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from tablekeeper.catalog import Catalog
+from tablekeeper.commit import Committer, SnapshotChange, SummaryDelta
+from tablekeeper.delta.diff import FileDiff
+from tablekeeper.delta.segment import LogEntry, LogSegment
+from tablekeeper.delta.snapshot import DeltaSnapshot
+from tablekeeper.delta.to_iceberg import MappedSchema, map_schema, partition_spec
+from tablekeeper.errors import (
+    CommitStateUnknown,
+    ConfigError,
+    UnsupportedFeatureError,
+)
+from tablekeeper.iceberg.manifest import DATA
+from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.iceberg.name_mapping import merge_name_mappings, name_mapping_to_json, parse_name_mapping
+from tablekeeper.iceberg.updates import (
+    add_partition_spec,
+    add_schema,
+    new_snapshot_id,
+    new_table_metadata,
+    set_properties,
+)
+from tablekeeper.io import FileIO
+from tablekeeper.jobs.convert_verify import check_mode
+from tablekeeper.jobs.delta_files import WrittenDeletes, data_files, delete_files
+
+log = logging.getLogger(__name__)
+
+JOB = "convert-delta"
+SOURCE_PROPERTY = "tablekeeper.delta.source"
+VERSION_PROPERTY = "tablekeeper.delta.version"
+NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
+DISTRIBUTE_ABOVE = 50_000
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    source: str
+    target: str
+    mode: str = "full"
+    history: str = "latest"
+    format_version: int = 2
+    dry_run: bool = False
+    # driver: manifests written by this process; spark: by the executors; auto: spark above
+    # DISTRIBUTE_ABOVE files when a session is at hand.
+    engine: str = "auto"
+    # off, metadata (live rows per partition from both sides' metadata, every version) or rows
+    # (also counted through Spark on both sides).
+    verify: str = "off"
+
+    def __post_init__(self) -> None:
+        check_mode(self.verify)
+        if self.mode not in ("full", "incremental"):
+            raise ConfigError(f"--mode {self.mode!r} is not full or incremental")
+        if self.history not in ("latest", "all"):
+            raise ConfigError(f"--history {self.history!r} is not latest or all")
+        if self.engine not in ("auto", "driver", "spark"):
+            raise ConfigError(f"--engine {self.engine!r} is not auto, driver or spark")
+        if self.format_version not in (2, 3):
+            raise ConfigError(f"--format-version {self.format_version} is not 2 or 3")
+
+
+@dataclass(frozen=True)
+class ConvertPlan:
+    root: str
+    mode: str  # full (new target) or incremental (existing target)
+    latest_version: int
+    versions: tuple[int, ...]  # Delta versions that become snapshots, ascending
+    base_version: int | None  # converted version the first snapshot is diffed from
+    resync: bool  # the log after base_version is gone: diff against the target's own files
+    format_version: int
+    target_exists: bool
+    note: str | None = None
+    # The listing and latest segment the plan was made from, reused rather than listed again.
+    log: tuple[LogEntry, ...] = ()
+    latest_segment: LogSegment | None = None
+
+
+# -----------------------------------------------------------------------------------------------
+# Metadata evolution
+
+
+def evolve(meta: TableMetadata, snap: DeltaSnapshot, timestamp_ms: int) -> tuple[MappedSchema, TableMetadata]:
+    """The target's metadata with the Delta version's schema, partitioning and version recorded."""
+    mapping, config = snap.column_mapping, snap.metadata.configuration
+    mapped = map_schema(
+        snap.schema,
+        mapping,
+        config,
+        previous=meta.schema(),
+        last_column_id=meta.last_column_id,
+        format_version=meta.format_version,
+    )
+    try:
+        updated = add_schema(meta, mapped.schema, timestamp_ms=timestamp_ms)
+    except ConfigError:
+        # An overwrite replaced a column by name with another type: only the name is shared.
+        fv = meta.format_version
+        last = meta.last_column_id
+        mapped = map_schema(snap.schema, mapping, config, last_column_id=last, format_version=fv)
+        try:
+            updated = add_schema(meta, mapped.schema, timestamp_ms=timestamp_ms)
+        except ConfigError as err:
+            raise UnsupportedFeatureError(
+                f"Delta version {snap.version} changes the schema in a way Iceberg cannot record "
+                f"({err.message})"
+            ) from err
+    updated = add_partition_spec(
+        updated, partition_spec(mapped, snap.partition_columns), timestamp_ms=timestamp_ms
+    )
+    names = mapped.name_mapping
+    known = meta.properties.get(NAME_MAPPING_PROPERTY)
+    if known:
+        # Files of earlier versions keep the names they were written with.
+        names = merge_name_mappings(names, parse_name_mapping(known))
+    props = {NAME_MAPPING_PROPERTY: name_mapping_to_json(names), VERSION_PROPERTY: str(snap.version)}
+    return mapped, set_properties(updated, props, timestamp_ms=timestamp_ms)
+
+
+def create_target(options: ConvertOptions, plan: ConvertPlan, catalog: Catalog, first: DeltaSnapshot) -> None:
+    mapped = map_schema(
+        first.schema, first.column_mapping, first.metadata.configuration, format_version=plan.format_version
+    )
+    meta = new_table_metadata(
+        schema=mapped.schema,
+        location=catalog.default_table_location(options.target),
+        timestamp_ms=int(time.time() * 1000),
+        spec=partition_spec(mapped, first.partition_columns),
+        properties={
+            "gc.enabled": "false",
+            NAME_MAPPING_PROPERTY: name_mapping_to_json(mapped.name_mapping),
+            SOURCE_PROPERTY: plan.root,
+        },
+        format_version=plan.format_version,
+    )
+    catalog.create_table(options.target, meta)
+
+
+# -----------------------------------------------------------------------------------------------
+# Execution
+
+
+@dataclass
+class Totals:
+    snapshots: int = 0
+    data_files: int = 0
+    removed_data_files: int = 0
+    delete_files: int = 0
+    manifests: int = 0
+    executors_used: bool = False
+    last_snapshot_id: int | None = None
+
+
+def version_change(
+    snap: DeltaSnapshot, meta: TableMetadata, now: int, operation: str, **fields: Any
+) -> SnapshotChange:
+    """The snapshot change recording Delta version ``snap``: its metadata (schema, spec, name
+    mapping, converted version) is applied in the same commit, on every attempt's base."""
+    current = meta.current_snapshot()
+    # Snapshot times follow the Delta commits but never go back, nor past the commit's own clock
+    # (Java refuses metadata whose last update precedes its newest snapshot).
+    stamp = min(max(snap.timestamp_ms, current.timestamp_ms if current else 0), now)
+    return SnapshotChange(
+        operation,
+        prepare=lambda base, ts: evolve(base, snap, ts)[1],
+        snapshot_timestamp_ms=stamp,
+        summary=_summary(snap),
+        **fields,
+    )
+
+
+@contextmanager
+def deletes_removed_on_failure(deletes: WrittenDeletes, location: str) -> Iterator[None]:
+    try:
+        yield
+    except CommitStateUnknown:
+        raise  # the snapshot may be live and reference the delete files: keep them
+    except Exception:  # an interrupt may come after the swap: keep them then too
+        FileIO.for_location(location).delete_many(list(deletes.paths))
+        raise
+
+
+def _summary(snap: DeltaSnapshot) -> dict[str, str]:
+    summary = {
+        "tablekeeper.delta-version": str(snap.version),
+        "tablekeeper.delta-timestamp-ms": str(snap.timestamp_ms),
+    }
+    if snap.commit_info is not None and snap.commit_info.operation:
+        summary["tablekeeper.delta-operation"] = snap.commit_info.operation
+    return summary
+
+
+def uses_spark(options: ConvertOptions, files: int, spark: object) -> bool:
+    if options.engine == "spark":
+        if spark is None:
+            raise ConfigError("--engine spark needs a Spark session")
+        return True
+    return options.engine == "auto" and spark is not None and files > DISTRIBUTE_ABOVE
+
+
+def commit_version(
+    snap: DeltaSnapshot,
+    diff: FileDiff,
+    options: ConvertOptions,
+    catalog: Catalog,
+    spark: SparkSession | None,
+    totals: Totals,
+    token: str,
+) -> None:
+    table = catalog.require(options.target)
+    meta = table.metadata
+    now = int(time.time() * 1000)
+    mapped, preview = evolve(meta, snap, now)
+    io = FileIO.for_location(snap.root)
+    added = data_files(diff.added, snap, mapped, preview.default_spec_id, io)
+    changed = data_files(
+        [a for a in diff.dv_changed if a.deletion_vector], snap, mapped, preview.default_spec_id, io
+    )
+    with_dv = [
+        *zip(diff.added, added, strict=True),
+        *zip([a for a in diff.dv_changed if a.deletion_vector], changed, strict=True),
+    ]
+    deletes = delete_files(with_dv, snap.root, io, meta.location, meta.format_version, f"{token}-")
+    new_files = [*added, *deletes.files]
+    base_change = version_change(
+        snap,
+        meta,
+        now,
+        diff.operation(),
+        removed_paths=frozenset(diff.removed),
+        removed_deletes_for=frozenset([*diff.removed, *(a.absolute_path for a in diff.dv_changed)]),
+    )
+    committer = Committer(catalog, options.target, file_prefix=token)
+    distributed = uses_spark(options, len(new_files), spark)
+    with deletes_removed_on_failure(deletes, meta.location):
+        if distributed:
+            from tablekeeper.spark.manifests import write_manifests_distributed
+
+            assert spark is not None
+            snapshot_id = new_snapshot_id()
+            written = write_manifests_distributed(
+                spark,
+                new_files,
+                table_location=meta.location,
+                format_version=meta.format_version,
+                specs=preview.specs_by_id(),
+                schema=preview.schema(),
+                snapshot_id=snapshot_id,
+                name_prefix=f"{token}-",
+            )
+            change = replace(
+                base_change, added_manifests=tuple(written), added_manifests_delta=SummaryDelta.of(new_files)
+            )
+            result = committer.commit_snapshot(change, snapshot_id=snapshot_id)
+            totals.manifests += len(written)
+            totals.executors_used = True
+        else:
+            result = committer.commit_snapshot(replace(base_change, added_files=tuple(new_files)))
+            totals.manifests += len({(f.content == DATA, f.spec_id) for f in new_files})
+    totals.snapshots += 1
+    totals.data_files += len(added)
+    totals.removed_data_files += len(diff.removed)
+    totals.delete_files += len(deletes.files)
+    totals.last_snapshot_id = result.snapshot.snapshot_id if result.snapshot else None
+    log.info(
+        "Delta version %d committed as snapshot %s (%s)",
+        snap.version,
+        totals.last_snapshot_id,
+        diff.operation(),
+    )
+
+
+def columns(files: pa.Table) -> pa.Table:
+    return files.select(["absolute_path", "dv_id"])
