@@ -3,6 +3,8 @@
 
 ``convert_delta`` runs ``convert-delta --mode incremental``: the first run converts the table in
 full, later runs only the Delta versions committed since (a run with nothing new commits nothing).
+It passes ``--verify`` (each converted version's live rows per partition checked on both sides
+before anything is published) unless the entry's options set ``verify`` (``off``, ``rows``).
 ``validate_row_counts`` then reads both tables with Spark, the Delta table at the version the
 conversion reached and the Iceberg table at the snapshot it committed (both from convert's XCom),
 and fails (exit 3, no retry) when their row counts differ.
@@ -21,6 +23,12 @@ VALIDATION_APP = Path(__file__).resolve().parent / "validate_conversion.py"
 CONVERT_TASK = "convert_delta"
 # convert-delta's result as JSON, rendered when the validation task starts.
 CONVERT_RESULT = "{{ ti.xcom_pull(task_ids='" + CONVERT_TASK + "') | tojson }}"
+DEFAULT_VERIFY = "metadata"
+
+
+def convert_options(spec: Migration) -> list[str]:
+    """The entry's options as argv, with verification on unless the entry says otherwise."""
+    return option_args({"verify": DEFAULT_VERIFY, **spec.options})
 
 
 def migration_dag(spec: Migration) -> DAG:
@@ -40,7 +48,7 @@ def migration_dag(spec: Migration) -> DAG:
             task_id=CONVERT_TASK,
             job=CONVERT_JOB,
             table=spec.target,
-            args=["--source", spec.source, *target, "--mode", "incremental", *option_args(spec.options)],
+            args=["--source", spec.source, *target, "--mode", "incremental", *convert_options(spec)],
             entry=spec,
         )
         if spec.validate:

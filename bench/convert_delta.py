@@ -32,7 +32,18 @@ from bench.delta_log_gen import PROTOCOL, SCHEMA_STRING
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
 REAL_ENGINES = ("tablekeeper-driver", "tablekeeper-spark", "iceberg-delta-lake")
-LOG_ENGINES = ("tablekeeper-driver", "tablekeeper-spark")
+# The -verify engines run the same conversion with ``--verify`` (metadata), to show its cost.
+LOG_ENGINES = (
+    "tablekeeper-driver",
+    "tablekeeper-spark",
+    "tablekeeper-spark-verify",
+)
+TK_ENGINES = {
+    "tablekeeper-driver": ("driver", "off"),
+    "tablekeeper-driver-verify": ("driver", "metadata"),
+    "tablekeeper-spark": ("spark", "off"),
+    "tablekeeper-spark-verify": ("spark", "metadata"),
+}
 
 
 def write_real_table(root: Path, files: int, rows: int = 20) -> Path:
@@ -120,17 +131,16 @@ def run_engine(engine: str, table: str, work: Path) -> dict[str, object]:
     started = time.perf_counter()
     setup = 0.0
     target = "bench.converted"
-    if engine in ("tablekeeper-driver", "tablekeeper-spark"):
+    if engine in TK_ENGINES:
         from tablekeeper.catalog import catalog_for
         from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
 
+        mode, verify = TK_ENGINES[engine]
         spark = None
-        if engine == "tablekeeper-spark":
+        if mode == "spark":
             spark = _spark(catalogs, with_reference=False)
             setup = time.perf_counter() - started
-        options = ConvertOptions(
-            source=table, target=target, engine="driver" if spark is None else "spark", format_version=2
-        )
+        options = ConvertOptions(source=table, target=target, engine=mode, format_version=2, verify=verify)
         result = run_convert(options, catalog_for(catalogs.get("b")), spark)
         files = int(result.metrics["data_files"])  # type: ignore[call-overload]
     elif engine == "iceberg-delta-lake":
@@ -169,15 +179,15 @@ def _print(title: str, results: list[dict[str, object]], baseline: str) -> None:
     base = next((r for r in results if r.get("engine") == baseline and "seconds" in r), None)
     print(f"\n{title}\n")
     vs = "speed-up vs " + baseline
-    print(f"{'engine':<20} {'files':>10} {'convert s':>10} {vs:>26} {'setup s':>8} {'peak MiB':>9}")
+    print(f"{'engine':<26} {'files':>10} {'convert s':>10} {vs:>26} {'setup s':>8} {'peak MiB':>9}")
     for r in results:
         if "error" in r:
-            print(f"{r['engine']!s:<20} failed: {r['error']}")
+            print(f"{r['engine']!s:<26} failed: {r['error']}")
             continue
         secs = float(r["seconds"])  # type: ignore[arg-type]
         ratio = f"{float(base['seconds']) / secs:.1f}x" if base and secs else "-"  # type: ignore[arg-type]
         print(
-            f"{r['engine']!s:<20} {r['files']:>10,} {secs:>10.2f} {ratio:>26} "
+            f"{r['engine']!s:<26} {r['files']:>10,} {secs:>10.2f} {ratio:>26} "
             f"{float(r['setup_seconds']):>8.2f} {float(r['peak_rss_mib']):>9.0f}"  # type: ignore[arg-type]
         )
 

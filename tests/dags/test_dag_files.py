@@ -169,7 +169,7 @@ def test_example_migration_converts_incrementally_then_validates_at_the_converte
     assert convert["application"] == str(REPO_ROOT / "jobs" / "convert_delta.py")
     assert convert["args"] == [
         "--source", "/data/delta/orders", "--target", "db.orders", "--catalog", "local",
-        "--mode", "incremental", "--format-version", "3", "--history", "all",
+        "--mode", "incremental", "--verify", "metadata", "--format-version", "3", "--history", "all",
     ]  # fmt: skip
     assert validate["application"] == str(DAGS_FOLDER / "validate_conversion.py")
     assert validate["args"][:-1] == [

@@ -36,6 +36,9 @@ def test_migration_converts_then_validates_row_counts_at_the_converted_version(
     convert, validate = results["convert_delta"], results["validate_row_counts"]
     assert (convert["job"], convert["status"]) == ("convert-delta", "ok")
     assert convert["metrics"]["delta_version"] == VERSIONS - 1
+    # The DAG verifies by default: every converted version's partitions were checked.
+    assert convert["metrics"]["verified"]["mode"] == "metadata"
+    assert convert["metrics"]["verified"]["versions_verified"] >= 1
     assert (validate["job"], validate["status"]) == ("validate-conversion", "ok")
     assert validate["metrics"] == {
         "delta_version": VERSIONS - 1,

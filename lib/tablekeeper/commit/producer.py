@@ -70,6 +70,12 @@ class SnapshotChange:
     # Row-id backfill: data manifests without row counts (v1 lists) are rewritten with their live
     # entries as EXISTING, so the manifest list can give them a row-id range.
     rewrite_uncounted_manifests: bool = False
+    # Row lineage carried from elsewhere (Delta's row tracking): added files' own data sequence
+    # numbers by path, the least sequence number the snapshot takes (never below a file's), and
+    # the least next-row-id the table reaches (above the ids the added files carry explicitly).
+    data_sequence_numbers: Mapping[str, int] = field(default_factory=dict, hash=False)
+    sequence_number_at_least: int | None = None
+    next_row_id_at_least: int | None = None
 
 
 @dataclass(frozen=True)
@@ -96,8 +102,13 @@ def write_new_manifests(
     commit_uuid: str,
     counter: Callable[[], int],
     data_sequence_number: int | None = None,
+    data_sequence_numbers: Mapping[str, int] | None = None,
 ) -> list[ManifestFile]:
-    """One manifest per (content kind, spec) for files added by this commit."""
+    """One manifest per (content kind, spec) for files added by this commit; a file's data
+    sequence number is its own in ``data_sequence_numbers``, else ``data_sequence_number``. An
+    own number is the file's file sequence number too: the commit that first added it elsewhere
+    (Iceberg Java 1.11 reads ``_last_updated_sequence_number`` from it)."""
+    own = data_sequence_numbers or {}
     groups: dict[tuple[int, int], list[DataFile]] = {}
     for f in files:
         kind = MANIFEST_DATA if f.content == DATA else MANIFEST_DELETES
@@ -115,7 +126,12 @@ def write_new_manifests(
         path = manifest_location(base.location, commit_uuid, counter())
         data, manifest = write_manifest(
             path,
-            [ManifestEntry(ADDED, snapshot_id, f, data_sequence_number) for f in group],
+            [
+                ManifestEntry(
+                    ADDED, snapshot_id, f, own.get(f.file_path, data_sequence_number), own.get(f.file_path)
+                )
+                for f in group
+            ],
             format_version=base.format_version,
             spec=base.spec(spec_id),
             schema=base.schema(),
@@ -192,7 +208,7 @@ def _apply_change(
 ) -> Attempt:
     parent = base.ref_snapshot(change.branch)
     parent_manifests = load_manifests(io, parent)
-    sequence_number = base.next_sequence_number()
+    sequence_number = max(base.next_sequence_number(), change.sequence_number_at_least or 0)
     removed: list[DataFile] = []
     kept: list[ManifestFile] = []
     rewritten: list[ManifestFile] = []
@@ -334,10 +350,18 @@ def _apply_change(
         summary=summary,
         schema_id=base.current_schema_id,
         first_row_id=result.first_row_id,
-        added_rows=result.added_rows,
+        added_rows=_added_rows(result.first_row_id, result.added_rows, change.next_row_id_at_least),
     )
     metadata = add_snapshot(base, snapshot, branch=change.branch, timestamp_ms=timestamp_ms)
     return Attempt(metadata, snapshot, tuple(written), tuple(removed))
+
+
+def _added_rows(first_row_id: int | None, added_rows: int | None, at_least: int | None) -> int | None:
+    """The snapshot's row-id range, widened so next-row-id passes ``at_least``: ids files carry
+    explicitly are never handed out again."""
+    if first_row_id is None or added_rows is None or at_least is None:
+        return added_rows
+    return max(added_rows, at_least - first_row_id)
 
 
 def _min_data_sequence(manifests: Sequence[ManifestFile], change: SnapshotChange, base: TableMetadata) -> int:

@@ -137,6 +137,7 @@ class Committer:
             commit_uuid,
             lambda: next(counter),
             change.data_sequence_number,
+            change.data_sequence_numbers,
         )
         new_manifests = [*driver_manifests, *change.added_manifests]
 

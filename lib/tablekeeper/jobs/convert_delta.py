@@ -255,7 +255,7 @@ def _convert(
             # Tombstones describe one commit only when this state is one commit after the last.
             stepwise = prev_version is not None and snap.version == prev_version + 1
             diff = diff_files(previous, snap.files, snap.tombstones if stepwise else None)
-            commit_version(snap, diff, options, catalog, spark, totals, token)
+            commit_version(snap, diff, options, catalog, spark, totals, token, plan.log)
             if verifier is not None:
                 _verify(verifier, snap, catalog, options, spark, token)
             previous, prev_version, latest = columns(snap.files), snap.version, snap
@@ -281,6 +281,7 @@ def _convert(
         "format_version": plan.format_version,
         "manifest_writer": "executors" if totals.executors_used else "driver",
         "verified": verifier.metrics() if verifier is not None else None,
+        "row_lineage": totals.lineage.metrics() if totals.lineage is not None else None,
     }
     return metrics, latest
 

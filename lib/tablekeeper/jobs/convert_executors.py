@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 from tablekeeper.catalog import Catalog
 from tablekeeper.commit import Committer, SummaryDelta
 from tablekeeper.commit.producer import new_commit_uuid
+from tablekeeper.delta_row_ids import commit_operations, log_versions
 from tablekeeper.delta_table import (
     commit_time,
 )
@@ -19,6 +20,7 @@ from tablekeeper.iceberg.updates import (
     new_snapshot_id,
 )
 from tablekeeper.io import FileIO
+from tablekeeper.jobs.convert_lineage import Lineage, plan_lineage
 from tablekeeper.jobs.convert_verify import Verifier, verify_rows
 from tablekeeper.jobs.convert_versions import (
     ConvertOptions,
@@ -72,17 +74,36 @@ def convert_on_executors(
         commit_uuid=commit_uuid,
         verify=verifier is not None,
     )
+    lineage = plan_lineage(snap, meta.properties, bool(meta.snapshots), meta.format_version)
+    if lineage is not None and lineage.carry:
+        operations: dict[int, str | None] = {}
+        if lineage.materialized_column is not None:
+            operations = commit_operations(io, plan.root, plan.log, log_versions(plan.log))
+        ctx = replace(
+            ctx, carry_row_ids=True, materialized_column=lineage.materialized_column, operations=operations
+        )
     table_io = FileIO.for_location(meta.location)
     live = state.live_files()
+
+    def staged() -> list[str]:
+        # Every manifest the tasks wrote carries this commit's id.
+        return [i.location for i in table_io.list(f"{meta.location}/metadata") if commit_uuid in i.location]
+
     try:
         written = (
             write_data_manifests(live, ctx) if live is not None else Written([], SummaryDelta(), [], {}, {})
         )
+        if written.unsound is not None:
+            # A file holds row ids Iceberg cannot see: all files take fresh ids instead.
+            log.info("row ids are assigned fresh: %s", written.unsound)
+            lineage = Lineage(False, written.unsound)
+            table_io.delete_many(staged())
+            assert live is not None
+            written = write_data_manifests(live, replace(ctx, carry_row_ids=False))
     except BaseException:
-        # Tasks that finished left manifests behind; they all carry this commit's id.
-        staged = [i.location for i in table_io.list(f"{meta.location}/metadata") if commit_uuid in i.location]
-        table_io.delete_many(staged)
+        table_io.delete_many(staged())
         raise
+    totals.lineage = lineage
     manifests, counts, with_dv = written.manifests, written.delta, written.with_dv
     deletes = delete_files(with_dv, plan.root, io, meta.location, meta.format_version, f"{token}-")
     change = version_change(
@@ -90,6 +111,7 @@ def convert_on_executors(
         meta,
         now,
         "overwrite" if deletes.files else "append",
+        lineage,
         added_files=deletes.files,
         added_manifests=tuple(manifests),
         added_manifests_delta=counts,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -40,6 +40,14 @@ from tablekeeper.iceberg.updates import (
     set_properties,
 )
 from tablekeeper.io import FileIO
+from tablekeeper.jobs.convert_lineage import (
+    CARRIED,
+    FRESH,
+    ROW_IDS_PROPERTY,
+    Lineage,
+    check_files,
+    plan_lineage,
+)
 from tablekeeper.jobs.convert_verify import check_mode
 from tablekeeper.jobs.delta_files import WrittenDeletes, data_files, delete_files
 
@@ -168,20 +176,41 @@ class Totals:
     manifests: int = 0
     executors_used: bool = False
     last_snapshot_id: int | None = None
+    lineage: Lineage | None = None  # the last version's
 
 
 def version_change(
-    snap: DeltaSnapshot, meta: TableMetadata, now: int, operation: str, **fields: Any
+    snap: DeltaSnapshot,
+    meta: TableMetadata,
+    now: int,
+    operation: str,
+    lineage: Lineage | None = None,
+    **fields: Any,
 ) -> SnapshotChange:
     """The snapshot change recording Delta version ``snap``: its metadata (schema, spec, name
-    mapping, converted version) is applied in the same commit, on every attempt's base."""
+    mapping, converted version, how row ids are assigned) is applied in the same commit, on every
+    attempt's base. Files carrying Delta's row ids need ``lineage``'s sequence numbers and
+    next-row-id (``fields`` has their own sequence numbers)."""
+    properties: dict[str, str] = {}
+    if lineage is not None:
+        properties[ROW_IDS_PROPERTY] = CARRIED if lineage.carry else FRESH
+        if lineage.carry and lineage.high_water_mark is not None:
+            fields |= {
+                "sequence_number_at_least": snap.version,
+                "next_row_id_at_least": lineage.high_water_mark + 1,
+            }
+
+    def prepare(base: TableMetadata, ts: int) -> TableMetadata:
+        evolved = evolve(base, snap, ts)[1]
+        return set_properties(evolved, properties, timestamp_ms=ts) if properties else evolved
+
     current = meta.current_snapshot()
     # Snapshot times follow the Delta commits but never go back, nor past the commit's own clock
     # (Java refuses metadata whose last update precedes its newest snapshot).
     stamp = min(max(snap.timestamp_ms, current.timestamp_ms if current else 0), now)
     return SnapshotChange(
         operation,
-        prepare=lambda base, ts: evolve(base, snap, ts)[1],
+        prepare=prepare,
         snapshot_timestamp_ms=stamp,
         summary=_summary(snap),
         **fields,
@@ -225,6 +254,7 @@ def commit_version(
     spark: SparkSession | None,
     totals: Totals,
     token: str,
+    entries: Sequence[LogEntry] = (),
 ) -> None:
     table = catalog.require(options.target)
     meta = table.metadata
@@ -232,6 +262,16 @@ def commit_version(
     mapped, preview = evolve(meta, snap, now)
     io = FileIO.for_location(snap.root)
     added = data_files(diff.added, snap, mapped, preview.default_spec_id, io)
+    lineage = plan_lineage(snap, meta.properties, bool(meta.snapshots), meta.format_version)
+    lineage = check_files(lineage, io, snap.root, entries, diff.added)
+    own_sequence_numbers: dict[str, int] = {}
+    if lineage is not None and lineage.carry:
+        added = [replace(f, first_row_id=a.base_row_id) for a, f in zip(diff.added, added, strict=True)]
+        own_sequence_numbers = {
+            f.file_path: int(a.default_row_commit_version or 0)
+            for a, f in zip(diff.added, added, strict=True)
+        }
+    totals.lineage = lineage
     changed = data_files(
         [a for a in diff.dv_changed if a.deletion_vector], snap, mapped, preview.default_spec_id, io
     )
@@ -246,6 +286,8 @@ def commit_version(
         meta,
         now,
         diff.operation(),
+        lineage,
+        data_sequence_numbers=own_sequence_numbers,
         removed_paths=frozenset(diff.removed),
         removed_deletes_for=frozenset([*diff.removed, *(a.absolute_path for a in diff.dv_changed)]),
     )
@@ -266,6 +308,7 @@ def commit_version(
                 schema=preview.schema(),
                 snapshot_id=snapshot_id,
                 name_prefix=f"{token}-",
+                data_sequence_numbers=own_sequence_numbers,
             )
             change = replace(
                 base_change, added_manifests=tuple(written), added_manifests_delta=SummaryDelta.of(new_files)

@@ -8,8 +8,8 @@ carry deletion vectors come back to the driver, so its memory does not grow with
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -19,6 +19,7 @@ from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.schema import ColumnMapping, DeltaStruct
 from tablekeeper.delta.snapshot import add_file_from_row
 from tablekeeper.delta.to_iceberg import MappedSchema
+from tablekeeper.delta_row_ids import unsound_file
 from tablekeeper.delta_table import build_data_file
 from tablekeeper.iceberg.manifest import (
     DataFile,
@@ -26,6 +27,7 @@ from tablekeeper.iceberg.manifest import (
 )
 from tablekeeper.iceberg.partitioning import PartitionSpec
 from tablekeeper.iceberg.types import Schema
+from tablekeeper.io import FileIO
 from tablekeeper.row_counts import (
     Counts,
     PartitionKey,
@@ -56,6 +58,12 @@ class DataFileContext:
     # convert-delta --verify: count Delta's live rows per partition from the adds, and read the
     # written manifests back to count Iceberg's.
     verify: bool = False
+    # Row lineage carried from Delta: files take baseRowId as first_row_id and their row commit
+    # version as data sequence number, unless one holds copied row ids Iceberg cannot see
+    # (``delta_row_ids``); ``operations``: the commits the log has, by version.
+    carry_row_ids: bool = False
+    materialized_column: str | None = None
+    operations: Mapping[int, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,7 @@ class TaskOutput:
     delta_counts: Counts | None = None
     manifest_counts: dict[str, Counts] | None = None
     names: dict[PartitionKey, tuple[Any, ...]] | None = None
+    unsound: str | None = None  # why this task's files cannot carry Delta's row ids
 
 
 def build_task(
@@ -84,11 +93,18 @@ def _build(ctx: DataFileContext, rows: Iterable[dict[str, Any]], per_manifest: i
     delta = SummaryDelta()
     counts: Counts | None = {} if ctx.verify else None
     names: dict[PartitionKey, tuple[Any, ...]] = {}
+    unsound: str | None = None
+    sequence_numbers: dict[str, int] = {}
     for row in rows:
         add = add_file_from_row(row)
         f = build_data_file(
             add, ctx.struct, ctx.mapping, ctx.mapped, ctx.partition_columns, spec_id=ctx.spec.spec_id
         )
+        if ctx.carry_row_ids and unsound is None:
+            io = FileIO.for_location(add.absolute_path)
+            unsound = unsound_file(io, [add], ctx.materialized_column, ctx.operations)
+            f = replace(f, first_row_id=add.base_row_id)
+            sequence_numbers[f.file_path] = int(add.default_row_commit_version or 0)
         files.append(f)
         if counts is not None:
             key, values = delta_partition(
@@ -102,22 +118,25 @@ def _build(ctx: DataFileContext, rows: Iterable[dict[str, Any]], per_manifest: i
         if add.deletion_vector is not None:
             with_dv.append((add, f))
         if len(files) >= per_manifest:
-            manifests.extend(_write(ctx, files))
+            manifests.extend(_write(ctx, files, sequence_numbers))
             delta = delta + SummaryDelta.of(files)
             files = []
     if files:
-        manifests.extend(_write(ctx, files))
+        manifests.extend(_write(ctx, files, sequence_numbers))
         delta = delta + SummaryDelta.of(files)
     if counts is None:
-        return TaskOutput(tuple(manifests), delta, tuple(with_dv))
+        return TaskOutput(tuple(manifests), delta, tuple(with_dv), unsound=unsound)
     ptype = ctx.spec.partition_type(ctx.schema)
     read_back = {m.manifest_path: manifest_counts(m, ptype) for m in manifests}
-    return TaskOutput(tuple(manifests), delta, tuple(with_dv), counts, read_back, names)
+    return TaskOutput(tuple(manifests), delta, tuple(with_dv), counts, read_back, names, unsound)
 
 
-def _write(ctx: DataFileContext, files: list[DataFile]) -> list[ManifestFile]:
+def _write(
+    ctx: DataFileContext, files: list[DataFile], sequence_numbers: dict[str, int]
+) -> list[ManifestFile]:
     return write_manifest_group(
         files,
+        data_sequence_numbers=sequence_numbers,
         table_location=ctx.table_location,
         format_version=ctx.format_version,
         specs={ctx.spec.spec_id: ctx.spec},
@@ -153,6 +172,7 @@ class Written:
     delta_counts: Counts | None = None
     manifest_counts: dict[str, Counts] | None = None
     names: dict[PartitionKey, tuple[Any, ...]] | None = None
+    unsound: str | None = None
 
 
 def write_data_manifests(live: DataFrame, ctx: DataFileContext, per_manifest: int = 20_000) -> Written:
@@ -183,8 +203,9 @@ def write_data_manifests(live: DataFrame, ctx: DataFileContext, per_manifest: in
     for o in outputs:
         delta = delta + o.delta
     with_dv = [pair for o in outputs for pair in o.with_dv]
+    unsound = next((o.unsound for o in outputs if o.unsound is not None), None)
     if not ctx.verify:
-        return Written(manifests, delta, with_dv)
+        return Written(manifests, delta, with_dv, unsound=unsound)
     return Written(
         manifests,
         delta,
@@ -192,4 +213,5 @@ def write_data_manifests(live: DataFrame, ctx: DataFileContext, per_manifest: in
         merge_counts(o.delta_counts or {} for o in outputs),
         {path: c for o in outputs for path, c in (o.manifest_counts or {}).items()},
         {k: v for o in outputs for k, v in (o.names or {}).items()},
+        unsound,
     )

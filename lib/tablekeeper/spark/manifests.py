@@ -8,7 +8,7 @@ them with the manifest list and metadata. Nothing here decides what to commit.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
@@ -36,9 +36,12 @@ def write_manifest_group(
     schema: Schema,
     snapshot_id: int,
     name_prefix: str = "",
+    data_sequence_numbers: Mapping[str, int] | None = None,
 ) -> list[ManifestFile]:
     """One manifest per (content kind, spec) of ``group``, written where the task runs; names
-    start with ``name_prefix`` (e.g. a commit id, so a failed commit's manifests can be found)."""
+    start with ``name_prefix`` (e.g. a commit id, so a failed commit's manifests can be found).
+    Files in ``data_sequence_numbers`` (by path) keep their own data sequence number."""
+    own = data_sequence_numbers or {}
     out: list[ManifestFile] = []
     by_kind: dict[tuple[int, int], list[DataFile]] = {}
     for f in group:
@@ -49,7 +52,7 @@ def write_manifest_group(
         path = f"{table_location.rstrip('/')}/metadata/{name_prefix}{uuid.uuid4()}-m0.avro"
         data, manifest = write_manifest(
             path,
-            [ManifestEntry(ADDED, snapshot_id, f) for f in files],
+            [ManifestEntry(ADDED, snapshot_id, f, own.get(f.file_path), own.get(f.file_path)) for f in files],
             format_version=format_version,
             spec=specs[spec_id],
             schema=schema,
@@ -72,14 +75,17 @@ def write_manifests_distributed(
     snapshot_id: int,
     files_per_manifest: int = 20_000,
     name_prefix: str = "",
+    data_sequence_numbers: Mapping[str, int] | None = None,
 ) -> list[ManifestFile]:
     """Write the manifests for ``files`` on the executors; returns their manifest-list rows."""
     if not files:
         return []
-    groups = [list(files[i : i + files_per_manifest]) for i in range(0, len(files), files_per_manifest)]
+    own = data_sequence_numbers or {}
+    chunks = (list(files[i : i + files_per_manifest]) for i in range(0, len(files), files_per_manifest))
+    groups = [(g, {f.file_path: own[f.file_path] for f in g if f.file_path in own}) for g in chunks]
 
-    def task(part: Iterable[list[DataFile]]) -> Iterable[ManifestFile]:
-        for group in part:
+    def task(part: Iterable[tuple[list[DataFile], dict[str, int]]]) -> Iterable[ManifestFile]:
+        for group, sequence_numbers in part:
             yield from write_manifest_group(
                 group,
                 table_location=table_location,
@@ -88,6 +94,7 @@ def write_manifests_distributed(
                 schema=schema,
                 snapshot_id=snapshot_id,
                 name_prefix=name_prefix,
+                data_sequence_numbers=sequence_numbers,
             )
 
     rdd = spark.sparkContext.parallelize(groups, numSlices=len(groups))

@@ -1,0 +1,91 @@
+"""Delta row tracking carried into Iceberg v3 row lineage, where that is sound.
+
+Delta gives a row the id ``baseRowId + position`` unless the file holds a materialized row id for
+it (written when rows are copied: UPDATE, MERGE, OPTIMIZE, ...); Iceberg gives it
+``first_row_id + position`` unless the file holds a value under field id 2147483540. So a file's
+``baseRowId`` carried into its ``first_row_id`` gives every row the id delta-spark reports when
+the file has no materialized row-id column, or has it under Iceberg's field id (writers following
+IcebergCompatV3). Likewise ``defaultRowCommitVersion`` becomes the file's data sequence number
+(each snapshot's sequence number is raised to at least its Delta version, so no file's is above
+its snapshot's and every delete committed later still applies), and the table's next-row-id
+passes Delta's high-water mark.
+
+Anything else gets fresh Iceberg ids, as before, and the result says why. Once a target has fresh
+ids it keeps taking them: Delta's later ids could collide with the ones Iceberg handed out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tablekeeper.delta.models import AddFile
+from tablekeeper.delta.segment import LogEntry
+from tablekeeper.delta.snapshot import DeltaSnapshot
+from tablekeeper.delta_row_ids import commit_operations, unsound_file
+from tablekeeper.io import FileIO
+
+log = logging.getLogger(__name__)
+
+ROW_IDS_PROPERTY = "tablekeeper.delta.row-ids"
+CARRIED = "delta"  # ids are Delta's row ids
+FRESH = "fresh"  # ids were assigned by Iceberg's inheritance
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Whether a version's new files carry Delta's row ids, and why not."""
+
+    carry: bool
+    reason: str | None = None
+    high_water_mark: int | None = None
+    materialized_column: str | None = None
+
+    def metrics(self) -> dict[str, str | None]:
+        return {"row_ids": CARRIED if self.carry else FRESH, "reason": self.reason}
+
+
+def plan_lineage(
+    snap: DeltaSnapshot, target_properties: Mapping[str, str], has_snapshots: bool, format_version: int
+) -> Lineage | None:
+    """Whether this version's files may carry Delta's ids, before looking at the files (None: a v2
+    target has no row lineage)."""
+    if format_version < 3:
+        return None
+    state = target_properties.get(ROW_IDS_PROPERTY)
+    if has_snapshots and state != CARRIED:
+        why = (
+            "an earlier run gave the target fresh row ids"
+            if state == FRESH
+            else "the target predates carried row ids"
+        )
+        return Lineage(False, why)
+    rt = snap.row_tracking
+    if not (rt.supported and rt.enabled):
+        return Lineage(False, "the Delta table does not track row ids (delta.enableRowTracking)")
+    if rt.suspended:
+        return Lineage(False, "Delta row tracking is suspended (delta.rowTrackingSuspended)")
+    mark = rt.high_water_mark
+    if mark is None:
+        if snap.num_files:
+            return Lineage(False, "the Delta log has no row id high-water mark (delta.rowTracking domain)")
+        mark = -1  # no row has an id yet
+    return Lineage(True, None, mark, rt.materialized_row_id_column)
+
+
+def check_files(
+    lineage: Lineage | None, io: FileIO, root: str, entries: Sequence[LogEntry], adds: Sequence[AddFile]
+) -> Lineage | None:
+    """``lineage`` after looking at the version's new files."""
+    if lineage is None or not lineage.carry:
+        return lineage
+    operations: dict[int, str | None] = {}
+    if lineage.materialized_column is not None:
+        versions = {a.default_row_commit_version for a in adds if a.default_row_commit_version is not None}
+        operations = commit_operations(io, root, entries, versions)
+    reason = unsound_file(io, adds, lineage.materialized_column, operations)
+    if reason is None:
+        return lineage
+    log.info("row ids are assigned fresh: %s", reason)
+    return Lineage(False, reason)
