@@ -49,6 +49,10 @@ class CorruptMetadataError(TablekeeperError):
     exit_code = ExitCode.REFUSED
 
 
+class VerificationFailed(CorruptMetadataError):
+    """A converted snapshot does not hold the rows its source version holds (convert-delta --verify)."""
+
+
 class UnsupportedFeatureError(TablekeeperError):
     """A format version or table feature tablekeeper does not handle."""
 

@@ -10,16 +10,25 @@ executors' tasks.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.schema import ColumnMapping, DeltaStruct
 from tablekeeper.delta.to_iceberg import partition_tuple
 from tablekeeper.delta_table import footer_record_count
+from tablekeeper.errors import VerificationFailed
 from tablekeeper.files.manifests import read
-from tablekeeper.iceberg.manifest import DATA, ManifestFile, read_manifest
+from tablekeeper.iceberg.manifest import (
+    DATA,
+    MANIFEST_DATA,
+    DataFile,
+    ManifestFile,
+    count_entries,
+    read_manifest,
+)
 from tablekeeper.iceberg.partitioning import partition_key
 from tablekeeper.iceberg.types import StructType
 from tablekeeper.io import FileIO
@@ -28,13 +37,23 @@ PartitionKey = tuple[int, tuple[Any, ...]]  # (spec id, partition values by bits
 Counts = dict[PartitionKey, int]
 
 # Read from the stats text itself rather than through the parser the conversion uses, so a
-# conversion that miscounts cannot agree with itself.
-_NUM_RECORDS = re.compile(r'"numRecords"\s*:\s*(\d+)')
+# conversion that miscounts cannot agree with itself. Writers put numRecords first; anywhere else
+# it might be a column of that name inside minValues, so the whole text is parsed then.
+_LEADING_NUM_RECORDS = re.compile(r'\s*\{\s*"numRecords"\s*:\s*(\d+)\s*[,}]')
 
 
 def stats_record_count(stats: str | None) -> int | None:
-    found = _NUM_RECORDS.search(stats or "")
-    return int(found.group(1)) if found else None
+    if not stats:
+        return None
+    found = _LEADING_NUM_RECORDS.match(stats)
+    if found:
+        return int(found.group(1))
+    try:
+        value = json.loads(stats)
+    except ValueError:
+        return None
+    rows = value.get("numRecords") if isinstance(value, dict) else None
+    return rows if isinstance(rows, int) and not isinstance(rows, bool) else None
 
 
 def delta_file_rows(io: FileIO, add: AddFile) -> int:
@@ -64,7 +83,31 @@ def manifest_counts(manifest: ManifestFile, partition_type: StructType) -> Count
             continue
         f = e.data_file
         key = (f.spec_id, partition_key(f.partition))
-        out[key] = out.get(key, 0) + (f.record_count if f.content == DATA else -f.record_count)
+        out[key] = out.get(key, 0) + file_rows(f)
+    return out
+
+
+def file_rows(f: DataFile) -> int:
+    """Live rows a file adds to its partition: a delete file's positions count against it."""
+    return f.record_count if f.content == DATA else -f.record_count
+
+
+def written_counts(manifest: ManifestFile, files: Sequence[DataFile]) -> Counts:
+    """Counts of the entries just written into ``manifest`` (the ``files`` of its kind and spec),
+    once the file read back holds exactly that many entries. Cheaper than decoding it again,
+    which would cost as much as writing it: the executors' conversion counts this way."""
+    kind = manifest.content == MANIFEST_DATA
+    mine = [f for f in files if f.spec_id == manifest.partition_spec_id and (f.content == DATA) == kind]
+    found = count_entries(read(manifest.manifest_path), manifest.manifest_path)
+    if found != len(mine):
+        raise VerificationFailed(
+            f"manifest {manifest.manifest_path} holds {found} entries, {len(mine)} were written; "
+            "nothing was published (check the storage, then run again)"
+        )
+    out: Counts = {}
+    for f in mine:
+        key = (f.spec_id, partition_key(f.partition))
+        out[key] = out.get(key, 0) + file_rows(f)
     return out
 
 

@@ -406,6 +406,15 @@ def open_avro(data: bytes, what: str, blocks: bool = False) -> Any:
         ) from err
 
 
+def count_entries(data: bytes, source: str) -> int:
+    """Entries in a manifest from its Avro block headers alone (no record is decoded)."""
+    try:
+        return sum(block.num_records for block in open_avro(data, f"manifest {source}", blocks=True))
+    except (ValueError, EOFError, zlib.error) as err:
+        what = err.__class__.__name__
+        raise CorruptMetadataError(f"manifest {source} is truncated or corrupt ({what})") from err
+
+
 def id_names(record_schema: Mapping[str, Any]) -> dict[int, str]:
     return {int(f["field-id"]): f["name"] for f in record_schema.get("fields", []) if "field-id" in f}
 
