@@ -38,7 +38,7 @@ def build(work: Path, files: int, manifests: int) -> None:
     from tablekeeper.catalog import catalog_for
     from tablekeeper.commit.producer import SnapshotChange
     from tablekeeper.commit.transaction import Committer
-    from tablekeeper.iceberg.manifest import DATA, DataFile
+    from tablekeeper.iceberg.content import DATA, DataFile
     from tablekeeper.iceberg.types import LONG, NestedField, Schema
     from tablekeeper.iceberg.updates import new_table_metadata
 

@@ -34,17 +34,17 @@ def run_engine(engine: str, table: str) -> dict[str, object]:
     started = time.perf_counter()
     setup = 0.0
     if engine == "pure":
-        from tablekeeper.delta_table import load_snapshot
+        from tablekeeper.tables.delta import load_snapshot
 
-        snap = load_snapshot(table, engine="pure")
+        snap = load_snapshot(table)
         files = snap.num_files
     elif engine == "spark":
         spark = _spark()
         setup = time.perf_counter() - started
         from tablekeeper.delta.segment import build_segment
-        from tablekeeper.delta_table import list_log
         from tablekeeper.io import FileIO
         from tablekeeper.spark.delta_replay import spark_state
+        from tablekeeper.tables.delta import list_log
 
         # Like delta-spark's below: replay in Spark and count the live files there (the converter
         # writes manifests from this DataFrame on the executors; nothing is collected).

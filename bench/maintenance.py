@@ -39,7 +39,7 @@ def _catalogs(work: Path):  # type: ignore[no-untyped-def]
 
 
 def _data_file(location: str, i: int):  # type: ignore[no-untyped-def]
-    from tablekeeper.iceberg.manifest import DATA, DataFile
+    from tablekeeper.iceberg.content import DATA, DataFile
 
     path = f"{location}/data/f-{i:08d}.parquet"
     Path(path).write_bytes(b"x" * 16)

@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 
 from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.segment import LogEntry
-from tablekeeper.delta_table import LOG_DIR
 from tablekeeper.errors import TablekeeperError
 from tablekeeper.files.local import parallel_map
 from tablekeeper.io import FileIO
+from tablekeeper.tables.delta import LOG_DIR
 
 ROW_ID_FIELD_ID = 2147483540
 # Operations whose new files hold only new rows: no row id was copied into them.

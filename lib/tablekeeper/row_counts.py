@@ -18,20 +18,14 @@ from typing import Any
 from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.schema import ColumnMapping, DeltaStruct
 from tablekeeper.delta.to_iceberg import partition_tuple
-from tablekeeper.delta_table import footer_record_count
 from tablekeeper.errors import VerificationFailed
 from tablekeeper.files.manifests import read
-from tablekeeper.iceberg.manifest import (
-    DATA,
-    MANIFEST_DATA,
-    DataFile,
-    ManifestFile,
-    count_entries,
-    read_manifest,
-)
+from tablekeeper.iceberg.content import DATA, MANIFEST_DATA, DataFile, ManifestFile
+from tablekeeper.iceberg.manifest import count_entries, read_manifest
 from tablekeeper.iceberg.partitioning import partition_key
 from tablekeeper.iceberg.types import StructType
 from tablekeeper.io import FileIO
+from tablekeeper.tables.delta import footer_record_count
 
 PartitionKey = tuple[int, tuple[Any, ...]]  # (spec id, partition values by bits)
 Counts = dict[PartitionKey, int]

@@ -168,7 +168,7 @@ def _equality_delete(catalogs, identifier: str, table_dir: str, ids: list[int], 
 
     from tablekeeper.commit.producer import SnapshotChange
     from tablekeeper.commit.transaction import Committer
-    from tablekeeper.iceberg.manifest import EQUALITY_DELETES, DataFile
+    from tablekeeper.iceberg.content import EQUALITY_DELETES, DataFile
 
     field = pa.field("id", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"1"})
     path = f"{table_dir}/data/eq-{uuid.uuid4().hex}.parquet"

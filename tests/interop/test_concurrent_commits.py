@@ -20,7 +20,7 @@ import pytest
 from tablekeeper.catalog import catalog_for
 from tablekeeper.iceberg.types import LONG, STRING, NestedField, Schema
 from tablekeeper.iceberg.updates import new_table_metadata
-from tablekeeper.table import live_files, load_manifests
+from tablekeeper.tables.iceberg import live_files, load_manifests
 from tests.conftest import FS_CATALOG, REPO_ROOT, SQL_CATALOG
 
 pytestmark = pytest.mark.spark

@@ -105,7 +105,7 @@ def test_renamed_columns_under_in_place_column_mapping(spark, catalogs, tmp_path
 def test_checkpoints_with_typed_stats_only_give_bounds_on_either_path(
     spark, catalogs, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    from tablekeeper.table import live_files
+    from tablekeeper.tables.iceberg import live_files
 
     catalog = catalog_for(catalogs.get(SQL_CATALOG))
     bounds = {}

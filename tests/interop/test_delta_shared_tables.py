@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from tablekeeper.delta.snapshot import DeltaSnapshot
-from tablekeeper.delta_table import load_snapshot
 from tablekeeper.errors import CorruptMetadataError, TablekeeperError, UnsupportedFeatureError
+from tablekeeper.jobs.engines import delta_replay
+from tablekeeper.tables.delta import load_snapshot
 from tests.support.delta_reference import (
     DeltaReference,
     DeltaSparkRefused,
@@ -73,7 +74,7 @@ def test_shared_table_matches_delta_spark(spark, tmp_path: Path, name: str) -> N
         ref = delta_spark_state(spark, str(path), version)
         pure = load_snapshot(str(path), version=version)
         assert_same(pure, ref)
-    distributed = load_snapshot(str(path), engine="spark", spark=spark)
+    distributed = load_snapshot(str(path), replay=delta_replay("spark", spark))
     latest = load_snapshot(str(path))
     assert distributed.file_keys() == latest.file_keys()
     assert distributed.tombstones.num_rows == latest.tombstones.num_rows

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tablekeeper.delta_table import load_snapshot
 from tablekeeper.errors import ConfigError
+from tablekeeper.jobs.engines import delta_replay
+from tablekeeper.tables.delta import load_snapshot
 from tests.interop.test_delta_shared_tables import assert_same
 from tests.support.delta_reference import delta_spark_state, delta_spark_versions
 
@@ -29,7 +30,7 @@ def compare(spark, path: Path, versions: list[int] | None = None) -> None:  # ty
     for version in chosen:
         assert_same(load_snapshot(str(path), version=version), delta_spark_state(spark, str(path), version))
     pure = load_snapshot(str(path))
-    distributed = load_snapshot(str(path), engine="spark", spark=spark)
+    distributed = load_snapshot(str(path), replay=delta_replay("spark", spark))
     assert distributed.file_keys() == pure.file_keys()
     assert (distributed.version, distributed.protocol, distributed.metadata) == (
         pure.version,

@@ -13,7 +13,7 @@ from tablekeeper.catalog import catalog_for
 from tablekeeper.commit.producer import SnapshotChange
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import SafetyRefusal
-from tablekeeper.iceberg.manifest import DATA, DataFile
+from tablekeeper.iceberg.content import DATA, DataFile
 from tablekeeper.jobs.expire_snapshots import ExpireOptions, run_expire
 from tablekeeper.jobs.remove_orphans import OrphanOptions, run_orphans
 from tests.conftest import FS_CATALOG

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tablekeeper.catalog import catalog_for
-from tablekeeper.iceberg.manifest import DATA
-from tablekeeper.table import live_files
+from tablekeeper.iceberg.content import DATA
+from tablekeeper.tables.iceberg import live_files
 from tests.conftest import FS_CATALOG, SQL_CATALOG
 from tests.support.iceberg_writer import local_path
 

@@ -17,7 +17,7 @@ import pytest
 
 from tablekeeper.catalog import catalog_for
 from tablekeeper.commit import Committer, SnapshotChange
-from tablekeeper.iceberg.manifest import POSITION_DELETES, DataFile
+from tablekeeper.iceberg.content import POSITION_DELETES, DataFile
 from tablekeeper.iceberg.metadata import SnapshotRef
 from tablekeeper.iceberg.partitioning import PartitionField, PartitionSpec
 from tablekeeper.iceberg.types import (

@@ -13,8 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tablekeeper.iceberg.content import DataFile
 from tablekeeper.iceberg.conversions import native_to_value
-from tablekeeper.iceberg.manifest import DataFile
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.parquet import data_file_from_footer, to_arrow_schema
 from tablekeeper.iceberg.transforms import parse_transform

@@ -13,15 +13,9 @@ import pytest
 from tablekeeper.iceberg import avro_encoder
 from tablekeeper.iceberg.avro_encoder import write_container
 from tablekeeper.iceberg.avro_schemas import avro_name, manifest_entry_avro
+from tablekeeper.iceberg.content import DataFile, ManifestEntry
 from tablekeeper.iceberg.entry_encoder import compile_entry_encoder
-from tablekeeper.iceberg.manifest import (
-    AVRO_CODEC,
-    DataFile,
-    ManifestEntry,
-    _entry_record,
-    read_manifest,
-    write_manifest,
-)
+from tablekeeper.iceberg.manifest import AVRO_CODEC, _entry_record, read_manifest, write_manifest
 from tablekeeper.iceberg.partitioning import PartitionField, PartitionSpec
 from tablekeeper.iceberg.types import (
     BINARY,

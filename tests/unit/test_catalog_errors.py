@@ -16,11 +16,11 @@ from tablekeeper.errors import (
     TablekeeperError,
     UnsupportedFeatureError,
 )
-from tablekeeper.iceberg.manifest import DATA, DataFile
+from tablekeeper.iceberg.content import DATA, DataFile
 from tablekeeper.iceberg.metadata import TableMetadata, table_metadata_to_bytes
 from tablekeeper.iceberg.types import LONG, STRING, NestedField, Schema
 from tablekeeper.iceberg.updates import new_table_metadata, set_properties
-from tablekeeper.table import live_files, load_manifests
+from tablekeeper.tables.iceberg import live_files, load_manifests
 
 IDENT = "db.events"
 T0 = 1_700_000_000_000

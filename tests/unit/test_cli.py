@@ -71,7 +71,7 @@ def _table_with_one_file(tmp_path: Path) -> tuple[Path, str]:
 
     from tablekeeper.catalog.sql import SqlCatalog
     from tablekeeper.commit import Committer, SnapshotChange
-    from tablekeeper.iceberg.manifest import DATA, DataFile
+    from tablekeeper.iceberg.content import DATA, DataFile
     from tablekeeper.iceberg.types import LONG, NestedField, Schema
     from tablekeeper.iceberg.updates import new_table_metadata
 

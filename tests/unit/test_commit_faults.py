@@ -12,11 +12,11 @@ from tablekeeper.catalog.filesystem import FileSystemCatalog
 from tablekeeper.catalog.sql import SqlCatalog
 from tablekeeper.commit import Committer, SnapshotChange
 from tablekeeper.errors import CommitConflict, CommitFailed, CommitStateUnknown
-from tablekeeper.iceberg.manifest import DATA, DataFile
+from tablekeeper.iceberg.content import DATA, DataFile
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.types import LONG, NestedField, Schema
 from tablekeeper.iceberg.updates import new_table_metadata
-from tablekeeper.table import load_manifests
+from tablekeeper.tables.iceberg import load_manifests
 
 SCHEMA = Schema(0, (NestedField(1, "id", LONG, True),))
 

@@ -10,10 +10,10 @@ import pytest
 from tablekeeper.catalog.sql import SqlCatalog
 from tablekeeper.commit import Committer, SnapshotChange
 from tablekeeper.errors import CommitConflict, UnsupportedFeatureError
-from tablekeeper.iceberg.manifest import DATA, POSITION_DELETES, DataFile
+from tablekeeper.iceberg.content import DATA, POSITION_DELETES, DataFile
 from tablekeeper.iceberg.types import LONG, NestedField, Schema
 from tablekeeper.iceberg.updates import new_table_metadata
-from tablekeeper.table import live_files
+from tablekeeper.tables.iceberg import live_files
 
 SCHEMA = Schema(0, (NestedField(1, "id", LONG, True),))
 

@@ -21,7 +21,7 @@ from tablekeeper.delta.segment import LogEntry, oldest_reconstructable
 from tablekeeper.delta.to_iceberg import ids_by_name_path, map_schema
 from tablekeeper.errors import CommitConflict, CorruptMetadataError, UnsupportedFeatureError
 from tablekeeper.iceberg import types as it
-from tablekeeper.iceberg.manifest import POSITION_DELETES, DataFile
+from tablekeeper.iceberg.content import POSITION_DELETES, DataFile
 from tablekeeper.iceberg.name_mapping import (
     MappedField,
     NameMapping,
@@ -29,7 +29,7 @@ from tablekeeper.iceberg.name_mapping import (
     name_mapping_to_json,
     parse_name_mapping,
 )
-from tablekeeper.table import live_files
+from tablekeeper.tables.iceberg import live_files
 from tests.unit.test_commit_rules import data, table
 
 ROOT = "file:///lake/t"

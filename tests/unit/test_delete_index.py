@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tablekeeper.errors import CorruptMetadataError
+from tablekeeper.iceberg.content import DATA, EQUALITY_DELETES, POSITION_DELETES, DataFile, ManifestEntry
 from tablekeeper.iceberg.delete_index import DELETE_FILE_PATH_ID, DeleteIndex
-from tablekeeper.iceberg.manifest import DATA, EQUALITY_DELETES, POSITION_DELETES, DataFile, ManifestEntry
 
 PARTITIONED, UNPARTITIONED = 1, 0
 

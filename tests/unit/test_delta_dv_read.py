@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tablekeeper.delta_table import dv_location, load_snapshot, read_deletion_vector
 from tablekeeper.iceberg.puffin import deserialize_dv
 from tablekeeper.io import FileIO
+from tablekeeper.tables.delta import dv_location, load_snapshot, read_deletion_vector
 from tests.conftest import DELTA_TABLES
 
 EXPECTED = {

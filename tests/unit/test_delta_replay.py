@@ -15,8 +15,8 @@ import pytest
 
 from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.snapshot import DeltaSnapshot
-from tablekeeper.delta_table import load_snapshot
 from tablekeeper.errors import ConfigError, CorruptMetadataError, NotATableError, UnsupportedFeatureError
+from tablekeeper.tables.delta import load_snapshot
 
 Action = Mapping[str, Any]
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from tablekeeper.delta.deletion_vectors import delta_dv_relative_path, read_delta_dv, read_delta_inline_dv
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.values import leaf_stats, parse_partition_value, parse_stats
-from tablekeeper.delta_table import load_snapshot
 from tablekeeper.errors import CorruptMetadataError, NotATableError, TablekeeperError, UnsupportedFeatureError
-from tablekeeper.iceberg.puffin import delta_dv_relative_path, read_delta_dv, read_delta_inline_dv
+from tablekeeper.tables.delta import load_snapshot
 
 DELTA_TABLES = Path(__file__).resolve().parents[2].parent / "shared" / "delta-tables" / "delta-rs"
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tablekeeper.errors import ConfigError, CorruptMetadataError, SafetyRefusal
+from tablekeeper.iceberg import content as model
 from tablekeeper.iceberg import manifest as mf
 from tablekeeper.iceberg import reachable as rc
 from tablekeeper.iceberg.expire import ExpirePlan, ExpirePolicy, apply_expiry, plan_expiry
@@ -372,14 +373,16 @@ def test_bad_older_than_is_a_config_error(text: str) -> None:
 SPEC = SPECS[2]
 
 
-def entry(status: int, name: str, content: int = mf.DATA, size: int = 1000) -> mf.ManifestEntry:
-    eq_ids = (1,) if content == mf.EQUALITY_DELETES else None
+def entry(status: int, name: str, content: int = model.DATA, size: int = 1000) -> model.ManifestEntry:
+    eq_ids = (1,) if content == model.EQUALITY_DELETES else None
     path = f"{LOCATION}/data/{name}.parquet"
-    f = mf.DataFile(content, path, "PARQUET", ("books",), 5, size, SPEC.spec_id, equality_ids=eq_ids)
-    return mf.ManifestEntry(status, 7, f, sequence_number=None if status == mf.ADDED else 3)
+    f = model.DataFile(content, path, "PARQUET", ("books",), 5, size, SPEC.spec_id, equality_ids=eq_ids)
+    return model.ManifestEntry(status, 7, f, sequence_number=None if status == model.ADDED else 3)
 
 
-def manifest(entries: list[mf.ManifestEntry], version: int = 2, content: int = mf.MANIFEST_DATA) -> bytes:
+def manifest(
+    entries: list[model.ManifestEntry], version: int = 2, content: int = model.MANIFEST_DATA
+) -> bytes:
     data, _ = mf.write_manifest(
         "m0.avro", entries, format_version=version, spec=SPEC, schema=SCHEMA, snapshot_id=7, content=content
     )
@@ -389,9 +392,9 @@ def manifest(entries: list[mf.ManifestEntry], version: int = 2, content: int = m
 @pytest.mark.parametrize("version", [1, 2, 3])
 def test_live_data_files(version: int) -> None:
     entries = [
-        entry(mf.ADDED, "a", size=11),
-        entry(mf.EXISTING, "b", size=22),
-        entry(mf.DELETED, "c", size=33),
+        entry(model.ADDED, "a", size=11),
+        entry(model.EXISTING, "b", size=22),
+        entry(model.DELETED, "c", size=33),
     ]
     assert rc.live_files(manifest(entries, version), "m0") == [
         rc.LiveFile(f"{LOCATION}/data/a.parquet", rc.DATA_FILE, 11),
@@ -402,13 +405,13 @@ def test_live_data_files(version: int) -> None:
 @pytest.mark.parametrize("version", [2, 3])
 def test_live_delete_files(version: int) -> None:
     entries = [
-        entry(mf.ADDED, "pos-a", mf.POSITION_DELETES, 101),
-        entry(mf.DELETED, "pos-gone", mf.POSITION_DELETES, 102),
-        entry(mf.EXISTING, "eq-b", mf.EQUALITY_DELETES, 103),
-        entry(mf.DELETED, "eq-gone", mf.EQUALITY_DELETES, 104),
-        entry(mf.ADDED, "eq-c", mf.EQUALITY_DELETES, 105),
+        entry(model.ADDED, "pos-a", model.POSITION_DELETES, 101),
+        entry(model.DELETED, "pos-gone", model.POSITION_DELETES, 102),
+        entry(model.EXISTING, "eq-b", model.EQUALITY_DELETES, 103),
+        entry(model.DELETED, "eq-gone", model.EQUALITY_DELETES, 104),
+        entry(model.ADDED, "eq-c", model.EQUALITY_DELETES, 105),
     ]
-    assert rc.live_files(manifest(entries, version, mf.MANIFEST_DELETES), "m1") == [
+    assert rc.live_files(manifest(entries, version, model.MANIFEST_DELETES), "m1") == [
         rc.LiveFile(f"{LOCATION}/data/pos-a.parquet", rc.POSITION_DELETE_FILE, 101),
         rc.LiveFile(f"{LOCATION}/data/eq-b.parquet", rc.EQUALITY_DELETE_FILE, 103),
         rc.LiveFile(f"{LOCATION}/data/eq-c.parquet", rc.EQUALITY_DELETE_FILE, 105),
@@ -422,6 +425,6 @@ def test_garbage_is_corrupt_metadata(junk: bytes) -> None:
 
 
 def test_truncated_manifest_is_corrupt_metadata() -> None:
-    data = manifest([entry(mf.ADDED, f"f{i}") for i in range(50)])
+    data = manifest([entry(model.ADDED, f"f{i}") for i in range(50)])
     with pytest.raises(CorruptMetadataError, match="m8"):
         rc.live_files(data[: len(data) - 40], "m8")

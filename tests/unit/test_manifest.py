@@ -18,8 +18,7 @@ from pyiceberg.manifest import read_manifest_list as pyiceberg_read_manifest_lis
 
 from tablekeeper.errors import CorruptMetadataError
 from tablekeeper.iceberg.avro_schemas import iceberg_schema_json, manifest_entry_struct, manifest_file_struct
-from tablekeeper.iceberg.conversions import to_bytes
-from tablekeeper.iceberg.manifest import (
+from tablekeeper.iceberg.content import (
     ADDED,
     DATA,
     DELETED,
@@ -33,6 +32,9 @@ from tablekeeper.iceberg.manifest import (
     FieldSummary,
     ManifestEntry,
     ManifestFile,
+)
+from tablekeeper.iceberg.conversions import to_bytes
+from tablekeeper.iceberg.manifest import (
     assign_for_commit,
     read_manifest,
     read_manifest_list,

@@ -11,23 +11,25 @@ from typing import Any
 
 import pytest
 
+from tablekeeper.delta.deletion_vectors import (
+    delta_dv_relative_path,
+    dv_from_delta_bytes,
+    read_delta_dv,
+    read_delta_inline_dv,
+    z85_decode,
+    z85_encode,
+)
 from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
 from tablekeeper.iceberg.puffin import (
     DV_MAGIC,
     PuffinBlobMetadata,
     PuffinWriter,
-    delta_dv_relative_path,
     deserialize_dv,
-    dv_from_delta_bytes,
     read_blob,
-    read_delta_dv,
-    read_delta_inline_dv,
     read_dv_file,
     read_puffin_footer,
     serialize_dv,
     write_dv_file,
-    z85_decode,
-    z85_encode,
 )
 from tablekeeper.iceberg.roaring import RoaringBitmap64
 

@@ -9,7 +9,7 @@ import fastavro
 import pytest
 
 from tablekeeper.errors import CorruptMetadataError
-from tablekeeper.iceberg.manifest import (
+from tablekeeper.iceberg.content import (
     ADDED,
     DATA,
     DELETED,

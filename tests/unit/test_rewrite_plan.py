@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tablekeeper.errors import ConfigError
+from tablekeeper.iceberg.content import DATA, POSITION_DELETES, DataFile, ManifestEntry
 from tablekeeper.iceberg.delete_index import DeleteIndex
-from tablekeeper.iceberg.manifest import DATA, POSITION_DELETES, DataFile, ManifestEntry
 from tablekeeper.iceberg.rewrite_plan import RewriteOptions, expected_files_after, pack, plan_rewrite
 
 MB = 1024 * 1024

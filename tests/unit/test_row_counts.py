@@ -10,16 +10,8 @@ from pathlib import Path
 import pytest
 
 from tablekeeper.errors import CorruptMetadataError, VerificationFailed
-from tablekeeper.iceberg.manifest import (
-    ADDED,
-    DATA,
-    POSITION_DELETES,
-    DataFile,
-    ManifestEntry,
-    ManifestFile,
-    count_entries,
-    write_manifest,
-)
+from tablekeeper.iceberg.content import ADDED, DATA, POSITION_DELETES, DataFile, ManifestEntry, ManifestFile
+from tablekeeper.iceberg.manifest import count_entries, write_manifest
 from tablekeeper.iceberg.partitioning import PartitionField, PartitionSpec
 from tablekeeper.iceberg.types import DOUBLE, LONG, NestedField, Schema
 from tablekeeper.row_counts import manifest_counts, stats_record_count, written_counts

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tablekeeper.commit.summary import TOTAL_KEYS, SummaryDelta, build_summary
-from tablekeeper.iceberg.manifest import DATA, EQUALITY_DELETES, POSITION_DELETES, DataFile
+from tablekeeper.iceberg.content import DATA, EQUALITY_DELETES, POSITION_DELETES, DataFile
 
 LOCATION = "s3://bucket/db/events"
 

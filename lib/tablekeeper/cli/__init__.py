@@ -294,13 +294,13 @@ def _is_delta(args: argparse.Namespace) -> bool:
 
 def _inspect(args: argparse.Namespace) -> int:
     if _is_delta(args):
-        from tablekeeper.delta_inspect import inspect_delta
-        from tablekeeper.delta_table import load_snapshot
+        from tablekeeper.tables.delta import load_snapshot
+        from tablekeeper.tables.inspect_delta import inspect_delta
 
         snapshot = load_snapshot(args.table, version=args.delta_version, timestamp_ms=args.timestamp_ms)
         print(json.dumps(inspect_delta(snapshot, with_files=args.what in ("files", "all")), default=str))
         return 0
-    from tablekeeper.inspect import inspect_table
+    from tablekeeper.tables.inspect_iceberg import inspect_table
 
     result = inspect_table(_load_table(args), args.what, args.snapshot)
     print(json.dumps(result, default=str))

@@ -15,8 +15,7 @@ from typing import Any
 
 from tablekeeper.commit.summary import SummaryDelta, build_summary
 from tablekeeper.errors import CommitConflict, UnsupportedFeatureError
-from tablekeeper.iceberg.delete_index import referenced_file
-from tablekeeper.iceberg.manifest import (
+from tablekeeper.iceberg.content import (
     ADDED,
     DATA,
     DELETED,
@@ -27,14 +26,14 @@ from tablekeeper.iceberg.manifest import (
     DataFile,
     ManifestEntry,
     ManifestFile,
-    write_manifest,
-    write_manifest_list,
 )
+from tablekeeper.iceberg.delete_index import referenced_file
+from tablekeeper.iceberg.manifest import write_manifest, write_manifest_list
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, Snapshot, TableMetadata
 from tablekeeper.iceberg.partitioning import partition_key
 from tablekeeper.iceberg.updates import add_snapshot
 from tablekeeper.io import FileIO
-from tablekeeper.table import load_manifests, read_entries
+from tablekeeper.tables.iceberg import load_manifests, read_entries
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 
-from tablekeeper.iceberg.manifest import DATA, EQUALITY_DELETES, POSITION_DELETES, DataFile
+from tablekeeper.iceberg.content import DATA, EQUALITY_DELETES, POSITION_DELETES, DataFile
 
 TOTAL_KEYS = (
     "total-records",

@@ -36,8 +36,8 @@ from tablekeeper.delta.values import (
 from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
 from tablekeeper.iceberg import types as it
 from tablekeeper.iceberg.bounds import widen_zero
+from tablekeeper.iceberg.content import DATA, DataFile
 from tablekeeper.iceberg.conversions import to_bytes
-from tablekeeper.iceberg.manifest import DATA, DataFile
 from tablekeeper.iceberg.name_mapping import MappedField, NameMapping
 from tablekeeper.iceberg.partitioning import PARTITION_DATA_ID_START, PartitionField, PartitionSpec
 

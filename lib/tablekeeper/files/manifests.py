@@ -14,7 +14,8 @@ from typing import Any
 
 from tablekeeper.errors import CorruptMetadataError, FileNotFound
 from tablekeeper.files.rules import PathRules
-from tablekeeper.iceberg.manifest import ManifestFile, read_manifest_list
+from tablekeeper.iceberg.content import ManifestFile
+from tablekeeper.iceberg.manifest import read_manifest_list
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.reachable import MANIFEST, MANIFEST_LIST, STATISTICS, live_files
 from tablekeeper.io import FileIO

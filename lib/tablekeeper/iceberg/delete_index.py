@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tablekeeper.errors import CorruptMetadataError
-from tablekeeper.iceberg.manifest import EQUALITY_DELETES, POSITION_DELETES, DataFile, ManifestEntry
+from tablekeeper.iceberg.content import EQUALITY_DELETES, POSITION_DELETES, DataFile, ManifestEntry
 from tablekeeper.iceberg.partitioning import partition_key
 
 # The position-delete file_path column: its bounds say which data files a delete file names.

@@ -21,7 +21,7 @@ from struct import Struct
 from typing import Any
 
 from tablekeeper.iceberg.avro_encoder import Unencodable, optional, write_long
-from tablekeeper.iceberg.manifest import DATA, POSITION_DELETES, V1_BLOCK_SIZE, ManifestEntry
+from tablekeeper.iceberg.content import DATA, POSITION_DELETES, V1_BLOCK_SIZE, ManifestEntry
 
 _METRIC_MAPS = frozenset(
     {"column_sizes", "value_counts", "null_value_counts", "nan_value_counts", "lower_bounds", "upper_bounds"}

@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tablekeeper.iceberg.content import DATA, DataFile
 from tablekeeper.iceberg.conversions import native_to_value, to_bytes
-from tablekeeper.iceberg.manifest import DATA, DataFile
 from tablekeeper.iceberg.types import (
     UNKNOWN,
     DecimalType,

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tablekeeper.errors import CorruptMetadataError
-from tablekeeper.iceberg.manifest import DATA, DELETED, EQUALITY_DELETES, id_names, open_avro, record_type
+from tablekeeper.iceberg.content import DATA, DELETED, EQUALITY_DELETES
+from tablekeeper.iceberg.manifest import id_names, open_avro, record_type
 
 # File kinds, named as Iceberg's procedures count them.
 DATA_FILE = "data"

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from tablekeeper.errors import ConfigError
+from tablekeeper.iceberg.content import POSITION_DELETES, DataFile, ManifestEntry
 from tablekeeper.iceberg.delete_index import AppliedDeletes, DeleteIndex, referenced_file
-from tablekeeper.iceberg.manifest import POSITION_DELETES, DataFile, ManifestEntry
 from tablekeeper.iceberg.partitioning import partition_key
 
 TARGET_FILE_SIZE = "write.target-file-size-bytes"

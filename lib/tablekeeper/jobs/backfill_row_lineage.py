@@ -24,12 +24,12 @@ from tablekeeper.catalog.base import Catalog
 from tablekeeper.commit.producer import SnapshotChange
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import ConfigError, UnsupportedFeatureError
-from tablekeeper.iceberg.manifest import MANIFEST_DATA, ManifestFile
+from tablekeeper.iceberg.content import MANIFEST_DATA, ManifestFile
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
 from tablekeeper.iceberg.updates import upgrade_format_version
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.result import JobClock, JobResult
-from tablekeeper.table import load_manifests, read_entries
+from tablekeeper.tables.iceberg import load_manifests, read_entries
 
 log = logging.getLogger(__name__)
 

@@ -38,8 +38,8 @@ from tablekeeper.files.finish import discard, finish_journals, pending_journals
 from tablekeeper.files.journal import JournalWriter, Staged, list_journals
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.rules import PathRules
+from tablekeeper.iceberg.content import DataFile, ManifestEntry
 from tablekeeper.iceberg.delete_index import DeleteIndex
-from tablekeeper.iceberg.manifest import DataFile, ManifestEntry
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
 from tablekeeper.iceberg.partitioning import partition_key
 from tablekeeper.iceberg.rewrite_plan import FileGroup, FileTask, RewriteOptions, RewritePlan, plan_rewrite
@@ -56,7 +56,7 @@ from tablekeeper.spark.rewrite import (
     rewrite_conf,
     rewrite_files,
 )
-from tablekeeper.table import live_files
+from tablekeeper.tables.iceberg import live_files
 
 log = logging.getLogger(__name__)
 

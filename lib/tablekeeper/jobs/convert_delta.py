@@ -27,14 +27,6 @@ from tablekeeper.commit.transaction import RetryPolicy
 from tablekeeper.delta.diff import diff_files
 from tablekeeper.delta.segment import oldest_reconstructable
 from tablekeeper.delta.snapshot import DeltaSnapshot
-from tablekeeper.delta_table import (
-    history,
-    list_log,
-    load_snapshot,
-    normalise_root,
-    readable_segment,
-    segment_bytes,
-)
 from tablekeeper.errors import (
     CommitConflict,
     CommitFailed,
@@ -61,8 +53,18 @@ from tablekeeper.jobs.convert_versions import (
     evolve,
 )
 from tablekeeper.jobs.delta_files import target_state
+from tablekeeper.jobs.engines import delta_replay
 from tablekeeper.jobs.result import JobClock, JobResult
 from tablekeeper.jobs.staging import staged_run
+from tablekeeper.tables.delta import (
+    Replay,
+    history,
+    list_log,
+    load_snapshot,
+    normalise_root,
+    readable_segment,
+    segment_bytes,
+)
 
 __all__ = [
     "DISTRIBUTE_ABOVE",
@@ -175,15 +177,20 @@ def _converted_as_asked(meta: TableMetadata, options: ConvertOptions, oldest: in
 def _states(
     plan: ConvertPlan, options: ConvertOptions, spark: SparkSession | None
 ) -> Iterator[DeltaSnapshot]:
-    engine = "spark" if options.engine == "spark" and spark is not None else "auto"
+    replay = _replay(options, spark)
     if options.history == "all":
         # From the base (when readable) so each version is one commit applied to the one before.
         start = plan.base_version if plan.base_version is not None and not plan.resync else plan.versions[0]
-        yield from history(plan.root, start=start, end=plan.latest_version, engine=engine)
+        yield from history(plan.root, start=start, end=plan.latest_version, replay=replay)
         return
     if plan.base_version is not None and not plan.resync:
-        yield load_snapshot(plan.root, version=plan.base_version, engine=engine, spark=spark)
-    yield load_snapshot(plan.root, version=plan.latest_version, engine=engine, spark=spark)
+        yield load_snapshot(plan.root, version=plan.base_version, replay=replay)
+    yield load_snapshot(plan.root, version=plan.latest_version, replay=replay)
+
+
+def _replay(options: ConvertOptions, spark: SparkSession | None) -> Replay | None:
+    """Spark when asked for and there; else Spark only for logs too large for this process."""
+    return delta_replay("spark" if options.engine == "spark" and spark is not None else "auto", spark)
 
 
 def _distributed_full(plan: ConvertPlan, options: ConvertOptions, spark: SparkSession | None) -> bool:
@@ -214,8 +221,7 @@ def execute_convert(
             # A history replay's states hold one commit's removes; VACUUM needs them all.
             if latest is not None and options.history == "latest":
                 return latest
-            engine = "spark" if options.engine == "spark" and spark is not None else "auto"
-            return load_snapshot(plan.root, version=plan.latest_version, engine=engine, spark=spark)
+            return load_snapshot(plan.root, version=plan.latest_version, replay=_replay(options, spark))
 
         metrics["expired_for_vacuum"] = expire_broken(
             catalog, options.target, state, int(time.time() * 1000), spark

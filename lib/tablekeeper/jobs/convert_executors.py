@@ -13,9 +13,6 @@ from tablekeeper.catalog import Catalog
 from tablekeeper.commit import Committer, SummaryDelta
 from tablekeeper.commit.producer import new_commit_uuid
 from tablekeeper.delta_row_ids import commit_operations, log_versions
-from tablekeeper.delta_table import (
-    commit_time,
-)
 from tablekeeper.iceberg.updates import (
     new_snapshot_id,
 )
@@ -32,6 +29,9 @@ from tablekeeper.jobs.convert_versions import (
     version_change,
 )
 from tablekeeper.jobs.delta_files import delete_files
+from tablekeeper.tables.delta import (
+    commit_time,
+)
 
 log = logging.getLogger(__name__)
 

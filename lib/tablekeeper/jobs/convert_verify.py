@@ -34,7 +34,7 @@ from tablekeeper.row_counts import (
     live_delta_rows,
     manifest_counts,
 )
-from tablekeeper.table import load_manifests
+from tablekeeper.tables.iceberg import load_manifests
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from tablekeeper.errors import (
     ConfigError,
     UnsupportedFeatureError,
 )
-from tablekeeper.iceberg.manifest import DATA
+from tablekeeper.iceberg.content import DATA
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.name_mapping import merge_name_mappings, name_mapping_to_json, parse_name_mapping
 from tablekeeper.iceberg.updates import (

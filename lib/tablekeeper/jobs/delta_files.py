@@ -18,12 +18,12 @@ from tablekeeper.catalog.base import LoadedTable
 from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.to_iceberg import MappedSchema
-from tablekeeper.delta_table import build_data_file, read_deletion_vector
 from tablekeeper.errors import UnsupportedFeatureError
-from tablekeeper.iceberg.manifest import DATA, POSITION_DELETES, DataFile
+from tablekeeper.iceberg.content import DATA, POSITION_DELETES, DataFile
 from tablekeeper.iceberg.puffin import PuffinWriter
 from tablekeeper.io import FileIO
-from tablekeeper.table import iter_live_entries
+from tablekeeper.tables.delta import build_data_file, read_deletion_vector
+from tablekeeper.tables.iceberg import iter_live_entries
 
 FILE_PATH_ID, POS_ID = 2147483546, 2147483545
 _POS_DELETE_SCHEMA = pa.schema(

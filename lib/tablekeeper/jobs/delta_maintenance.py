@@ -187,7 +187,7 @@ def _optimize_candidates(path: str, zorder: bool) -> tuple[int, int, int, int]:
     """(live files, candidate files, their bytes, partitions touched) as delta-spark's OPTIMIZE
     picks them: files under its minimum size in partitions holding more than one, or every file
     of a partition with Z-order."""
-    from tablekeeper.delta_table import load_snapshot
+    from tablekeeper.tables.delta import load_snapshot
 
     files = load_snapshot(path).files
     sizes = files.column("size").to_pylist()

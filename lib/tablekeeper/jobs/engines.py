@@ -1,4 +1,7 @@
-"""Which engine a maintenance job runs on: this process for small tables, Spark for large ones.
+"""Which engine a job runs on: this process for small tables, Spark for large ones.
+
+A Delta log is replayed by ``delta_replay``'s choice: in this process, on Spark, or (``auto``) on
+Spark once the checkpoint and commits to read exceed ``DELTA_SPARK_REPLAY_BYTES``.
 
 ``--engine auto`` (the default) reads the manifest lists on the driver first; a table whose
 snapshots reach at most ``DRIVER_MAX_FILES`` files through at most ``DRIVER_MAX_MANIFESTS``
@@ -12,6 +15,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, Union
 
+from tablekeeper.delta.segment import LogSegment
+from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.errors import ConfigError
 from tablekeeper.files.engine import (
     DRIVER_MAX_FILES,
@@ -22,6 +27,7 @@ from tablekeeper.files.engine import (
 from tablekeeper.files.local import IndexCache, LocalEngine
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.tables.delta import Replay, segment_bytes
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,6 +38,9 @@ EngineName = Literal["auto", "driver", "spark"]
 ENGINES = ("auto", "driver", "spark")
 # A session, a way to get one (started only if needed), or none (the driver engine only).
 SparkSource = Union["SparkSession", Callable[[], "SparkSession"], None]
+DELTA_REPLAY_ENGINES = ("pure", "spark", "auto")
+# Above this much log to read, a driver-only replay costs more than starting Spark work.
+DELTA_SPARK_REPLAY_BYTES = 512 * 1024 * 1024
 # Manifests whose lists give no entry counts (v1) make the estimate blind beyond this many.
 DRIVER_MAX_UNCOUNTED = 200
 
@@ -75,3 +84,24 @@ def choose_engine(
         return LocalEngine(cache)
     log.info("engine: spark (about %d files in %d manifests)", index.estimate, len(index.manifests))
     return spark_engine(source, job, cache)
+
+
+def delta_replay(engine: str, source: SparkSource = None) -> Replay | None:
+    """The replay ``tables.delta.load_snapshot`` takes: None (``pure``: this process), Spark
+    (``spark``), or Spark for logs above ``DELTA_SPARK_REPLAY_BYTES`` (``auto``; without a
+    session one is started only then)."""
+    if engine not in DELTA_REPLAY_ENGINES:
+        raise ConfigError(f"replay engine {engine!r} is not one of {', '.join(DELTA_REPLAY_ENGINES)}")
+    if engine == "pure":
+        return None
+
+    def replay(root: str, segment: LogSegment) -> DeltaSnapshot | None:
+        if engine == "auto" and segment_bytes(segment) <= DELTA_SPARK_REPLAY_BYTES:
+            return None
+        from tablekeeper.spark import get_spark
+        from tablekeeper.spark.delta_replay import spark_replay
+
+        session = spark_session(source, "delta replay") if source is not None else None
+        return spark_replay(session or get_spark("tablekeeper-delta-replay"), root, segment)
+
+    return replay

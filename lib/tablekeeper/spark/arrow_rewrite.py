@@ -34,7 +34,7 @@ from tablekeeper.iceberg.arrow_project import (
     supported,
     write_schema,
 )
-from tablekeeper.iceberg.manifest import DataFile
+from tablekeeper.iceberg.content import DataFile
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.name_mapping import NameMapping
 from tablekeeper.iceberg.parquet import FIELD_ID_KEY, data_file_from_footer

@@ -20,11 +20,7 @@ from tablekeeper.delta.schema import ColumnMapping, DeltaStruct
 from tablekeeper.delta.snapshot import add_file_from_row
 from tablekeeper.delta.to_iceberg import MappedSchema
 from tablekeeper.delta_row_ids import unsound_file
-from tablekeeper.delta_table import build_data_file
-from tablekeeper.iceberg.manifest import (
-    DataFile,
-    ManifestFile,
-)
+from tablekeeper.iceberg.content import DataFile, ManifestFile
 from tablekeeper.iceberg.partitioning import PartitionSpec
 from tablekeeper.iceberg.types import Schema
 from tablekeeper.io import FileIO
@@ -39,6 +35,7 @@ from tablekeeper.row_counts import (
 )
 from tablekeeper.spark.concurrent import no_cycle_collection
 from tablekeeper.spark.manifests import write_manifest_group
+from tablekeeper.tables.delta import build_data_file
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from pyspark.sql import functions as F
 from tablekeeper.delta.replay import FILE_ACTIONS, NonFileState, Reconciled
 from tablekeeper.delta.segment import LogSegment, sidecar_location
 from tablekeeper.delta.snapshot import DeltaSnapshot, snapshot_from_replay
-from tablekeeper.delta_table import read_checkpoint_non_file_actions
 from tablekeeper.errors import CorruptMetadataError
 from tablekeeper.io import FileIO
+from tablekeeper.tables.delta import read_checkpoint_non_file_actions
 
 log = logging.getLogger(__name__)
 

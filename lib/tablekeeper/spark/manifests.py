@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pyspark.sql import SparkSession
 
-from tablekeeper.iceberg.manifest import (
+from tablekeeper.iceberg.content import (
     ADDED,
     DATA,
     MANIFEST_DATA,
@@ -20,8 +20,8 @@ from tablekeeper.iceberg.manifest import (
     DataFile,
     ManifestEntry,
     ManifestFile,
-    write_manifest,
 )
+from tablekeeper.iceberg.manifest import write_manifest
 from tablekeeper.iceberg.partitioning import PartitionSpec
 from tablekeeper.iceberg.types import Schema
 from tablekeeper.io import FileIO

@@ -28,8 +28,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from tablekeeper.errors import ConfigError, CorruptMetadataError, UnsupportedFeatureError
+from tablekeeper.iceberg.content import DataFile, ManifestEntry
 from tablekeeper.iceberg.conversions import to_json
-from tablekeeper.iceberg.manifest import DataFile, ManifestEntry
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.name_mapping import NameMapping, parse_name_mapping
 from tablekeeper.iceberg.parquet import data_file_from_footer

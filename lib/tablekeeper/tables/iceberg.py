@@ -9,13 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tablekeeper.errors import CorruptMetadataError, FileNotFound, UnsupportedFeatureError
-from tablekeeper.iceberg.manifest import (
-    MANIFEST_DATA,
-    ManifestEntry,
-    ManifestFile,
-    read_manifest,
-    read_manifest_list,
-)
+from tablekeeper.iceberg.content import MANIFEST_DATA, ManifestEntry, ManifestFile
+from tablekeeper.iceberg.manifest import read_manifest, read_manifest_list
 from tablekeeper.iceberg.metadata import Snapshot, TableMetadata
 from tablekeeper.io import FileIO
 

@@ -6,7 +6,7 @@ The pure replay lives in ``tablekeeper.delta``; this module only fetches bytes t
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tablekeeper.delta.deletion_vectors import delta_dv_relative_path, read_delta_dv, read_delta_inline_dv
 from tablekeeper.delta.models import AddFile, DeletionVector
 from tablekeeper.delta.replay import (
     NON_FILE_COLUMNS,
@@ -53,17 +54,15 @@ from tablekeeper.errors import (
     TablekeeperError,
     UnsupportedFeatureError,
 )
-from tablekeeper.iceberg.manifest import DataFile
-from tablekeeper.iceberg.puffin import delta_dv_relative_path, read_delta_dv, read_delta_inline_dv
+from tablekeeper.iceberg.content import DataFile
 from tablekeeper.iceberg.roaring import RoaringBitmap64
 from tablekeeper.io import FileIO
 
 log = logging.getLogger(__name__)
 
 LOG_DIR = "_delta_log"
-ENGINES = ("pure", "spark", "auto")
-# Above this much log to read, a driver-only replay costs more than starting Spark work.
-SPARK_THRESHOLD_BYTES = 512 * 1024 * 1024
+# A replay made elsewhere (on Spark): the version ``segment`` rebuilds, or None to replay it here.
+Replay = Callable[[str, LogSegment], "DeltaSnapshot | None"]
 # Checkpoint rows sort before every commit action.
 CHECKPOINT_ORDER_BASE = -(10**15)
 CHECKPOINT_COLUMNS = (
@@ -251,17 +250,11 @@ def load_snapshot(
     version: int | None = None,
     timestamp_ms: int | None = None,
     io: FileIO | None = None,
-    engine: str = "pure",
-    spark: Any = None,
+    replay: Replay | None = None,
 ) -> DeltaSnapshot:
     """The table at ``version``, at the newest version committed at or before ``timestamp_ms``,
-    or the latest.
-
-    ``engine``: ``pure`` (driver only), ``spark`` (distributed), or ``auto``: Spark once the
-    checkpoint and commits to read exceed ``SPARK_THRESHOLD_BYTES``.
-    """
-    if engine not in ENGINES:
-        raise ConfigError(f"replay engine {engine!r} is not one of {', '.join(ENGINES)}")
+    or the latest; replayed in this process unless ``replay`` takes the segment (the caller's
+    choice of engine, e.g. ``jobs.engines.delta_replay``)."""
     if version is not None and timestamp_ms is not None:
         raise ConfigError("give a version or a timestamp to time travel to, not both")
     root = normalise_root(location)
@@ -271,13 +264,8 @@ def load_snapshot(
     if timestamp_ms is not None:
         version = version_at(io, root, entries, timestamp_ms)
     segment, notes = readable_segment(io, root, entries, version=version, hint=hint)
-    use_spark = engine == "spark" or (engine == "auto" and segment_bytes(segment) > SPARK_THRESHOLD_BYTES)
-    if use_spark:
-        from tablekeeper.spark import get_spark
-        from tablekeeper.spark.delta_replay import spark_replay
-
-        snapshot = spark_replay(spark or get_spark("tablekeeper-delta-replay"), root, segment)
-    else:
+    snapshot = replay(root, segment) if replay is not None else None
+    if snapshot is None:
         skip: frozenset[Checkpoint] = frozenset()
         while True:
             try:
@@ -407,7 +395,7 @@ def history(
     start: int | None = None,
     end: int | None = None,
     io: FileIO | None = None,
-    engine: str = "auto",
+    replay: Replay | None = None,
 ) -> Iterator[DeltaSnapshot]:
     """Every version from ``start`` (default: the oldest that can be reconstructed) to ``end``
     (default: the latest): one full replay, then one commit at a time."""
@@ -418,7 +406,7 @@ def history(
     commits, _ = parse_listing(entries)
     last = max(commits) if end is None else end
     mtimes = commit_timestamps(entries)
-    snapshot = load_snapshot(root, version=first, io=io, engine=engine)
+    snapshot = load_snapshot(root, version=first, io=io, replay=replay)
     yield snapshot
     while snapshot.version < last:
         following = advance(io, snapshot, 0)

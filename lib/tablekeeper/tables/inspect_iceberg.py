@@ -6,11 +6,11 @@ from typing import Any
 
 from tablekeeper.catalog import LoadedTable
 from tablekeeper.errors import ConfigError
+from tablekeeper.iceberg.content import ManifestEntry, ManifestFile
 from tablekeeper.iceberg.conversions import to_json
-from tablekeeper.iceberg.manifest import ManifestEntry, ManifestFile
 from tablekeeper.iceberg.metadata import Snapshot, table_metadata_to_obj
 from tablekeeper.iceberg.types import UNKNOWN
-from tablekeeper.table import load_manifests, read_entries
+from tablekeeper.tables.iceberg import load_manifests, read_entries
 
 SECTIONS = ("metadata", "snapshots", "refs", "manifests", "files")
 STATUS = {0: "EXISTING", 1: "ADDED", 2: "DELETED"}
