@@ -22,10 +22,10 @@ JAR_LINES = $(shell awk '!/^[[:space:]]*\#/ && NF >= 2 {print $$1 "=" $$2}' conf
 MVN_DEPENDENCY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars package test lint demo bench soak clean
+.PHONY: help setup jars package test test-unit lint format demo bench soak clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 setup: $(VENV)/.installed $(AIRFLOW_VENV)/.installed jars ## create .venv and .airflow-venv with the pinned deps, fetch the jars (idempotent)
 
@@ -90,9 +90,19 @@ $(PY_FILES_ZIP): $(WHEEL)
 test: setup package ## set up, then run every test (unit, spark, interop, dags)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: setup ## ruff on everything, mypy --strict on lib/
-	$(VENV)/bin/ruff check lib tests jobs bench airflow_dags
+test-unit: $(VENV)/.installed ## the unit tests only: seconds, no JVM, no jars, no Airflow
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+LINTED := lib tests jobs bench airflow_dags
+
+lint: $(VENV)/.installed ## ruff (check and format --check) on everything, mypy --strict on lib/; needs only .venv
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy --strict
+
+format: $(VENV)/.installed ## ruff's fixes and formatting, in place
+	$(VENV)/bin/ruff check --fix $(LINTED)
+	$(VENV)/bin/ruff format $(LINTED)
 
 demo: setup ## set up, then tour every job on embedded defaults (Delta -> Iceberg -> maintenance)
 	$(VENV)/bin/tablekeeper doctor

@@ -106,14 +106,6 @@ class SqlCatalog(Catalog):
             )
         return LoadedTable(identifier, location, read_metadata(self.io, location), self.io)
 
-    def list_tables(self, namespace: str) -> list[str]:
-        clause = "catalog_name = ? AND table_namespace = ?" + (f" AND {_IS_TABLE}" if self._typed else "")
-        with self._connect() as conn:
-            rows = conn.execute(
-                f"SELECT table_name FROM iceberg_tables WHERE {clause}", (self.name, namespace)
-            )
-            return sorted(f"{namespace}.{r[0]}" for r in rows)
-
     def ensure_namespace(self, namespace: str) -> None:
         with self._connect() as conn:
             conn.execute(

@@ -85,7 +85,6 @@ FEATURE_SUPPORT: Mapping[str, str] = {
     "timestampNanos": "read",
 }
 MAX_READER_VERSION = 3
-MAX_WRITER_VERSION = 7
 
 
 @dataclass(frozen=True)
@@ -256,12 +255,3 @@ class AddFile:
     @property
     def key(self) -> tuple[str, str | None]:
         return self.absolute_path, None if self.deletion_vector is None else self.deletion_vector.unique_id
-
-
-@dataclass(frozen=True)
-class RemoveFile:
-    path: str
-    absolute_path: str
-    deletion_timestamp: int | None
-    data_change: bool
-    deletion_vector: DeletionVector | None = None

@@ -271,15 +271,6 @@ def _jsonish(value: Any) -> Any:
     return value
 
 
-def read_parquet(source: Any, wanted: Iterable[str]) -> pa.Table:
-    try:
-        pf = pq.ParquetFile(source)
-        names = set(pf.schema_arrow.names)
-        return pf.read(columns=[c for c in wanted if c in names])
-    except (pa.ArrowInvalid, OSError) as err:
-        raise CorruptMetadataError(f"checkpoint is not a readable Parquet file ({err})") from err
-
-
 class UnreadableCheckpoint(CorruptMetadataError):
     """A checkpoint that cannot be read: readers rebuild the version from an older one instead."""
 

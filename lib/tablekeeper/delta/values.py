@@ -221,10 +221,6 @@ def timestamp_upper_bound(max_micros: int) -> int:
     return max_micros + 999
 
 
-def micros_to_iso(micros: int) -> str:
-    return (_EPOCH + dt.timedelta(microseconds=micros)).isoformat()
-
-
 # How long Delta keeps a removed file before VACUUM may delete it.
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 DEFAULT_RETENTION = "interval 1 week"

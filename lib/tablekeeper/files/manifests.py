@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from tablekeeper.errors import CorruptMetadataError, FileNotFound
 from tablekeeper.files.rules import PathRules
@@ -149,8 +148,3 @@ def index_difference(new: ManifestIndex, known: ManifestIndex) -> ManifestIndex:
         tuple(r for r in new.rows if (r[1], r[2]) not in known_rows),
         tuple(m for m in new.manifests if m[1] not in known_manifests),
     )
-
-
-def flatten(chunks: Iterable[Iterable[Any]]) -> Iterator[Any]:
-    for chunk in chunks:
-        yield from chunk

@@ -72,9 +72,6 @@ class NestedField:
 class StructType:
     fields: tuple[NestedField, ...] = ()
 
-    def field_by_name(self, name: str) -> NestedField | None:
-        return next((f for f in self.fields if f.name == name), None)
-
 
 @dataclass(frozen=True)
 class ListType:
@@ -92,7 +89,6 @@ class MapType:
     value_required: bool = False
 
 
-PrimitiveLike = PrimitiveType | DecimalType | FixedType
 IcebergType = PrimitiveType | DecimalType | FixedType | StructType | ListType | MapType
 
 BOOLEAN = PrimitiveType("boolean")
@@ -138,9 +134,6 @@ class Schema:
 
     def highest_field_id(self) -> int:
         return max(self._index, default=0)
-
-    def field_ids(self) -> frozenset[int]:
-        return frozenset(self._index)
 
     def column_name(self, field_id: int) -> str | None:
         """Dotted path of a field (``a.b.element``), as Iceberg names columns in metrics."""

@@ -129,13 +129,6 @@ def set_ref(meta: TableMetadata, name: str, ref: SnapshotRef, *, timestamp_ms: i
     return updated
 
 
-def remove_ref(meta: TableMetadata, name: str, *, timestamp_ms: int) -> TableMetadata:
-    if name == MAIN_BRANCH:
-        raise ConfigError("the main branch cannot be removed")
-    refs = {k: v for k, v in meta.refs.items() if k != name}
-    return replace(meta, refs=refs, last_updated_ms=max(timestamp_ms, meta.last_updated_ms))
-
-
 def set_properties(
     meta: TableMetadata, updates: Mapping[str, str], removals: tuple[str, ...] = (), *, timestamp_ms: int
 ) -> TableMetadata:
