@@ -85,11 +85,11 @@ def run_engine(engine: str, work: Path) -> dict[str, object]:
         table.updateProperties().set("format-version", "3").commit()
         table.newFastAppend().commit()
     else:
-        from tablekeeper.jobs.backfill_row_lineage import BackfillOptions, run_backfill
+        from tablekeeper.jobs.backfill_row_lineage import BackfillRowLineageOptions, run_backfill
 
         setup = 0.0
         t0 = time.perf_counter()
-        run_backfill(BackfillOptions(TABLE), catalog, TABLE)
+        run_backfill(BackfillRowLineageOptions(TABLE), catalog, TABLE)
     seconds = time.perf_counter() - t0
     after = catalog.require(TABLE).metadata
     return {

@@ -133,14 +133,16 @@ def run_engine(engine: str, table: str, work: Path) -> dict[str, object]:
     target = "bench.converted"
     if engine in TK_ENGINES:
         from tablekeeper.catalog import catalog_for
-        from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
+        from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 
         mode, verify = TK_ENGINES[engine]
         spark = None
         if mode == "spark":
             spark = _spark(catalogs, with_reference=False)
             setup = time.perf_counter() - started
-        options = ConvertOptions(source=table, target=target, engine=mode, format_version=2, verify=verify)
+        options = ConvertDeltaOptions(
+            source=table, target=target, engine=mode, format_version=2, verify=verify
+        )
         result = run_convert(options, catalog_for(catalogs.get("b")), spark)
         files = int(result.metrics["data_files"])  # type: ignore[call-overload]
     elif engine == "iceberg-delta-lake":

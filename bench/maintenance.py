@@ -125,16 +125,16 @@ def run_engine(case: str, engine: str, work: Path) -> dict[str, object]:
         catalog = catalog_for(catalogs.get("b"))
         mode = "spark" if engine == "tablekeeper-spark" else "auto"
         if case == "expire":
-            from tablekeeper.jobs.expire_snapshots import ExpireOptions, run_expire
+            from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
 
-            options = ExpireOptions(TABLE, older_than=str(now_ms), retain_last=10, engine=mode)
+            options = ExpireSnapshotsOptions(TABLE, older_than=str(now_ms), retain_last=10, engine=mode)
             m = run_expire(options, catalog, TABLE, spark).metrics
             deleted = int(m["deleted_data_files_count"]) + int(m["deleted_manifest_files_count"])  # type: ignore[call-overload]
             deleted += int(m["deleted_manifest_lists_count"])  # type: ignore[call-overload]
         else:
-            from tablekeeper.jobs.remove_orphans import OrphanOptions, run_orphans
+            from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
 
-            m = run_orphans(OrphanOptions(TABLE, engine=mode), catalog, TABLE, spark).metrics
+            m = run_orphans(RemoveOrphansOptions(TABLE, engine=mode), catalog, TABLE, spark).metrics
             deleted = int(m["deleted_files_count"])  # type: ignore[call-overload]
     return {
         "engine": engine,

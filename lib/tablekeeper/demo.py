@@ -23,11 +23,12 @@ from collections.abc import Callable
 from tablekeeper.catalog import catalog_for
 from tablekeeper.catalog.config import load_catalogs
 from tablekeeper.io import FileIO
-from tablekeeper.jobs.backfill_row_lineage import BackfillOptions, run_backfill
-from tablekeeper.jobs.compact import CompactOptions, run_compact
-from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
-from tablekeeper.jobs.expire_snapshots import ExpireOptions, run_expire
-from tablekeeper.jobs.remove_orphans import OrphanOptions, run_orphans
+from tablekeeper.jobs.backfill_row_lineage import BackfillRowLineageOptions, run_backfill
+from tablekeeper.jobs.compact import run_compact
+from tablekeeper.jobs.compact_options import CompactOptions
+from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
+from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
+from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
 from tablekeeper.jobs.result import JobResult
 from tablekeeper.settings import default_warehouse
 from tablekeeper.spark import get_spark
@@ -108,7 +109,7 @@ def main() -> int:
         "convert-delta",
         results,
         lambda: run_convert(
-            ConvertOptions(source=str(source), target=TARGET, format_version=2), catalog, spark
+            ConvertDeltaOptions(source=str(source), target=TARGET, format_version=2), catalog, spark
         ),
     )
     _step(
@@ -117,7 +118,9 @@ def main() -> int:
         lambda: run_compact(CompactOptions(table=TARGET, min_input_files=2), catalog, TARGET, spark),
     )
     _step(
-        "backfill-row-lineage", results, lambda: run_backfill(BackfillOptions(table=TARGET), catalog, TARGET)
+        "backfill-row-lineage",
+        results,
+        lambda: run_backfill(BackfillRowLineageOptions(table=TARGET), catalog, TARGET),
     )
 
     print(
@@ -130,7 +133,7 @@ def main() -> int:
         "expire-snapshots",
         results,
         lambda: run_expire(
-            ExpireOptions(table=TARGET, older_than="0s", retain_last=1), catalog, TARGET, spark
+            ExpireSnapshotsOptions(table=TARGET, older_than="0s", retain_last=1), catalog, TARGET, spark
         ),
     )
 
@@ -143,9 +146,13 @@ def main() -> int:
     _step(
         "remove-orphans --dry-run",
         results,
-        lambda: run_orphans(OrphanOptions(table=TARGET, dry_run=True), catalog, TARGET, spark),
+        lambda: run_orphans(RemoveOrphansOptions(table=TARGET, dry_run=True), catalog, TARGET, spark),
     )
-    _step("remove-orphans", results, lambda: run_orphans(OrphanOptions(table=TARGET), catalog, TARGET, spark))
+    _step(
+        "remove-orphans",
+        results,
+        lambda: run_orphans(RemoveOrphansOptions(table=TARGET), catalog, TARGET, spark),
+    )
 
     spark.sql(f"REFRESH TABLE {table}")
     iceberg_rows = spark.table(table).count()

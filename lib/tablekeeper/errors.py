@@ -5,7 +5,10 @@ The CLI maps each class to an exit code (see ``exit_code``); nothing else decide
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
+from types import MappingProxyType
+from typing import Any, Literal
 
 
 class ExitCode(IntEnum):
@@ -21,6 +24,10 @@ class TablekeeperError(Exception):
     """Base class. ``str(err)`` is a single line naming the problem and the fix."""
 
     exit_code: ExitCode = ExitCode.UNEXPECTED
+    # The status of the job's result when it ends with this error (default: by the exit code).
+    result_status: Literal["refused", "failed"] | None = None
+    # Figures the job had when it stopped, kept in its result.
+    metrics: Mapping[str, Any] = MappingProxyType({})
 
     def __init__(self, message: str) -> None:
         # Messages are printed as the last line of stderr, so they must stay one line.
@@ -29,6 +36,12 @@ class TablekeeperError(Exception):
     @property
     def message(self) -> str:
         return str(self)
+
+    @property
+    def status(self) -> Literal["refused", "failed"]:
+        if self.result_status is not None:
+            return self.result_status
+        return "refused" if self.exit_code == ExitCode.REFUSED else "failed"
 
 
 class ConfigError(TablekeeperError):
@@ -51,6 +64,17 @@ class CorruptMetadataError(TablekeeperError):
 
 class VerificationFailed(CorruptMetadataError):
     """A converted snapshot does not hold the rows its source version holds (convert-delta --verify)."""
+
+
+class CountsDiffer(TablekeeperError):
+    """Two tables that must hold the same rows do not (validate-conversion): the check failed."""
+
+    exit_code = ExitCode.REFUSED
+    result_status = "failed"
+
+    def __init__(self, message: str, metrics: Mapping[str, Any]) -> None:
+        super().__init__(message)
+        self.metrics = MappingProxyType(dict(metrics))
 
 
 class UnsupportedFeatureError(TablekeeperError):

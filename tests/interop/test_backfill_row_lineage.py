@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tablekeeper.catalog import catalog_for
-from tablekeeper.jobs.backfill_row_lineage import BackfillOptions, run_backfill
+from tablekeeper.jobs.backfill_row_lineage import BackfillRowLineageOptions, run_backfill
 from tests.conftest import FS_CATALOG
 from tests.support.pyiceberg_check import assert_pyiceberg_same_rows
 
@@ -75,10 +75,10 @@ def test_backfill_gives_every_row_an_id_without_writing_data(spark, catalogs, ve
     files = _data_paths(spark, table)
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     planned = run_backfill(
-        BackfillOptions(f"db.{name}", ("side",), dry_run=True), catalog, f"db.{name}"
+        BackfillRowLineageOptions(f"db.{name}", ("side",), dry_run=True), catalog, f"db.{name}"
     ).metrics
     assert planned["format_version_before"] == version and planned["snapshot_ids"] == []
-    result = run_backfill(BackfillOptions(f"db.{name}", ("side",)), catalog, f"db.{name}")
+    result = run_backfill(BackfillRowLineageOptions(f"db.{name}", ("side",)), catalog, f"db.{name}")
     m = result.metrics
     assert m["rows_assigned"] == planned["rows_assigned"] > 0 and len(m["snapshot_ids"]) == 2, m
     assert json.loads(result.to_json())["status"] == "ok"
@@ -91,7 +91,7 @@ def test_backfill_gives_every_row_an_id_without_writing_data(spark, catalogs, ve
     assert_pyiceberg_same_rows(spark, table, catalog.require(f"db.{name}").metadata_location)
     _check_lineage(spark, table, "side")
     # Twice: nothing to do.
-    again = run_backfill(BackfillOptions(f"db.{name}", ("side",)), catalog, f"db.{name}").metrics
+    again = run_backfill(BackfillRowLineageOptions(f"db.{name}", ("side",)), catalog, f"db.{name}").metrics
     assert again["snapshot_ids"] == [] and "nothing to do" in str(again["note"])
     # Stable: an append, Iceberg's own rewrite and tablekeeper's compact keep every row's id.
     spark.sql(f"INSERT INTO {table} VALUES (900, 'a')")
@@ -129,7 +129,7 @@ def test_concurrent_append_is_kept_and_ids_stay_unique(spark, catalogs) -> None:
 
     transaction.apply_change = racing  # type: ignore[assignment]
     try:
-        run_backfill(BackfillOptions("db.backfill_race"), catalog, "db.backfill_race")
+        run_backfill(BackfillRowLineageOptions("db.backfill_race"), catalog, "db.backfill_race")
     finally:
         transaction.apply_change = real  # type: ignore[assignment]
     spark.sql(f"REFRESH TABLE {table}")
@@ -151,7 +151,7 @@ def test_draft_row_lineage_table_is_normalised(spark, catalogs, warehouse: Path)
     (meta_dir / f"v{version}.metadata.json").write_text(json.dumps(doc))
     (meta_dir / "version-hint.text").write_text(str(version))
     catalog = catalog_for(catalogs.get(FS_CATALOG))
-    m = run_backfill(BackfillOptions("db.backfill_draft"), catalog, "db.backfill_draft").metrics
+    m = run_backfill(BackfillRowLineageOptions("db.backfill_draft"), catalog, "db.backfill_draft").metrics
     assert m["format_version_before"] == 3 and m["rows_assigned"] > 0, m
     newest = max(meta_dir.glob("v*.metadata.json"), key=lambda p: int(p.name[1:].split(".")[0]))
     written = json.loads(newest.read_text())

@@ -353,7 +353,7 @@ def test_partition_evolution_and_the_oracle(spark, catalogs) -> None:  # type: i
 def test_converted_delta_table_compacts(spark, catalogs, tmp_path, version: int) -> None:  # type: ignore[no-untyped-def]
     """Files written by delta-spark hold no field ids and no partition columns, and carry DVs:
     read through the name mapping, partition values filled in, deletes applied."""
-    from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
+    from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
     from tests.conftest import SQL_CATALOG
 
     source = str(tmp_path / f"delta_{version}")
@@ -363,7 +363,7 @@ def test_converted_delta_table_compacts(spark, catalogs, tmp_path, version: int)
     spark.sql(f"DELETE FROM delta.`{source}` WHERE id % 10 = 0")
     target = f"db.conv_compact_v{version}"
     catalog = catalog_for(catalogs.get(SQL_CATALOG))
-    run_convert(ConvertOptions(source=source, target=target, format_version=version), catalog)
+    run_convert(ConvertDeltaOptions(source=source, target=target, format_version=version), catalog)
     table = f"{SQL_CATALOG}.{target}"
     before = _rows(spark, f"SELECT id, p, x FROM {table}")
     assert len(before) == 540

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from tablekeeper.catalog import catalog_for
 from tablekeeper.errors import TablekeeperError
-from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
+from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tests.conftest import SQL_CATALOG
 from tests.support.delta_tables import SHARED_TABLES, copy_table
 from tests.support.pyiceberg_check import assert_pyiceberg_latest
@@ -102,7 +102,9 @@ def test_converted_table_reads_like_delta(spark, catalogs, tmp_path: Path, name:
     catalog = catalog_for(catalogs.get(SQL_CATALOG))
     target = ident(name, version)
     # Verified: every table's live rows per partition agree between the log and the manifests.
-    options = ConvertOptions(source=str(source), target=target, format_version=version, verify="metadata")
+    options = ConvertDeltaOptions(
+        source=str(source), target=target, format_version=version, verify="metadata"
+    )
     if name in REFUSED:
         with pytest.raises(TablekeeperError) as info:
             run_convert(options, catalog)
@@ -133,7 +135,7 @@ def test_manifests_written_by_executors(spark, catalogs, tmp_path: Path) -> None
     ).partitionBy("p").option("delta.enableDeletionVectors", "true").save(str(source))
     spark.sql(f"DELETE FROM delta.`{source}` WHERE id % 9 = 0")
     catalog = catalog_for(catalogs.get(SQL_CATALOG))
-    options = ConvertOptions(
+    options = ConvertDeltaOptions(
         source=str(source), target="conv.executors", format_version=3, engine="spark", verify="rows"
     )
     result = run_convert(options, catalog, spark)

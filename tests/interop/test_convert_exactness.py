@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from tablekeeper.catalog import catalog_for
 from tablekeeper.errors import UnsupportedFeatureError
-from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
+from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tests.conftest import SQL_CATALOG
 from tests.interop.test_convert_metrics import check_filters
 from tests.support.delta_tables import copy_table
@@ -28,7 +28,7 @@ def _rows(df: Any) -> list[tuple[Any, ...]]:
 
 def _convert(catalogs: Any, source: Path, target: str, **options: Any) -> Any:
     catalog = catalog_for(catalogs.get(SQL_CATALOG))
-    return run_convert(ConvertOptions(source=str(source), target=target, **options), catalog)
+    return run_convert(ConvertDeltaOptions(source=str(source), target=target, **options), catalog)
 
 
 def _same(spark: Any, target: str, source: Path) -> None:
@@ -112,7 +112,7 @@ def test_checkpoints_with_typed_stats_only_give_bounds_on_either_path(
     for engine in ("driver", "spark"):
         source = copy_table("delta-1.2.1-only-struct-stats", tmp_path / engine)
         target = f"exact.struct_stats_{engine}"
-        run_convert(ConvertOptions(source=str(source), target=target, engine=engine), catalog, spark)
+        run_convert(ConvertDeltaOptions(source=str(source), target=target, engine=engine), catalog, spark)
         table = catalog.require(target)
         files = live_files(table.io, table.metadata, table.metadata.current_snapshot()).data
         bounds[engine] = {Path(e.data_file.file_path).name: e.data_file.lower_bounds for e in files}

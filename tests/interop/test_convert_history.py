@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from tablekeeper.catalog import catalog_for
 from tablekeeper.errors import CommitStateUnknown, StorageError, UnsupportedFeatureError
-from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
+from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tests.conftest import SQL_CATALOG
 from tests.support.pyiceberg_check import assert_pyiceberg_latest
 
@@ -62,7 +62,7 @@ def assert_every_version(spark: SparkSession, table: str, source: Path, versions
 
 def convert(catalogs: Any, source: Path, target: str, spark: SparkSession | None = None, **kw: Any):  # type: ignore[no-untyped-def]
     catalog = kw.pop("catalog", None) or catalog_for(catalogs.get(SQL_CATALOG))
-    return run_convert(ConvertOptions(source=str(source), target=target, **kw), catalog, spark)
+    return run_convert(ConvertDeltaOptions(source=str(source), target=target, **kw), catalog, spark)
 
 
 # -----------------------------------------------------------------------------------------------

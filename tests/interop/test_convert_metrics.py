@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from tablekeeper.catalog import catalog_for
-from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
+from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tests.conftest import SQL_CATALOG
 from tests.support.delta_tables import copy_table
 
@@ -51,7 +51,7 @@ def check_filters(spark, iceberg: DataFrame, delta: DataFrame) -> int:  # type: 
 
 def convert(spark, catalogs, source: Path, target: str) -> DataFrame:  # type: ignore[no-untyped-def]
     catalog = catalog_for(catalogs.get(SQL_CATALOG))
-    run_convert(ConvertOptions(source=str(source), target=target, format_version=3), catalog)
+    run_convert(ConvertDeltaOptions(source=str(source), target=target, format_version=3), catalog)
     return spark.table(f"{SQL_CATALOG}.{target}")
 
 

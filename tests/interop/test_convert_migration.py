@@ -22,10 +22,10 @@ from tablekeeper.catalog import catalog_for
 from tablekeeper.cli import main
 from tablekeeper.errors import ExitCode, SafetyRefusal, exit_code
 from tablekeeper.jobs import convert_versions
-from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
+from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tablekeeper.jobs.convert_verify import VerificationFailed
 from tablekeeper.jobs.delta_files import WrittenDeletes
-from tablekeeper.jobs.expire_snapshots import ExpireOptions, run_expire
+from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
 from tests.conftest import SQL_CATALOG
 from tests.interop.test_convert_history import snapshots_by_version
 
@@ -76,7 +76,9 @@ def test_verification_catches_a_corrupted_conversion(spark, catalogs, tmp_path: 
         return [replace(f, record_count=f.record_count + 1) if i == hit else f for i, f in enumerate(files)]
 
     monkeypatch.setattr(convert_versions, "data_files", miscount)
-    options = ConvertOptions(source=str(source), target=f"{NS}.corrupt", history="all", verify="metadata")
+    options = ConvertDeltaOptions(
+        source=str(source), target=f"{NS}.corrupt", history="all", verify="metadata"
+    )
     with pytest.raises(VerificationFailed) as info:
         run_convert(options, catalog)
     message = str(info.value)
@@ -180,7 +182,7 @@ def test_migration_with_optimize_and_vacuum(spark, catalogs, tmp_path: Path) -> 
 
     def sync() -> dict[str, Any]:
         mode = "incremental" if catalog.table_exists(target) else "full"
-        options = ConvertOptions(
+        options = ConvertDeltaOptions(
             source=str(source), target=target, mode=mode, history="all", format_version=3, verify="metadata"
         )
         return run_convert(options, catalog).metrics
@@ -254,7 +256,7 @@ def test_migration_with_optimize_and_vacuum(spark, catalogs, tmp_path: Path) -> 
     everything = {str(p.relative_to(source)) for p in source.rglob("*") if p.is_file()}
     metadata_dir = Path(catalog.require(target).metadata.location.removeprefix("file:")) / "metadata"
     manifests_before = len(list(metadata_dir.glob("*.avro")))
-    refused = ExpireOptions(table=target, older_than=str(int(time.time() * 1000) + 1), retain_last=1)
+    refused = ExpireSnapshotsOptions(table=target, older_than=str(int(time.time() * 1000) + 1), retain_last=1)
     with pytest.raises(SafetyRefusal, match=r"gc\.enabled=false"):
         run_expire(refused, catalog, target)
     result = run_expire(replace(refused, metadata_only=True), catalog, target)

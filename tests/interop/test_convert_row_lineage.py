@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tablekeeper.catalog import catalog_for
-from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
+from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tests.conftest import SQL_CATALOG
 from tests.interop.test_convert_history import snapshots_by_version
 
@@ -50,7 +50,9 @@ def _iceberg_ids(spark: SparkSession, table: str, snapshot_id: int | None = None
 def _convert(catalogs: Any, source: Path, target: str, spark: Any = None, **options: Any) -> dict[str, Any]:
     catalog = catalog_for(catalogs.get(SQL_CATALOG))
     options.setdefault("format_version", 3)
-    return run_convert(ConvertOptions(source=str(source), target=target, **options), catalog, spark).metrics
+    return run_convert(
+        ConvertDeltaOptions(source=str(source), target=target, **options), catalog, spark
+    ).metrics
 
 
 @pytest.mark.parametrize("engine", ["driver", "spark"])

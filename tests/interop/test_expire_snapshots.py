@@ -18,7 +18,7 @@ import pytest
 
 from tablekeeper.catalog import catalog_for
 from tablekeeper.errors import CommitStateUnknown, CorruptMetadataError, SafetyRefusal
-from tablekeeper.jobs.expire_snapshots import ExpireOptions, run_expire
+from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
 from tests.conftest import FS_CATALOG
 
 pytestmark = pytest.mark.spark
@@ -114,7 +114,10 @@ def test_same_files_deleted_as_iceberg_and_reads_unchanged(
 
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     result = run_expire(
-        ExpireOptions(table=f"db.{name}", older_than=str(cutoff), retain_last=2), catalog, f"db.{name}", spark
+        ExpireSnapshotsOptions(table=f"db.{name}", older_than=str(cutoff), retain_last=2),
+        catalog,
+        f"db.{name}",
+        spark,
     )
     deleted_by_us = before - _files(root)
     assert deleted_by_iceberg, "the oracle deleted nothing: the scenario is too weak"
@@ -135,7 +138,10 @@ def test_same_files_deleted_as_iceberg_and_reads_unchanged(
         assert rows == reads_before[key], key
 
     second = run_expire(
-        ExpireOptions(table=f"db.{name}", older_than=str(cutoff), retain_last=2), catalog, f"db.{name}", spark
+        ExpireSnapshotsOptions(table=f"db.{name}", older_than=str(cutoff), retain_last=2),
+        catalog,
+        f"db.{name}",
+        spark,
     )
     assert second.metrics["expired_snapshots_count"] == 0 and _files(root) == _files(root)
 
@@ -145,9 +151,13 @@ def test_dry_run_lists_exactly_what_a_run_deletes(spark, catalogs, warehouse: Pa
     table = _build(spark, name, 2)
     root = warehouse / "files" / "db" / name
     catalog = catalog_for(catalogs.get(FS_CATALOG))
-    options = ExpireOptions(table=f"db.{name}", older_than=str(int(time.time() * 1000)), retain_last=1)
+    options = ExpireSnapshotsOptions(
+        table=f"db.{name}", older_than=str(int(time.time() * 1000)), retain_last=1
+    )
     before = _files(root)
-    dry = run_expire(ExpireOptions(**{**options.__dict__, "dry_run": True}), catalog, f"db.{name}", spark)
+    dry = run_expire(
+        ExpireSnapshotsOptions(**{**options.__dict__, "dry_run": True}), catalog, f"db.{name}", spark
+    )
     assert _files(root) == before
     assert dry.status == "dry_run" and dry.files
     real = run_expire(options, catalog, f"db.{name}", spark)
@@ -167,7 +177,7 @@ def test_gc_disabled_is_refused(spark, catalogs, warehouse: Path) -> None:  # ty
     before = _files(root)
     with pytest.raises(SafetyRefusal, match=r"gc\.enabled=false"):
         run_expire(
-            ExpireOptions(table=f"db.{name}", older_than="0d"),
+            ExpireSnapshotsOptions(table=f"db.{name}", older_than="0d"),
             catalog_for(catalogs.get(FS_CATALOG)),
             f"db.{name}",
             spark,
@@ -181,7 +191,7 @@ def test_expiring_a_ref_target_is_refused(spark, catalogs) -> None:  # type: ign
     tagged = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'old_tag'").collect()[0][0]
     with pytest.raises(SafetyRefusal, match="still referenced by old_tag"):
         run_expire(
-            ExpireOptions(table=f"db.{name}", snapshot_ids=(tagged,)),
+            ExpireSnapshotsOptions(table=f"db.{name}", snapshot_ids=(tagged,)),
             catalog_for(catalogs.get(FS_CATALOG)),
             f"db.{name}",
             spark,
@@ -213,7 +223,7 @@ def test_unreadable_manifest_deletes_nothing(
     before = {p: Path(p).read_bytes() for p in _files(root)}
     with pytest.raises(CorruptMetadataError, match="nothing expired, nothing deleted"):
         run_expire(
-            ExpireOptions(table=f"db.{name}", older_than="0s", retain_last=1, engine=engine),
+            ExpireSnapshotsOptions(table=f"db.{name}", older_than="0s", retain_last=1, engine=engine),
             catalog_for(catalogs.get(FS_CATALOG)),
             f"db.{name}",
             spark,
@@ -237,7 +247,10 @@ def test_unknown_commit_state_deletes_nothing(
     before = _files(root)
     with pytest.raises(CommitStateUnknown):
         run_expire(
-            ExpireOptions(table=f"db.{name}", older_than="0s", retain_last=1), catalog, f"db.{name}", spark
+            ExpireSnapshotsOptions(table=f"db.{name}", older_than="0s", retain_last=1),
+            catalog,
+            f"db.{name}",
+            spark,
         )
     assert before - _files(root) == set()
 
@@ -246,8 +259,12 @@ def test_a_failed_delete_is_reported_and_the_rest_proceed(spark, catalogs, wareh
     name = "expire_partial"
     _build(spark, name, 2)
     catalog = catalog_for(catalogs.get(FS_CATALOG))
-    options = ExpireOptions(table=f"db.{name}", older_than=str(int(time.time() * 1000)), retain_last=1)
-    dry = run_expire(ExpireOptions(**{**options.__dict__, "dry_run": True}), catalog, f"db.{name}", spark)
+    options = ExpireSnapshotsOptions(
+        table=f"db.{name}", older_than=str(int(time.time() * 1000)), retain_last=1
+    )
+    dry = run_expire(
+        ExpireSnapshotsOptions(**{**options.__dict__, "dry_run": True}), catalog, f"db.{name}", spark
+    )
     assert dry.files
     doomed = [Path(p.removeprefix("file:")) for p in dry.files]
     stuck = next(p for p in doomed if p.suffix == ".parquet")
@@ -277,7 +294,7 @@ def test_a_file_deleted_then_re_added_stays(spark, catalogs, warehouse: Path) ->
     committer.commit_snapshot(SnapshotChange("append", added_files=(kept,)))
     spark.sql(f"REFRESH TABLE {table}")
     result = run_expire(
-        ExpireOptions(table=f"db.{name}", older_than=str(int(time.time() * 1000)), retain_last=1),
+        ExpireSnapshotsOptions(table=f"db.{name}", older_than=str(int(time.time() * 1000)), retain_last=1),
         catalog,
         f"db.{name}",
         spark,
@@ -300,7 +317,7 @@ def test_metadata_files_that_leave_the_log_are_deleted_when_asked(spark, catalog
     before = catalog.require(f"db.{name}")
     logged = [e.metadata_file for e in before.metadata.metadata_log]
     result = run_expire(
-        ExpireOptions(table=f"db.{name}", older_than=str(int(time.time() * 1000)), retain_last=1),
+        ExpireSnapshotsOptions(table=f"db.{name}", older_than=str(int(time.time() * 1000)), retain_last=1),
         catalog,
         f"db.{name}",
         spark,

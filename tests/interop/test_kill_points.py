@@ -26,11 +26,11 @@ from typing import Any
 import pytest
 
 from tablekeeper.catalog import catalog_for
-from tablekeeper.jobs.backfill_row_lineage import BackfillOptions, run_backfill
+from tablekeeper.jobs.backfill_row_lineage import BackfillRowLineageOptions, run_backfill
 from tablekeeper.jobs.compact import CompactOptions, run_compact
-from tablekeeper.jobs.convert_delta import ConvertOptions, run_convert
-from tablekeeper.jobs.expire_snapshots import ExpireOptions, run_expire
-from tablekeeper.jobs.remove_orphans import OrphanOptions, run_orphans
+from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
+from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
+from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
 from tests.conftest import FS_CATALOG, SQL_CATALOG
 from tests.support.kill import (
     age,
@@ -150,7 +150,7 @@ def _converted(spark: Any, warehouse: Path, catalogs: Any, tmp: Path) -> Saved:
     _delta_commits(spark, source, 0, 30, None)
     _delta_commits(spark, source, 30, 30, "id % 7 = 0")
     catalog = catalog_for(catalogs.get(FS_CATALOG))
-    run_convert(ConvertOptions(source=str(source), target="db.kill_delta", history="all"), catalog)
+    run_convert(ConvertDeltaOptions(source=str(source), target="db.kill_delta", history="all"), catalog)
     _delta_commits(spark, source, 60, 20, "id % 11 = 0")
     root = warehouse / "files" / "db" / "kill_delta"
     age(root, 5)
@@ -214,7 +214,7 @@ JOBS: dict[str, Job] = {
         "expire-snapshots",
         _expire_args,
         lambda s, c, spark: run_expire(
-            ExpireOptions(table=s.ident, older_than="0s", retain_last=2), c, s.ident, spark
+            ExpireSnapshotsOptions(table=s.ident, older_than="0s", retain_last=2), c, s.ident, spark
         ),
         (
             "plan.done",
@@ -229,7 +229,7 @@ JOBS: dict[str, Job] = {
     "orphans": Job(
         "remove-orphans",
         lambda s: ["remove-orphans", "--engine", "driver"],
-        lambda s, c, spark: run_orphans(OrphanOptions(table=s.ident), c, s.ident, spark),
+        lambda s, c, spark: run_orphans(RemoveOrphansOptions(table=s.ident), c, s.ident, spark),
         ("plan.done", "journal.written", "delete.mid"),
     ),
     "compact": Job(
@@ -247,7 +247,7 @@ JOBS: dict[str, Job] = {
     "backfill": Job(
         "backfill-row-lineage",
         lambda s: ["backfill-row-lineage"],
-        lambda s, c, spark: run_backfill(BackfillOptions(table=s.ident), c, s.ident),
+        lambda s, c, spark: run_backfill(BackfillRowLineageOptions(table=s.ident), c, s.ident),
         ("plan.done", "commit.manifests-written", "commit.metadata-written", "commit.swapped"),
     ),
 }
@@ -310,7 +310,7 @@ def _prepare(spark: Any, saved: Saved, warehouse: Path, catalogs: Any, job: Job)
 def _assert_clean(spark: Any, saved: Saved, catalog: Any) -> None:
     """After one more remove-orphans, everything on disk is referenced and no journal is left."""
     run_orphans(
-        OrphanOptions(table=saved.ident, older_than="0s", force_short_retention=True),
+        RemoveOrphansOptions(table=saved.ident, older_than="0s", force_short_retention=True),
         catalog,
         saved.ident,
         spark,
@@ -472,7 +472,7 @@ def conversion_twins(spark, catalogs, warehouse: Path, tables) -> Callable[[str,
             saved = tables["delta"]
             _restore(spark, saved, warehouse)
             target = saved.ident if mode == "incremental" else f"db.kc_twin_{catalog_name}_{fv}"
-            options = ConvertOptions(
+            options = ConvertDeltaOptions(
                 source=str(saved.source), target=target, mode=mode, history="all", format_version=fv
             )
             assert run_convert(options, catalog_for(catalogs.get(catalog_name))).status == "ok"
@@ -536,7 +536,7 @@ def test_conversion_kill_matrix(
         assert _conversion_state(spark, table) in (before, twin)
         assert missing(referenced_files(spark, table)) == []
     # The same command again: it converts, or finds the conversion already complete.
-    options = ConvertOptions(
+    options = ConvertDeltaOptions(
         source=str(saved.source), target=target, mode=mode, history="all", format_version=fv
     )
     result = run_convert(options, catalog)

@@ -14,8 +14,8 @@ from tablekeeper.commit.producer import SnapshotChange
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import SafetyRefusal
 from tablekeeper.iceberg.content import DATA, DataFile
-from tablekeeper.jobs.expire_snapshots import ExpireOptions, run_expire
-from tablekeeper.jobs.remove_orphans import OrphanOptions, run_orphans
+from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
+from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
 from tests.conftest import FS_CATALOG
 from tests.interop.test_expire_snapshots import _files
 from tests.interop.test_remove_orphans import _age, _plant
@@ -71,7 +71,9 @@ def test_clean_expired_metadata_removes_what_icebergs_action_removes(
     spark.sql(f"REFRESH TABLE {table}")
     assert _shape(catalog, identifier) == (specs_before, schemas_before)
     run_expire(
-        ExpireOptions(table=identifier, older_than=str(now), retain_last=1, clean_expired_metadata=True),
+        ExpireSnapshotsOptions(
+            table=identifier, older_than=str(now), retain_last=1, clean_expired_metadata=True
+        ),
         catalog,
         identifier,
         spark,
@@ -122,11 +124,13 @@ def test_prefix_mismatch_is_an_error_unless_told_how_to_treat_it(spark, catalogs
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     before = _files(root)
     with pytest.raises(SafetyRefusal, match=r"another scheme or authority.*moved\.parquet"):
-        run_orphans(OrphanOptions(table=identifier), catalog, identifier, spark)
+        run_orphans(RemoveOrphansOptions(table=identifier), catalog, identifier, spark)
     assert _files(root) == before
 
     def dry(**kw: object) -> set[str]:
-        result = run_orphans(OrphanOptions(table=identifier, dry_run=True, **kw), catalog, identifier, spark)  # type: ignore[arg-type]
+        result = run_orphans(
+            RemoveOrphansOptions(table=identifier, dry_run=True, **kw), catalog, identifier, spark
+        )  # type: ignore[arg-type]
         assert result.files is not None
         return {p.removeprefix("file:") for p in result.files}
 
@@ -136,11 +140,13 @@ def test_prefix_mismatch_is_an_error_unless_told_how_to_treat_it(spark, catalogs
     assert _files(root) == before  # dry runs
 
     result = run_orphans(
-        OrphanOptions(table=identifier, prefix_mismatch="ignore"), catalog, identifier, spark
+        RemoveOrphansOptions(table=identifier, prefix_mismatch="ignore"), catalog, identifier, spark
     )
     assert result.metrics["deleted_files_count"] == 1
     assert moved.exists() and not stray.exists()
-    again = run_orphans(OrphanOptions(table=identifier, prefix_mismatch="ignore"), catalog, identifier, spark)
+    again = run_orphans(
+        RemoveOrphansOptions(table=identifier, prefix_mismatch="ignore"), catalog, identifier, spark
+    )
     assert again.metrics["deleted_files_count"] == 0  # a second run is a no-op
 
 
@@ -162,7 +168,10 @@ def test_each_phase_shows_its_own_job_description(spark, catalogs, warehouse: Pa
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     last, _ = _descriptions(spark)
     run_orphans(
-        OrphanOptions(table=identifier, prefix_mismatch="ignore", engine="spark"), catalog, identifier, spark
+        RemoveOrphansOptions(table=identifier, prefix_mismatch="ignore", engine="spark"),
+        catalog,
+        identifier,
+        spark,
     )
     last, seen = _descriptions(spark, last)
     phases = {d.split(": ", 1)[1].split(" ")[0] for d in seen if d.startswith("remove-orphans: ")}
@@ -171,7 +180,7 @@ def test_each_phase_shows_its_own_job_description(spark, catalogs, warehouse: Pa
     spark.sql(f"INSERT INTO {FS_CATALOG}.{identifier} VALUES (2)")
     last, _ = _descriptions(spark, last)
     run_expire(
-        ExpireOptions(table=identifier, older_than="0s", retain_last=1, engine="spark"),
+        ExpireSnapshotsOptions(table=identifier, older_than="0s", retain_last=1, engine="spark"),
         catalog,
         identifier,
         spark,

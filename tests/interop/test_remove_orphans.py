@@ -11,7 +11,7 @@ import pytest
 
 from tablekeeper.catalog import catalog_for
 from tablekeeper.errors import CorruptMetadataError, SafetyRefusal
-from tablekeeper.jobs.remove_orphans import OrphanOptions, run_orphans
+from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
 from tests.conftest import FS_CATALOG
 from tests.interop.test_expire_snapshots import _build, _files, _reads, _snapshot_ids
 
@@ -75,7 +75,7 @@ def test_same_orphans_as_iceberg_and_reads_unchanged(spark, catalogs, warehouse:
     spark.sql(f"REFRESH TABLE {table}")
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     result = run_orphans(
-        OrphanOptions(table=f"db.{name}", older_than=str(cutoff)), catalog, f"db.{name}", spark
+        RemoveOrphansOptions(table=f"db.{name}", older_than=str(cutoff)), catalog, f"db.{name}", spark
     )
     by_us = before - _files(root)
     assert {str(p) for p in planted} <= by_us
@@ -86,7 +86,7 @@ def test_same_orphans_as_iceberg_and_reads_unchanged(spark, catalogs, warehouse:
     assert _reads(spark, table, snapshots) == reads_before
 
     again = run_orphans(
-        OrphanOptions(table=f"db.{name}", older_than=str(cutoff)), catalog, f"db.{name}", spark
+        RemoveOrphansOptions(table=f"db.{name}", older_than=str(cutoff)), catalog, f"db.{name}", spark
     )
     assert again.metrics["orphan_file_count"] == 0
 
@@ -103,9 +103,9 @@ def test_dry_run_lists_what_a_run_deletes_and_neighbours_survive(spark, catalogs
     ]
     sibling = _plant(root.parent / f"{name}_2" / "data" / "x.parquet", 5)
     catalog = catalog_for(catalogs.get(FS_CATALOG))
-    options = OrphanOptions(table=f"db.{name}")
+    options = RemoveOrphansOptions(table=f"db.{name}")
     before = _files(root)
-    dry = run_orphans(OrphanOptions(table=f"db.{name}", dry_run=True), catalog, f"db.{name}", spark)
+    dry = run_orphans(RemoveOrphansOptions(table=f"db.{name}", dry_run=True), catalog, f"db.{name}", spark)
     assert _files(root) == before
     assert dry.files is not None
     listed = {p.removeprefix("file:") for p in dry.files}
@@ -121,14 +121,16 @@ def test_refusals_delete_nothing(spark, catalogs, warehouse: Path) -> None:  # t
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     before = _files(root)
     with pytest.raises(SafetyRefusal, match="under 24 hours"):
-        run_orphans(OrphanOptions(table=f"db.{name}", older_than="1h"), catalog, f"db.{name}", spark)
+        run_orphans(RemoveOrphansOptions(table=f"db.{name}", older_than="1h"), catalog, f"db.{name}", spark)
     with pytest.raises(SafetyRefusal, match="outside the table location"):
         run_orphans(
-            OrphanOptions(table=f"db.{name}", location=str(root.parent)), catalog, f"db.{name}", spark
+            RemoveOrphansOptions(table=f"db.{name}", location=str(root.parent)), catalog, f"db.{name}", spark
         )
     with pytest.raises(SafetyRefusal, match="never orphans"):
         run_orphans(
-            OrphanOptions(table=f"db.{name}", location=str(root / "metadata" / "_tablekeeper" / "journals")),
+            RemoveOrphansOptions(
+                table=f"db.{name}", location=str(root / "metadata" / "_tablekeeper" / "journals")
+            ),
             catalog,
             f"db.{name}",
             spark,
@@ -136,7 +138,7 @@ def test_refusals_delete_nothing(spark, catalogs, warehouse: Path) -> None:  # t
     manifest = next((root / "metadata").glob("*-m0.avro"))
     manifest.write_bytes(b"not avro")
     with pytest.raises(CorruptMetadataError, match="nothing deleted"):
-        run_orphans(OrphanOptions(table=f"db.{name}"), catalog, f"db.{name}", spark)
+        run_orphans(RemoveOrphansOptions(table=f"db.{name}"), catalog, f"db.{name}", spark)
     assert before - _files(root) == set()
 
 
@@ -150,12 +152,14 @@ def test_gc_disabled_cleans_only_the_metadata_location(spark, catalogs, warehous
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     with pytest.raises(SafetyRefusal, match="only cleans its metadata location"):
         run_orphans(
-            OrphanOptions(table=f"db.{name}", location=str(root / "data"), engine=engine),
+            RemoveOrphansOptions(table=f"db.{name}", location=str(root / "data"), engine=engine),
             catalog,
             f"db.{name}",
             spark,
         )
-    result = run_orphans(OrphanOptions(table=f"db.{name}", engine=engine), catalog, f"db.{name}", spark)
+    result = run_orphans(
+        RemoveOrphansOptions(table=f"db.{name}", engine=engine), catalog, f"db.{name}", spark
+    )
     assert result.metrics["mode"] == "metadata-only"
     gone = {p for p in planted if not p.exists()}
     assert gone == {p for p in planted if p.parent.name == "metadata"}
@@ -169,7 +173,7 @@ def test_short_retention_when_forced(spark, catalogs, warehouse: Path) -> None: 
     young = root / "data" / "cat=a" / "in-flight-writer.parquet"
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     result = run_orphans(
-        OrphanOptions(table=f"db.{name}", older_than="1s", force_short_retention=True),
+        RemoveOrphansOptions(table=f"db.{name}", older_than="1s", force_short_retention=True),
         catalog,
         f"db.{name}",
         spark,

@@ -15,6 +15,7 @@ from its ``next-row-id``; a second run finds every manifest assigned and does no
 
 from __future__ import annotations
 
+import argparse
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from tablekeeper.iceberg.content import MANIFEST_DATA, ManifestFile
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
 from tablekeeper.iceberg.updates import upgrade_format_version
 from tablekeeper.io import FileIO
+from tablekeeper.jobs.context import JobContext, add_run_arguments, add_table_arguments
 from tablekeeper.jobs.result import JobClock, JobResult
 from tablekeeper.tables.iceberg import load_manifests, read_entries
 
@@ -38,10 +40,15 @@ LINEAGE_COLUMNS = ("_row_id", "_last_updated_sequence_number")
 
 
 @dataclass(frozen=True)
-class BackfillOptions:
+class BackfillRowLineageOptions:
     table: str
     branches: tuple[str, ...] = ()
     dry_run: bool = False
+    catalog: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> BackfillRowLineageOptions:
+        return cls(table=args.table, branches=tuple(args.branch), dry_run=args.dry_run, catalog=args.catalog)
 
 
 @dataclass(frozen=True)
@@ -93,7 +100,7 @@ def _upgrade(meta: TableMetadata, timestamp_ms: int) -> TableMetadata:
     return upgrade_format_version(meta, 3, timestamp_ms=timestamp_ms)
 
 
-def run_backfill(options: BackfillOptions, catalog: Catalog, identifier: str) -> JobResult:
+def run_backfill(options: BackfillRowLineageOptions, catalog: Catalog, identifier: str) -> JobResult:
     clock = JobClock()
     table = catalog.require(identifier)
     meta = table.metadata
@@ -147,3 +154,23 @@ def run_backfill(options: BackfillOptions, catalog: Catalog, identifier: str) ->
     after = catalog.require(identifier).metadata
     metrics["next_row_id"] = after.next_row_id
     return clock.result(JOB, identifier, dry_run=False, metrics=metrics)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_table_arguments(parser)
+    parser.add_argument(
+        "--branch",
+        action="append",
+        default=[],
+        help="also assign ids on this branch (repeatable; main always)",
+    )
+    add_run_arguments(parser)
+
+
+# The options class the command line builds (jobs.context's contract).
+Options = BackfillRowLineageOptions
+
+
+def run(options: BackfillRowLineageOptions, context: JobContext) -> JobResult:
+    catalog, identifier = context.resolve(options.table, options.catalog)
+    return run_backfill(options, catalog, identifier)

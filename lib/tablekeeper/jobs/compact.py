@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -40,13 +40,16 @@ from tablekeeper.files.local import IndexCache
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.content import DataFile, ManifestEntry
 from tablekeeper.iceberg.delete_index import DeleteIndex
-from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
+from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.partitioning import partition_key
 from tablekeeper.iceberg.rewrite_plan import FileGroup, FileTask, RewriteOptions, RewritePlan, plan_rewrite
 from tablekeeper.io import FileIO
+from tablekeeper.jobs import compact_options
+from tablekeeper.jobs.compact_options import CompactOptions, Writer
+from tablekeeper.jobs.context import JobContext, delta_root
 from tablekeeper.jobs.engines import SparkSource, choose_engine
 from tablekeeper.jobs.expire_snapshots import DRIVER_DELETE_THREADS
-from tablekeeper.jobs.options import SortKey, parse_size, parse_sort_order
+from tablekeeper.jobs.options import SortKey, parse_sort_order
 from tablekeeper.jobs.result import JobClock, JobResult
 from tablekeeper.spark.data_read import path_key
 from tablekeeper.spark.rewrite import (
@@ -61,8 +64,6 @@ from tablekeeper.tables.iceberg import live_files
 log = logging.getLogger(__name__)
 
 JOB = "compact"
-Strategy = Literal["binpack", "sort"]
-Writer = Literal["auto", "spark"]
 COMPRESSION = "write.parquet.compression-codec"
 DATA_PATH = "write.data.path"
 _CODECS = {
@@ -73,48 +74,6 @@ _CODECS = {
     "uncompressed": "none",
     "none": "none",
 }
-
-
-@dataclass(frozen=True)
-class CompactOptions:
-    table: str
-    strategy: Strategy = "binpack"
-    sort_order: str | None = None
-    where: str | None = None
-    target_file_size: str | None = None
-    min_file_size: str | None = None
-    max_file_size: str | None = None
-    min_input_files: int = 5
-    delete_file_threshold: int | None = None
-    rewrite_all: bool = False
-    partial_progress: bool = False
-    max_commits: int = 10
-    max_concurrent_groups: int = 5
-    output_spec_id: int | None = None
-    branch: str = MAIN_BRANCH
-    dry_run: bool = False
-    # "auto": Arrow on the executors for groups that need no shuffle; "spark": always Spark SQL.
-    writer: Writer = "auto"
-
-    def __post_init__(self) -> None:
-        if self.writer not in ("auto", "spark"):
-            raise ConfigError(f"--writer {self.writer!r} is not auto or spark")
-
-    def rewrite_options(self, properties: dict[str, str]) -> RewriteOptions:
-        extra: dict[str, Any] = {"min_input_files": self.min_input_files, "rewrite_all": self.rewrite_all}
-        if self.delete_file_threshold is not None:
-            extra["delete_file_threshold"] = self.delete_file_threshold
-        return RewriteOptions.resolve(
-            properties,
-            target_file_size=_size(self.target_file_size, "--target-file-size"),
-            min_file_size=_size(self.min_file_size, "--min-file-size"),
-            max_file_size=_size(self.max_file_size, "--max-file-size"),
-            **extra,
-        )
-
-
-def _size(text: str | None, option: str) -> int | None:
-    return None if text is None else parse_size(text, option)
 
 
 @dataclass
@@ -552,3 +511,24 @@ def _counts(outcomes: Sequence[_Outcome], removed_deletes: int) -> dict[str, obj
         "removed_delete_files_count": removed_deletes,
         "failed_groups_count": sum(1 for o in outcomes if not o.committed),
     }
+
+
+# The options class the command line builds and its arguments (jobs.context's contract).
+Options = CompactOptions
+add_arguments = compact_options.add_arguments
+
+
+def run(options: CompactOptions, context: JobContext) -> JobResult:
+    delta = delta_root(options.table)
+    if delta is not None:
+        from tablekeeper.jobs.delta_maintenance import run_optimize
+
+        return run_optimize(
+            delta,
+            context.spark(),
+            sort_order=options.sort_order,
+            where=options.where,
+            dry_run=options.dry_run,
+        )
+    catalog, identifier = context.resolve(options.table, options.catalog)
+    return run_compact(options, catalog, identifier, context.spark)

@@ -14,6 +14,7 @@ can still be reconstructed; ``latest`` one snapshot for the newest.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import time
 from collections.abc import Iterable, Iterator
@@ -35,6 +36,7 @@ from tablekeeper.errors import (
 from tablekeeper.files.journal import JournalWriter
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.io import FileIO
+from tablekeeper.jobs.context import JobContext, add_run_arguments, add_table_arguments
 from tablekeeper.jobs.convert_executors import convert_on_executors
 from tablekeeper.jobs.convert_vacuum import expire_broken, vacuum_exposed
 from tablekeeper.jobs.convert_verify import Verifier, verify_rows
@@ -44,7 +46,7 @@ from tablekeeper.jobs.convert_versions import (
     NAME_MAPPING_PROPERTY,
     SOURCE_PROPERTY,
     VERSION_PROPERTY,
-    ConvertOptions,
+    ConvertDeltaOptions,
     ConvertPlan,
     Totals,
     columns,
@@ -73,7 +75,7 @@ __all__ = [
     "NAME_MAPPING_PROPERTY",
     "SOURCE_PROPERTY",
     "VERSION_PROPERTY",
-    "ConvertOptions",
+    "ConvertDeltaOptions",
     "ConvertPlan",
     "evolve",
     "execute_convert",
@@ -93,7 +95,7 @@ def _existing(catalog: Catalog, target: str) -> LoadedTable | None:
     return catalog.load_table(target) if catalog.table_exists(target) else None
 
 
-def plan_convert(options: ConvertOptions, catalog: Catalog) -> ConvertPlan:
+def plan_convert(options: ConvertDeltaOptions, catalog: Catalog) -> ConvertPlan:
     root = normalise_root(options.source)
     io = FileIO.for_location(root)
     entries = list_log(io, root)
@@ -163,7 +165,7 @@ def plan_convert(options: ConvertOptions, catalog: Catalog) -> ConvertPlan:
     return plan("incremental", every(first_kept), last, True, fv, True, note)
 
 
-def _converted_as_asked(meta: TableMetadata, options: ConvertOptions, oldest: int) -> bool:
+def _converted_as_asked(meta: TableMetadata, options: ConvertDeltaOptions, oldest: int) -> bool:
     """Whether a target holds what this full conversion would make of the source: same format
     version and, with all history, a snapshot for every version from the oldest on."""
     if meta.format_version != options.format_version:
@@ -175,7 +177,7 @@ def _converted_as_asked(meta: TableMetadata, options: ConvertOptions, oldest: in
 
 
 def _states(
-    plan: ConvertPlan, options: ConvertOptions, spark: SparkSession | None
+    plan: ConvertPlan, options: ConvertDeltaOptions, spark: SparkSession | None
 ) -> Iterator[DeltaSnapshot]:
     replay = _replay(options, spark)
     if options.history == "all":
@@ -188,12 +190,12 @@ def _states(
     yield load_snapshot(plan.root, version=plan.latest_version, replay=replay)
 
 
-def _replay(options: ConvertOptions, spark: SparkSession | None) -> Replay | None:
+def _replay(options: ConvertDeltaOptions, spark: SparkSession | None) -> Replay | None:
     """Spark when asked for and there; else Spark only for logs too large for this process."""
     return delta_replay("spark" if options.engine == "spark" and spark is not None else "auto", spark)
 
 
-def _distributed_full(plan: ConvertPlan, options: ConvertOptions, spark: SparkSession | None) -> bool:
+def _distributed_full(plan: ConvertPlan, options: ConvertDeltaOptions, spark: SparkSession | None) -> bool:
     """A full, latest-only conversion whose files are built on the executors."""
     if spark is None or options.engine == "driver" or options.history != "latest":
         return False
@@ -206,7 +208,7 @@ def _distributed_full(plan: ConvertPlan, options: ConvertOptions, spark: SparkSe
 
 
 def execute_convert(
-    plan: ConvertPlan, options: ConvertOptions, catalog: Catalog, spark: SparkSession | None = None
+    plan: ConvertPlan, options: ConvertDeltaOptions, catalog: Catalog, spark: SparkSession | None = None
 ) -> dict[str, object]:
     """Convert the planned versions into a staged copy of the target and publish it in one
     catalog operation (``jobs.staging``): readers see the target before or after the run, never
@@ -231,7 +233,7 @@ def execute_convert(
 
 def _convert(
     plan: ConvertPlan,
-    options: ConvertOptions,
+    options: ConvertDeltaOptions,
     catalog: Catalog,
     spark: SparkSession | None,
     token: str,
@@ -296,7 +298,7 @@ def _verify(
     verifier: Verifier,
     snap: DeltaSnapshot,
     catalog: Catalog,
-    options: ConvertOptions,
+    options: ConvertDeltaOptions,
     spark: SparkSession | None,
     token: str,
 ) -> None:
@@ -312,7 +314,9 @@ def _bytes(files: pa.Table) -> int:
     return sum(s or 0 for s in sizes)
 
 
-def run_convert(options: ConvertOptions, catalog: Catalog, spark: SparkSession | None = None) -> JobResult:
+def run_convert(
+    options: ConvertDeltaOptions, catalog: Catalog, spark: SparkSession | None = None
+) -> JobResult:
     clock = JobClock()
     if options.verify == "rows" and spark is None and not options.dry_run:
         raise ConfigError("--verify rows counts rows through Spark: run it with a Spark session")
@@ -344,7 +348,7 @@ def run_convert(options: ConvertOptions, catalog: Catalog, spark: SparkSession |
     return clock.result(JOB, options.target, dry_run=True, metrics=metrics)
 
 
-def _run(options: ConvertOptions, catalog: Catalog, spark: SparkSession | None) -> dict[str, object]:
+def _run(options: ConvertDeltaOptions, catalog: Catalog, spark: SparkSession | None) -> dict[str, object]:
     """Plan and convert; a target another writer changed while the run staged is planned again
     (the staged files are removed), up to the table's commit retries."""
     attempt = 0
@@ -363,3 +367,38 @@ def _run(options: ConvertOptions, catalog: Catalog, spark: SparkSession | None) 
                 ) from err
             log.info("the target moved while staging (%s): converting again", err.message)
             attempt += 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--source", required=True, help="Delta table path or URI")
+    parser.add_argument("--target", required=True, help="<namespace>.<table> in the Iceberg catalog")
+    add_table_arguments(parser, flag="--target")
+    parser.add_argument("--mode", default="full", choices=["full", "incremental"])
+    parser.add_argument("--history", default="latest", choices=["latest", "all"])
+    parser.add_argument("--format-version", type=int, default=2, choices=[2, 3])
+    parser.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "driver", "spark"],
+        help="who writes manifests (auto: the executors of a spark-submit session for large tables)",
+    )
+    parser.add_argument(
+        "--verify",
+        nargs="?",
+        const="metadata",
+        default="off",
+        choices=["off", "metadata", "rows"],
+        help="check every converted version before publishing: live rows per partition from both "
+        "sides' metadata (--verify or --verify metadata), also counted through Spark (rows)",
+    )
+    add_run_arguments(parser)
+
+
+# The options class the command line builds (jobs.context's contract).
+Options = ConvertDeltaOptions
+
+
+def run(options: ConvertDeltaOptions, context: JobContext) -> JobResult:
+    counting = options.verify == "rows" and not options.dry_run
+    spark = context.spark() if counting else context.session_for(options.engine)
+    return run_convert(options, context.catalog(options.catalog), spark)

@@ -20,7 +20,7 @@ from tablekeeper.io import FileIO
 from tablekeeper.jobs.convert_lineage import Lineage, plan_lineage
 from tablekeeper.jobs.convert_verify import Verifier, verify_rows
 from tablekeeper.jobs.convert_versions import (
-    ConvertOptions,
+    ConvertDeltaOptions,
     ConvertPlan,
     Totals,
     create_target,
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 def convert_on_executors(
     plan: ConvertPlan,
-    options: ConvertOptions,
+    options: ConvertDeltaOptions,
     catalog: Catalog,
     spark: SparkSession,
     totals: Totals,

@@ -22,7 +22,7 @@ from tablekeeper.files.manifests import read
 from tablekeeper.iceberg.manifest import read_manifest_list
 from tablekeeper.iceberg.reachable import DATA_FILE, live_files
 from tablekeeper.io import FileIO
-from tablekeeper.jobs.expire_snapshots import ExpireOptions, run_expire
+from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def expire_broken(
     if not broken:
         return None
     log.info("%d snapshots of %s reference files Delta may vacuum: expiring them", len(broken), target)
-    options = ExpireOptions(
+    options = ExpireSnapshotsOptions(
         table=target, older_than=_NOTHING_BY_AGE, snapshot_ids=tuple(sorted(broken)), metadata_only=True
     )
     result = run_expire(options, catalog, target, spark)

@@ -8,6 +8,7 @@ position delete files.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import time
 from collections.abc import Iterator, Sequence
@@ -61,7 +62,7 @@ DISTRIBUTE_ABOVE = 50_000
 
 
 @dataclass(frozen=True)
-class ConvertOptions:
+class ConvertDeltaOptions:
     source: str
     target: str
     mode: str = "full"
@@ -74,6 +75,21 @@ class ConvertOptions:
     # off, metadata (live rows per partition from both sides' metadata, every version) or rows
     # (also counted through Spark on both sides).
     verify: str = "off"
+    catalog: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ConvertDeltaOptions:
+        return cls(
+            source=args.source,
+            target=args.target,
+            mode=args.mode,
+            history=args.history,
+            format_version=args.format_version,
+            dry_run=args.dry_run,
+            engine=args.engine,
+            verify=args.verify,
+            catalog=args.catalog,
+        )
 
     def __post_init__(self) -> None:
         check_mode(self.verify)
@@ -144,7 +160,9 @@ def evolve(meta: TableMetadata, snap: DeltaSnapshot, timestamp_ms: int) -> tuple
     return mapped, set_properties(updated, props, timestamp_ms=timestamp_ms)
 
 
-def create_target(options: ConvertOptions, plan: ConvertPlan, catalog: Catalog, first: DeltaSnapshot) -> None:
+def create_target(
+    options: ConvertDeltaOptions, plan: ConvertPlan, catalog: Catalog, first: DeltaSnapshot
+) -> None:
     mapped = map_schema(
         first.schema, first.column_mapping, first.metadata.configuration, format_version=plan.format_version
     )
@@ -238,7 +256,7 @@ def _summary(snap: DeltaSnapshot) -> dict[str, str]:
     return summary
 
 
-def uses_spark(options: ConvertOptions, files: int, spark: object) -> bool:
+def uses_spark(options: ConvertDeltaOptions, files: int, spark: object) -> bool:
     if options.engine == "spark":
         if spark is None:
             raise ConfigError("--engine spark needs a Spark session")
@@ -249,7 +267,7 @@ def uses_spark(options: ConvertOptions, files: int, spark: object) -> bool:
 def commit_version(
     snap: DeltaSnapshot,
     diff: FileDiff,
-    options: ConvertOptions,
+    options: ConvertDeltaOptions,
     catalog: Catalog,
     spark: SparkSession | None,
     totals: Totals,

@@ -19,6 +19,7 @@ tables; the Spark engine on the executors (``jobs.engines``).
 
 from __future__ import annotations
 
+import argparse
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -48,6 +49,15 @@ from tablekeeper.iceberg.reachable import (
 )
 from tablekeeper.io import FileIO
 from tablekeeper.io.uri import join_location
+from tablekeeper.jobs.context import (
+    JobContext,
+    add_engine_argument,
+    add_run_arguments,
+    add_table_arguments,
+    delta_root,
+    int_list,
+    positive,
+)
 from tablekeeper.jobs.engines import SparkSource, check_engine, choose_engine
 from tablekeeper.jobs.options import parse_older_than, write_file_list
 from tablekeeper.jobs.result import JobClock, JobResult
@@ -71,7 +81,7 @@ DRIVER_DELETE_THREADS = 8
 
 
 @dataclass(frozen=True)
-class ExpireOptions:
+class ExpireSnapshotsOptions:
     table: str
     older_than: str | None = None
     retain_last: int | None = None
@@ -84,6 +94,23 @@ class ExpireOptions:
     # Delete only the table's own metadata (manifests, lists, statistics): for gc.enabled=false
     # tables, whose data and delete files may be another table's (a converted Delta table's).
     metadata_only: bool = False
+    catalog: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ExpireSnapshotsOptions:
+        return cls(
+            table=args.table,
+            older_than=args.older_than,
+            retain_last=args.retain_last,
+            snapshot_ids=tuple(args.snapshot_ids),
+            clean_expired_metadata=args.clean_expired_metadata,
+            max_concurrent_deletes=args.max_concurrent_deletes,
+            dry_run=args.dry_run,
+            file_list=args.file_list,
+            engine=args.engine,
+            metadata_only=args.metadata_only,
+            catalog=args.catalog,
+        )
 
     def __post_init__(self) -> None:
         check_engine(self.engine)
@@ -165,7 +192,7 @@ def _reached_since(
 
 
 def run_expire(
-    options: ExpireOptions, catalog: Catalog, identifier: str, spark: SparkSource = None
+    options: ExpireSnapshotsOptions, catalog: Catalog, identifier: str, spark: SparkSource = None
 ) -> JobResult:
     clock = JobClock()
     now = int(time.time() * 1000)
@@ -203,7 +230,7 @@ def _default_concurrency(engine: Engine, spark: SparkSource) -> int:
 def _plan(
     table: LoadedTable,
     policy: ExpirePolicy,
-    options: ExpireOptions,
+    options: ExpireSnapshotsOptions,
     engine: Engine,
     rules: PathRules,
     now: int,
@@ -224,7 +251,7 @@ def _plan(
 
 
 def _dry_run(
-    options: ExpireOptions,
+    options: ExpireSnapshotsOptions,
     identifier: str,
     table: LoadedTable,
     policy: ExpirePolicy,
@@ -260,7 +287,7 @@ def _dry_run(
 
 
 def _execute(
-    options: ExpireOptions,
+    options: ExpireSnapshotsOptions,
     catalog: Catalog,
     identifier: str,
     table: LoadedTable,
@@ -344,3 +371,54 @@ def _execute(
                 failures[0],
             )
         return metrics
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_table_arguments(parser)
+    parser.add_argument(
+        "--older-than",
+        help="expire snapshots older than this: ISO-8601 time (UTC unless zoned), epoch ms, or a "
+        "duration like 5d (default: history.expire.max-snapshot-age-ms, else 5 days)",
+    )
+    parser.add_argument(
+        "--retain-last",
+        type=positive,
+        help="keep at least this many ancestors of each branch "
+        "(default: history.expire.min-snapshots-to-keep, else 1)",
+    )
+    parser.add_argument(
+        "--snapshot-ids", type=int_list, default=(), help="also expire these ids (comma-separated)"
+    )
+    parser.add_argument(
+        "--clean-expired-metadata",
+        action="store_true",
+        help="also remove partition specs and schemas no retained snapshot uses",
+    )
+    parser.add_argument(
+        "--metadata-only",
+        action="store_true",
+        help="delete only the table's own manifests, lists and statistics, never a data or delete "
+        "file (for gc.enabled=false tables, e.g. a converted Delta table)",
+    )
+    parser.add_argument(
+        "--max-concurrent-deletes", type=positive, help="delete tasks at once (default: one per core)"
+    )
+    parser.add_argument(
+        "--file-list", help="dry run: write every file it would delete here instead of the JSON"
+    )
+    add_engine_argument(parser)
+    add_run_arguments(parser)
+
+
+# The options class the command line builds (jobs.context's contract).
+Options = ExpireSnapshotsOptions
+
+
+def run(options: ExpireSnapshotsOptions, context: JobContext) -> JobResult:
+    delta = delta_root(options.table)
+    if delta is not None:
+        from tablekeeper.jobs.delta_maintenance import run_log_cleanup
+
+        return run_log_cleanup(delta, context.spark(), dry_run=options.dry_run)
+    catalog, identifier = context.resolve(options.table, options.catalog)
+    return run_expire(options, catalog, identifier, context.spark)

@@ -17,6 +17,7 @@ listed or deleted.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import time
 from dataclasses import dataclass, field
@@ -34,6 +35,14 @@ from tablekeeper.files.manifests import ManifestIndex
 from tablekeeper.files.orphans import MISMATCH, ORPHAN
 from tablekeeper.files.rules import PathRules
 from tablekeeper.io.uri import DEFAULT_EQUIVALENT_SCHEMES, is_under, join_location
+from tablekeeper.jobs.context import (
+    JobContext,
+    add_engine_argument,
+    add_run_arguments,
+    add_table_arguments,
+    delta_root,
+    positive,
+)
 from tablekeeper.jobs.engines import SparkSource, check_engine, choose_engine, spark_engine
 from tablekeeper.jobs.expire_snapshots import DRIVER_DELETE_THREADS, GC_ENABLED
 from tablekeeper.jobs.options import parse_older_than, write_file_list
@@ -63,9 +72,10 @@ def parse_equivalences(text: str | None, what: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class OrphanOptions:
+class RemoveOrphansOptions:
     table: str
-    older_than: str = DEFAULT_OLDER_THAN
+    # None: DEFAULT_OLDER_THAN (Delta paths: the table's delta.deletedFileRetentionDuration).
+    older_than: str | None = None
     location: str | None = None
     equal_schemes: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_EQUIVALENT_SCHEMES))
     equal_authorities: dict[str, str] = field(default_factory=dict)
@@ -75,6 +85,24 @@ class OrphanOptions:
     dry_run: bool = False
     file_list: str | None = None
     engine: str = "auto"
+    catalog: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RemoveOrphansOptions:
+        return cls(
+            table=args.table,
+            older_than=args.older_than,
+            location=args.location,
+            equal_schemes=parse_equivalences(args.equal_schemes, "--equal-schemes"),
+            equal_authorities=parse_equivalences(args.equal_authorities, "--equal-authorities"),
+            prefix_mismatch=args.prefix_mismatch,
+            force_short_retention=args.force_short_retention,
+            max_concurrent_deletes=args.max_concurrent_deletes,
+            dry_run=args.dry_run,
+            file_list=args.file_list,
+            engine=args.engine,
+            catalog=args.catalog,
+        )
 
     def __post_init__(self) -> None:
         check_engine(self.engine)
@@ -91,12 +119,13 @@ class _Scope:
     metadata_only: bool
 
 
-def _check(options: OrphanOptions, table: LoadedTable, rules: PathRules, now: int) -> _Scope:
+def _check(options: RemoveOrphansOptions, table: LoadedTable, rules: PathRules, now: int) -> _Scope:
     meta = table.metadata
-    cutoff = parse_older_than(options.older_than, now)
+    older_than = options.older_than or DEFAULT_OLDER_THAN
+    cutoff = parse_older_than(older_than, now)
     if now - cutoff < MIN_RETENTION_MS and not options.force_short_retention:
         raise SafetyRefusal(
-            f"--older-than {options.older_than} is under 24 hours: files of writes still in flight could "
+            f"--older-than {older_than} is under 24 hours: files of writes still in flight could "
             "be deleted; use a longer retention, or --force-short-retention when no writer is running"
         )
     metadata_only = not meta.property_bool(GC_ENABLED, True)
@@ -132,7 +161,7 @@ def _check(options: OrphanOptions, table: LoadedTable, rules: PathRules, now: in
 
 
 def run_orphans(
-    options: OrphanOptions, catalog: Catalog, identifier: str, spark: SparkSource = None
+    options: RemoveOrphansOptions, catalog: Catalog, identifier: str, spark: SparkSource = None
 ) -> JobResult:
     clock = JobClock()
     now = int(time.time() * 1000)
@@ -201,7 +230,7 @@ def _scan(engine: Engine, table: LoadedTable, scope: _Scope, rules: PathRules) -
 
 
 def _act(
-    options: OrphanOptions,
+    options: RemoveOrphansOptions,
     identifier: str,
     table: LoadedTable,
     scope: _Scope,
@@ -269,3 +298,48 @@ def _act(
             write_file_list(options.file_list, sorted(p for p, _ in found.rows(wanted)))
             metrics["file_list"] = options.file_list
         return metrics
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_table_arguments(parser)
+    parser.add_argument(
+        "--older-than",
+        help="only files older than this: ISO-8601 time, epoch ms or a duration (default 3d, Delta: "
+        "delta.deletedFileRetentionDuration; under 24h needs --force-short-retention)",
+    )
+    parser.add_argument(
+        "--location", help="scan this directory inside the table location (default: all of it)"
+    )
+    parser.add_argument("--equal-schemes", default="s3a=s3,s3n=s3", help="schemes that name one store")
+    parser.add_argument("--equal-authorities", help="authorities that name one store (a=b,c=d)")
+    parser.add_argument("--prefix-mismatch", default="error", choices=["error", "ignore", "delete"])
+    parser.add_argument("--force-short-retention", action="store_true", help="allow --older-than under 24h")
+    parser.add_argument(
+        "--max-concurrent-deletes", type=positive, help="delete tasks at once (default: one per core)"
+    )
+    parser.add_argument(
+        "--file-list", help="write every orphan location here (the JSON keeps a count and sample)"
+    )
+    add_engine_argument(parser)
+    add_run_arguments(parser)
+
+
+# The options class the command line builds (jobs.context's contract).
+Options = RemoveOrphansOptions
+
+
+def run(options: RemoveOrphansOptions, context: JobContext) -> JobResult:
+    delta = delta_root(options.table)
+    if delta is not None:
+        from tablekeeper.jobs.delta_maintenance import run_vacuum
+
+        return run_vacuum(
+            delta,
+            context.spark(),
+            older_than=options.older_than,
+            force_short_retention=options.force_short_retention,
+            dry_run=options.dry_run,
+            file_list=options.file_list,
+        )
+    catalog, identifier = context.resolve(options.table, options.catalog)
+    return run_orphans(options, catalog, identifier, context.spark)

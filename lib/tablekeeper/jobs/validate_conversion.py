@@ -1,0 +1,113 @@
+"""validate-conversion: does the Iceberg table hold as many rows as the Delta table it was converted
+from, at the version the conversion reached?
+
+Delta is read by delta-spark at ``VERSION AS OF`` the converted version, Iceberg by Iceberg Spark at
+the snapshot convert-delta committed (the current one when that run had nothing new). Both come
+from convert-delta's result (``--convert-result``) or are named. Counts that differ end the job with
+exit 3 and status ``failed``, both counts in the result. The Delta migration DAG runs it after each
+conversion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tablekeeper.errors import ConfigError, CountsDiffer
+from tablekeeper.jobs.context import JobContext, add_table_arguments
+from tablekeeper.jobs.result import JobClock, JobResult
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+JOB = "validate-conversion"
+
+
+@dataclass(frozen=True)
+class ValidateConversionOptions:
+    source: str
+    target: str
+    delta_version: int
+    snapshot_id: int | None = None
+    catalog: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ValidateConversionOptions:
+        metrics: dict[str, Any] = {}
+        if args.convert_result:
+            try:
+                metrics = json.loads(args.convert_result).get("metrics") or {}
+            except (json.JSONDecodeError, AttributeError):
+                raise ConfigError("--convert-result is not convert-delta's JSON result") from None
+        version = args.delta_version if args.delta_version is not None else metrics.get("delta_version")
+        snapshot = args.snapshot_id if args.snapshot_id is not None else metrics.get("snapshot_id")
+        if version is None:
+            raise ConfigError("no Delta version to compare at: pass --convert-result or --delta-version")
+        return cls(
+            source=args.source,
+            target=args.target,
+            delta_version=int(version),
+            snapshot_id=int(snapshot) if snapshot is not None else None,
+            catalog=args.catalog,
+        )
+
+
+# The options class the command line builds (jobs.context's contract).
+Options = ValidateConversionOptions
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--source", required=True, help="the Delta table's path")
+    parser.add_argument("--target", required=True, help="<namespace>.<table> in the Iceberg catalog")
+    add_table_arguments(parser, flag="--target")
+    parser.add_argument(
+        "--convert-result", help="convert-delta's JSON result: its delta_version and snapshot_id"
+    )
+    parser.add_argument(
+        "--delta-version", type=int, help="the Delta version converted (wins over the result)"
+    )
+    parser.add_argument("--snapshot-id", type=int, help="the Iceberg snapshot to read (default: current)")
+    parser.add_argument("--result-file", help="also write the JSON result to this file")
+
+
+def count_rows(
+    spark: SparkSession, source: str, delta_version: int, iceberg_table: str, snapshot_id: int | None
+) -> tuple[int, int]:
+    """(Delta rows at the version, Iceberg rows at the snapshot), each read by its own Spark runtime."""
+    delta_path = source.replace("`", "``")
+    delta = spark.sql(f"SELECT count(*) FROM delta.`{delta_path}` VERSION AS OF {delta_version}").first()
+    at = f" VERSION AS OF {snapshot_id}" if snapshot_id is not None else ""
+    iceberg = spark.sql(f"SELECT count(*) FROM {iceberg_table}{at}").first()
+    assert delta is not None and iceberg is not None  # count(*) always returns one row
+    return int(delta[0]), int(iceberg[0])
+
+
+def run(options: ValidateConversionOptions, context: JobContext) -> JobResult:
+    from tablekeeper.spark.session import iceberg_catalog_conf
+
+    clock = JobClock()
+    catalog = context.catalogs.get(options.catalog)
+    spark = context.spark()
+    # Under spark-submit only the runtimes are on the session; Iceberg Spark needs the catalog too.
+    for key, value in iceberg_catalog_conf(catalog).items():
+        spark.conf.set(key, value)
+    name = ".".join(f"`{part.replace('`', '``')}`" for part in (catalog.name, *options.target.split(".")))
+    delta_rows, iceberg_rows = count_rows(
+        spark, options.source, options.delta_version, name, options.snapshot_id
+    )
+    metrics = {
+        "delta_version": options.delta_version,
+        "snapshot_id": options.snapshot_id,
+        "delta_rows": delta_rows,
+        "iceberg_rows": iceberg_rows,
+    }
+    if delta_rows != iceberg_rows:
+        at = f"snapshot {options.snapshot_id}" if options.snapshot_id is not None else "its current snapshot"
+        raise CountsDiffer(
+            f"row counts differ: Delta {options.source} has {delta_rows} rows at version "
+            f"{options.delta_version}, Iceberg {options.target} has {iceberg_rows} at {at}",
+            metrics,
+        )
+    return clock.result(JOB, options.target, dry_run=False, metrics=metrics)
