@@ -19,7 +19,7 @@ from tablekeeper.delta.segment import (
 )
 from tablekeeper.errors import ConfigError, CorruptMetadataError
 
-DELTA_TABLES = Path(__file__).resolve().parents[2].parent / "shared" / "delta-tables" / "delta-rs"
+DELTA_TABLES = Path(__file__).resolve().parents[3].parent / "shared" / "delta-tables" / "delta-rs"
 UUID_A = "f5ee283b-37c7-46af-b64c-8f77c6a5c43a"
 
 

@@ -33,7 +33,7 @@ from tablekeeper.iceberg.puffin import (
 )
 from tablekeeper.iceberg.roaring import RoaringBitmap64
 
-DELTA_TABLES = Path(__file__).resolve().parents[2].parent / "shared" / "delta-tables" / "delta-rs"
+DELTA_TABLES = Path(__file__).resolve().parents[3].parent / "shared" / "delta-tables" / "delta-rs"
 DV_TABLES = ("table-with-dv-small", "cdf-table-with-cdc-and-dvs")
 
 # {0, 9} as a DV blob, derived from the spec: BE length 36, magic, one key-0 bitmap holding one

@@ -30,7 +30,7 @@ from tablekeeper.iceberg.name_mapping import (
     parse_name_mapping,
 )
 from tablekeeper.tables.iceberg import live_files
-from tests.unit.test_commit_rules import data, table
+from tests.unit.commit.test_producer import data, table
 
 ROOT = "file:///lake/t"
 

@@ -15,7 +15,7 @@ from tablekeeper.delta.values import leaf_stats, parse_partition_value, parse_st
 from tablekeeper.errors import CorruptMetadataError, NotATableError, TablekeeperError, UnsupportedFeatureError
 from tablekeeper.tables.delta import load_snapshot
 
-DELTA_TABLES = Path(__file__).resolve().parents[2].parent / "shared" / "delta-tables" / "delta-rs"
+DELTA_TABLES = Path(__file__).resolve().parents[3].parent / "shared" / "delta-tables" / "delta-rs"
 
 # Tables whose _delta_log was copied without the data files: their live files are not on disk.
 LOG_ONLY = frozenset(

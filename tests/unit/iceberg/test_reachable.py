@@ -19,7 +19,7 @@ from tablekeeper.iceberg.content import (
     ManifestEntry,
 )
 from tablekeeper.iceberg.reachable import DATA_FILE, POSITION_DELETE_FILE, live_files
-from tests.unit.test_manifest import SNAPSHOT_ID, write
+from tests.unit.iceberg.test_manifest import SNAPSHOT_ID, write
 
 
 def _entries(n: int) -> list[ManifestEntry]:

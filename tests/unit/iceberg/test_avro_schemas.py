@@ -19,7 +19,7 @@ from tablekeeper.iceberg.avro_schemas import (
 )
 from tablekeeper.iceberg.types import DATE, INT, UUID, DecimalType, NestedField, StructType
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
+SHARED = Path(__file__).resolve().parents[3].parent / "shared"
 AVRO_REFERENCE = SHARED / "reference" / "avro"
 
 # The partition type of the reference files: identity(int) field 1000 + day(timestamp) field 1001.
