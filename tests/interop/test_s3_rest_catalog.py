@@ -24,10 +24,10 @@ import pytest
 
 from tablekeeper.catalog import catalog_for
 from tablekeeper.catalog.config import CatalogsConfig, parse_catalogs
+from tablekeeper.catalog.spark_conf import iceberg_catalog_conf
 from tablekeeper.cli import main
 from tablekeeper.commit import Committer, SnapshotChange
 from tablekeeper.io.storage import configure_storage
-from tablekeeper.spark.session import iceberg_catalog_conf
 from tests.interop.conftest import REST_WAREHOUSE, S3_BUCKET
 from tests.interop.test_concurrent_commits import RETRY_PROPS, collect, start_workers
 from tests.support.iceberg_writer import write_rows

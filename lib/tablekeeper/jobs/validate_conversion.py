@@ -85,7 +85,7 @@ def count_rows(
 
 
 def run(options: ValidateConversionOptions, context: JobContext) -> JobResult:
-    from tablekeeper.spark.session import iceberg_catalog_conf
+    from tablekeeper.catalog.spark_conf import iceberg_catalog_conf
 
     clock = JobClock()
     catalog = context.catalogs.get(options.catalog)

@@ -8,11 +8,11 @@ import logging
 import pytest
 
 from tablekeeper.catalog.config import parse_catalogs
+from tablekeeper.catalog.spark_conf import iceberg_catalog_conf, s3a_conf
 from tablekeeper.errors import ConfigError
 from tablekeeper.io import storage
 from tablekeeper.io.s3 import S3Settings
 from tablekeeper.redact import install_log_redaction, redact, redacted_properties, register_secret
-from tablekeeper.spark.session import iceberg_catalog_conf, s3a_conf
 
 ENDPOINT = {"s3.endpoint": "http://127.0.0.1:9000", "s3.region": "us-east-1"}
 
