@@ -22,6 +22,7 @@ from tablekeeper.io import FileIO
 from tablekeeper.tables.delta import LOG_DIR
 
 ROW_ID_FIELD_ID = 2147483540
+ROW_COMMIT_VERSION_FIELD_ID = 2147483539  # Iceberg's _last_updated_sequence_number
 # Operations whose new files hold only new rows: no row id was copied into them.
 FRESH_OPERATIONS = frozenset(
     {
@@ -56,46 +57,48 @@ def commit_operations(
     return dict(zip(wanted, parallel_map(operation, wanted), strict=True))
 
 
-def materialized_ids(io: FileIO, add: AddFile, column: str) -> str | None:
-    """Why the file's row ids differ from ``baseRowId + position`` for an Iceberg reader: it holds
-    Delta's materialized row-id column without Iceberg's field id. None when it does not."""
+def materialized_ids(io: FileIO, add: AddFile, columns: Mapping[str, int]) -> str | None:
+    """Why the file's row ids or commit versions differ from ``baseRowId + position`` and
+    ``defaultRowCommitVersion`` for an Iceberg reader: it holds one of Delta's materialized columns
+    (name -> the field id Iceberg reads it by) without that field id. None when it does not."""
     with io.open_input(add.absolute_path) as stream:
         schema = pq.read_schema(stream)
     for f in schema:
-        if f.name != column:
+        wanted = columns.get(f.name)
+        if wanted is None:
             continue
         field_id = (f.metadata or {}).get(b"PARQUET:field_id")
-        if field_id == str(ROW_ID_FIELD_ID).encode():
-            return None
+        if field_id == str(wanted).encode():
+            continue
         return (
-            f"{add.path} holds row ids Delta copied into {column} without Iceberg's field id "
-            f"{ROW_ID_FIELD_ID}, which Iceberg readers cannot see"
+            f"{add.path} holds values Delta copied into {f.name} without Iceberg's field id "
+            f"{wanted}, which Iceberg readers cannot see"
         )
     return None
 
 
 def unsound_file(
-    io: FileIO, adds: Sequence[AddFile], column: str | None, operations: Mapping[int, str | None]
+    io: FileIO, adds: Sequence[AddFile], columns: Mapping[str, int], operations: Mapping[int, str | None]
 ) -> str | None:
     """The first reason a file's rows would not keep Delta's ids, or None."""
     missing = next((a for a in adds if a.base_row_id is None or a.default_row_commit_version is None), None)
     if missing is not None:
         return f"{missing.path} has no baseRowId or defaultRowCommitVersion"
-    if column is None:
+    if not columns:
         return None
     # Files from commits that only add rows cannot hold copied ids; the rest are checked.
     suspects = [
         a for a in adds if operations.get(int(a.default_row_commit_version or 0)) not in FRESH_OPERATIONS
     ]
-    for reason in parallel_map(lambda a: _checked(io, a, column), suspects):
+    for reason in parallel_map(lambda a: _checked(io, a, columns), suspects):
         if reason is not None:
             return reason
     return None
 
 
-def _checked(io: FileIO, add: AddFile, column: str) -> str | None:
+def _checked(io: FileIO, add: AddFile, columns: Mapping[str, int]) -> str | None:
     try:
-        return materialized_ids(io, add, column)
+        return materialized_ids(io, add, columns)
     except (OSError, pa.ArrowInvalid, TablekeeperError) as err:
         return f"{add.path} could not be checked for copied row ids ({str(err).splitlines()[0][:200]})"
 

@@ -74,14 +74,14 @@ def convert_on_executors(
         commit_uuid=commit_uuid,
         verify=verifier is not None,
     )
-    lineage = plan_lineage(snap, meta.properties, bool(meta.snapshots), meta.format_version)
+    lineage = plan_lineage(
+        snap, meta.properties, bool(meta.snapshots), meta.format_version, files_known=False
+    )
     if lineage is not None and lineage.carry:
         operations: dict[int, str | None] = {}
-        if lineage.materialized_column is not None:
+        if lineage.materialized:
             operations = commit_operations(io, plan.root, plan.log, log_versions(plan.log))
-        ctx = replace(
-            ctx, carry_row_ids=True, materialized_column=lineage.materialized_column, operations=operations
-        )
+        ctx = replace(ctx, carry_row_ids=True, materialized=lineage.materialized, operations=operations)
     table_io = FileIO.for_location(meta.location)
     live = state.live_files()
 

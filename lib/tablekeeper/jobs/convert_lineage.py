@@ -18,12 +18,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.segment import LogEntry
 from tablekeeper.delta.snapshot import DeltaSnapshot
-from tablekeeper.delta_row_ids import commit_operations, unsound_file
+from tablekeeper.delta_row_ids import (
+    ROW_COMMIT_VERSION_FIELD_ID,
+    ROW_ID_FIELD_ID,
+    commit_operations,
+    unsound_file,
+)
 from tablekeeper.io import FileIO
 
 log = logging.getLogger(__name__)
@@ -40,14 +45,19 @@ class Lineage:
     carry: bool
     reason: str | None = None
     high_water_mark: int | None = None
-    materialized_column: str | None = None
+    # Delta's materialized columns in this table -> the field id Iceberg reads each by.
+    materialized: Mapping[str, int] = field(default_factory=dict, hash=False)
 
     def metrics(self) -> dict[str, str | None]:
         return {"row_ids": CARRIED if self.carry else FRESH, "reason": self.reason}
 
 
 def plan_lineage(
-    snap: DeltaSnapshot, target_properties: Mapping[str, str], has_snapshots: bool, format_version: int
+    snap: DeltaSnapshot,
+    target_properties: Mapping[str, str],
+    has_snapshots: bool,
+    format_version: int,
+    files_known: bool = True,
 ) -> Lineage | None:
     """Whether this version's files may carry Delta's ids, before looking at the files (None: a v2
     target has no row lineage)."""
@@ -62,16 +72,25 @@ def plan_lineage(
         )
         return Lineage(False, why)
     rt = snap.row_tracking
+    materialized = {
+        name: fid
+        for name, fid in (
+            (rt.materialized_row_id_column, ROW_ID_FIELD_ID),
+            (rt.materialized_row_commit_version_column, ROW_COMMIT_VERSION_FIELD_ID),
+        )
+        if name is not None
+    }
     if not (rt.supported and rt.enabled):
         return Lineage(False, "the Delta table does not track row ids (delta.enableRowTracking)")
     if rt.suspended:
         return Lineage(False, "Delta row tracking is suspended (delta.rowTrackingSuspended)")
     mark = rt.high_water_mark
     if mark is None:
-        if snap.num_files:
+        # Unknown file counts (the executors' snapshot has none) must not pass for an empty table.
+        if snap.num_files or not files_known:
             return Lineage(False, "the Delta log has no row id high-water mark (delta.rowTracking domain)")
         mark = -1  # no row has an id yet
-    return Lineage(True, None, mark, rt.materialized_row_id_column)
+    return Lineage(True, None, mark, materialized)
 
 
 def check_files(
@@ -81,10 +100,10 @@ def check_files(
     if lineage is None or not lineage.carry:
         return lineage
     operations: dict[int, str | None] = {}
-    if lineage.materialized_column is not None:
+    if lineage.materialized:
         versions = {a.default_row_commit_version for a in adds if a.default_row_commit_version is not None}
         operations = commit_operations(io, root, entries, versions)
-    reason = unsound_file(io, adds, lineage.materialized_column, operations)
+    reason = unsound_file(io, adds, lineage.materialized, operations)
     if reason is None:
         return lineage
     log.info("row ids are assigned fresh: %s", reason)

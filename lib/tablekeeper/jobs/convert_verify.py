@@ -74,7 +74,9 @@ class Verifier:
         return out
 
     def iceberg_counts(self, meta: TableMetadata) -> Counts:
-        manifests = [m for m in load_manifests(self.io, meta.current_snapshot()) if m.has_live_files()]
+        # The target's own storage: the Delta table's (self.io) may be another store altogether.
+        table_io = FileIO.for_location(meta.location)
+        manifests = [m for m in load_manifests(table_io, meta.current_snapshot()) if m.has_live_files()]
         unread = [m for m in manifests if m.manifest_path not in self.manifests]
         schema = meta.schema()
 

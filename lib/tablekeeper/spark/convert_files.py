@@ -59,7 +59,7 @@ class DataFileContext:
     # version as data sequence number, unless one holds copied row ids Iceberg cannot see
     # (``delta_row_ids``); ``operations``: the commits the log has, by version.
     carry_row_ids: bool = False
-    materialized_column: str | None = None
+    materialized: Mapping[str, int] = field(default_factory=dict, hash=False)
     operations: Mapping[int, str | None] = field(default_factory=dict)
 
 
@@ -100,7 +100,7 @@ def _build(ctx: DataFileContext, rows: Iterable[dict[str, Any]], per_manifest: i
         )
         if ctx.carry_row_ids and unsound is None:
             io = FileIO.for_location(add.absolute_path)
-            unsound = unsound_file(io, [add], ctx.materialized_column, ctx.operations)
+            unsound = unsound_file(io, [add], ctx.materialized, ctx.operations)
             f = replace(f, first_row_id=add.base_row_id)
             sequence_numbers[f.file_path] = int(add.default_row_commit_version or 0)
         files.append(f)
