@@ -42,6 +42,7 @@ from tablekeeper.jobs.convert_vacuum import expire_broken, vacuum_exposed
 from tablekeeper.jobs.convert_verify import Verifier, verify_rows
 from tablekeeper.jobs.convert_versions import (
     DISTRIBUTE_ABOVE,
+    HISTORY_PROPERTY,
     JOB,
     NAME_MAPPING_PROPERTY,
     SOURCE_PROPERTY,
@@ -173,7 +174,13 @@ def _converted_as_asked(meta: TableMetadata, options: ConvertDeltaOptions, oldes
     if options.history != "all":
         return True
     versions = {s.summary.get("tablekeeper.delta-version") for s in meta.snapshots}
-    return all(str(v) in versions for v in range(oldest, int(meta.properties[VERSION_PROPERTY]) + 1))
+    latest = int(meta.properties[VERSION_PROPERTY])
+    if meta.properties.get(HISTORY_PROPERTY) == "all":
+        # Converted with all history: the versions below the oldest snapshot left were expired
+        # because Delta's VACUUM removed their files; those from it on must all be there.
+        present = [int(v) for v in versions if v is not None and v.isdigit()]
+        oldest = min(present, default=latest)
+    return all(str(v) in versions for v in range(oldest, latest + 1))
 
 
 def _states(

@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 JOB = "convert-delta"
 SOURCE_PROPERTY = "tablekeeper.delta.source"
 VERSION_PROPERTY = "tablekeeper.delta.version"
+# The --history a full conversion created the target with: with "all", versions missing below
+# the oldest snapshot were expired (Delta's VACUUM), not skipped.
+HISTORY_PROPERTY = "tablekeeper.delta.history"
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 DISTRIBUTE_ABOVE = 50_000
 
@@ -175,6 +178,7 @@ def create_target(
             "gc.enabled": "false",
             NAME_MAPPING_PROPERTY: name_mapping_to_json(mapped.name_mapping),
             SOURCE_PROPERTY: plan.root,
+            HISTORY_PROPERTY: options.history,
         },
         format_version=plan.format_version,
     )
