@@ -24,8 +24,6 @@ class TablekeeperError(Exception):
     """Base class. ``str(err)`` is a single line naming the problem and the fix."""
 
     exit_code: ExitCode = ExitCode.UNEXPECTED
-    # The status of the job's result when it ends with this error (default: by the exit code).
-    result_status: Literal["refused", "failed"] | None = None
     # Figures the job had when it stopped, kept in its result.
     metrics: Mapping[str, Any] = MappingProxyType({})
 
@@ -39,8 +37,7 @@ class TablekeeperError(Exception):
 
     @property
     def status(self) -> Literal["refused", "failed"]:
-        if self.result_status is not None:
-            return self.result_status
+        """The status of the job's result when it ends with this error."""
         return "refused" if self.exit_code == ExitCode.REFUSED else "failed"
 
 
@@ -70,11 +67,15 @@ class CountsDiffer(TablekeeperError):
     """Two tables that must hold the same rows do not (validate-conversion): the check failed."""
 
     exit_code = ExitCode.REFUSED
-    result_status = "failed"
 
     def __init__(self, message: str, metrics: Mapping[str, Any]) -> None:
         super().__init__(message)
         self.metrics = MappingProxyType(dict(metrics))
+
+    @property
+    def status(self) -> Literal["refused", "failed"]:
+        # Exit 3 like a refusal, but nothing was refused: the check ran and failed.
+        return "failed"
 
 
 class UnsupportedFeatureError(TablekeeperError):

@@ -68,6 +68,8 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole command line. Only ``command``'s job module adds its options (a job module brings
     pyspark and its planning code, a third of a second each); None: every job's."""
+    from tablekeeper.jobs.context import add_table_arguments
+
     parser = _Parser(prog="tablekeeper", description=__doc__)
     parser.add_argument("--version", action="version", version=f"tablekeeper {__version__}")
     parser.add_argument(
@@ -84,7 +86,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--conf-file", help="catalog definitions to show, secrets masked; default conf/catalogs.yaml"
     )
     inspect = sub.add_parser("inspect", help="print a table's metadata tables as JSON")
-    _table_options(inspect)
+    add_table_arguments(inspect)
     inspect.add_argument("--snapshot", type=int, help="snapshot id (default: current)")
     inspect.add_argument(
         "--what",
@@ -106,12 +108,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         if command is None or name == command:
             _job_module(module).add_arguments(job)
     return parser
-
-
-def _table_options(parser: argparse.ArgumentParser) -> None:
-    from tablekeeper.jobs.context import add_table_arguments
-
-    add_table_arguments(parser)
 
 
 def _job_module(path: str) -> JobModule:
