@@ -18,41 +18,106 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
+from tablekeeper.iceberg.conversions import from_json
 from tablekeeper.iceberg.name_mapping import NameMapping
 from tablekeeper.iceberg.parquet import ARROW_PRIMITIVES, FIELD_ID_KEY
-from tablekeeper.iceberg.types import DecimalType, IcebergType, NestedField, PrimitiveType, StructType
+from tablekeeper.iceberg.types import (
+    UNKNOWN,
+    DecimalType,
+    FixedType,
+    IcebergType,
+    ListType,
+    MapType,
+    NestedField,
+    PrimitiveType,
+    StructType,
+)
 
-# Primitive types this path writes, as the format layer maps them, except that strings and
-# binaries stay 32-bit offset arrays: each batch is one Parquet page run, far below 2 GiB.
+# Primitive types as this path reads and writes them: the format layer's mapping, except that
+# strings and binaries stay 32-bit offset arrays (each batch is one Parquet page run, far below
+# 2 GiB) and uuids are Arrow's uuid extension, which Parquet writes as FIXED_LEN_BYTE_ARRAY(16)
+# annotated UUID, as Iceberg Java does.
 _PRIMITIVES: Mapping[str, pa.DataType] = {
     **{
         name: ARROW_PRIMITIVES[name]
-        for name in ("boolean", "int", "long", "float", "double", "date", "timestamp", "timestamptz")
+        for name in (
+            "boolean",
+            "int",
+            "long",
+            "float",
+            "double",
+            "date",
+            "time",
+            "timestamp",
+            "timestamptz",
+            "timestamp_ns",
+            "timestamptz_ns",
+            "unknown",
+        )
     },
     "string": pa.string(),
     "binary": pa.binary(),
+    "uuid": pa.uuid(),
+}
+# Why a type cannot be rewritten (checked before any work starts).
+_REFUSED = {
+    "variant": "Parquet VARIANT columns cannot be written by pyarrow, and Spark's writer would drop "
+    "their field ids",
 }
 
 
-def supported(t: IcebergType) -> bool:
-    """Whether ``t`` can be rewritten through Arrow (lists and maps are not yet)."""
+def unsupported(t: IcebergType, where: str) -> str | None:
+    """Why a column of type ``t`` (named ``where``) cannot be rewritten through Arrow, or None."""
     if isinstance(t, PrimitiveType):
-        return t.name in _PRIMITIVES
-    if isinstance(t, DecimalType):
-        return True
+        if t.name in _PRIMITIVES:
+            return None
+        return f"column {where} has type {t.name}: " + _REFUSED.get(t.name, "not supported yet")
+    if isinstance(t, (DecimalType, FixedType)):
+        return None
     if isinstance(t, StructType):
-        return all(supported(f.type) for f in t.fields)
-    return False
+        return next((r for f in t.fields if (r := unsupported(f.type, f"{where}.{f.name}"))), None)
+    if isinstance(t, ListType):
+        if t.element == UNKNOWN:
+            return f"column {where} is a list of unknown: no Parquet type holds its elements"
+        return unsupported(t.element, f"{where}.element")
+    if t.key == UNKNOWN or t.value == UNKNOWN:
+        return f"column {where} is a map with unknown keys or values: no Parquet type holds them"
+    return unsupported(t.key, f"{where}.key") or unsupported(t.value, f"{where}.value")
+
+
+def supported(t: IcebergType) -> bool:
+    return unsupported(t, "") is None
 
 
 def arrow_type(t: IcebergType) -> pa.DataType:
     if isinstance(t, PrimitiveType) and t.name in _PRIMITIVES:
         return _PRIMITIVES[t.name]
     if isinstance(t, DecimalType):
-        return pa.decimal128(t.precision, t.scale)
+        return (
+            pa.decimal128(t.precision, t.scale) if t.precision <= 38 else pa.decimal256(t.precision, t.scale)
+        )
+    if isinstance(t, FixedType):
+        return pa.binary(t.length)
     if isinstance(t, StructType):
-        return pa.struct([arrow_field(f) for f in t.fields])
+        return pa.struct([arrow_field(f) for f in written_fields(t.fields)])
+    if isinstance(t, ListType):
+        return pa.list_(_child(t.element_id, "element", t.element, t.element_required))
+    if isinstance(t, MapType):
+        return pa.map_(
+            _child(t.key_id, "key", t.key, True), _child(t.value_id, "value", t.value, t.value_required)
+        )
     raise UnsupportedFeatureError(f"type {t} cannot be rewritten through Arrow")
+
+
+def _child(fid: int, name: str, t: IcebergType, required: bool) -> pa.Field:
+    # Map keys are required in Arrow as in Iceberg; list elements and map values are written
+    # optional like every other field (see arrow_field).
+    return pa.field(
+        name,
+        arrow_type(t),
+        nullable=not (required and name == "key"),
+        metadata={FIELD_ID_KEY: str(fid).encode()},
+    )
 
 
 def arrow_field(f: NestedField) -> pa.Field:
@@ -61,8 +126,13 @@ def arrow_field(f: NestedField) -> pa.Field:
     return pa.field(f.name, arrow_type(f.type), nullable=True, metadata={FIELD_ID_KEY: str(f.id).encode()})
 
 
+def written_fields(fields: Sequence[NestedField]) -> tuple[NestedField, ...]:
+    """The fields a data file holds: v3 ``unknown`` columns are always null and never written."""
+    return tuple(f for f in fields if f.type != UNKNOWN)
+
+
 def write_schema(fields: Sequence[NestedField]) -> pa.Schema:
-    return pa.schema([arrow_field(f) for f in fields])
+    return pa.schema([arrow_field(f) for f in written_fields(fields)])
 
 
 def has_field_ids(schema: pa.Schema) -> bool:
@@ -99,47 +169,98 @@ class _Resolver:
     def column(
         self, f: NestedField, source: pa.Array | None, source_field: pa.Field | None, n: int
     ) -> pa.Array:
-        target = arrow_type(f.type)
         if source is None or source_field is None:
-            return pa.nulls(n, type=target)
-        if isinstance(f.type, StructType):
+            return missing(f, n)
+        return self.convert(f.type, source, f"{f.name} (id {f.id})")
+
+    def convert(self, t: IcebergType, source: pa.Array, where: str) -> pa.Array:
+        target = arrow_type(t)
+        if pa.types.is_dictionary(source.type):
+            source = source.dictionary_decode()
+        mask = source.is_null() if source.null_count else None
+        if isinstance(t, StructType):
             if not pa.types.is_struct(source.type):
-                raise CorruptMetadataError(
-                    f"column {f.name} (id {f.id}) is {source.type} in the file, not a struct"
-                )
-            struct = source
-            assert isinstance(struct, pa.StructArray)
+                raise CorruptMetadataError(f"column {where} is {source.type} in the file, not a struct")
+            assert isinstance(source, pa.StructArray)
             children_fields = [source.type.field(i) for i in range(source.type.num_fields)]
             children = []
-            for child in f.type.fields:
+            for child in written_fields(t.fields):
                 i = self.find(child, children_fields)
                 children.append(
                     self.column(
                         child,
-                        None if i is None else struct.field(i),
+                        None if i is None else source.field(i),
                         None if i is None else children_fields[i],
-                        n,
+                        len(source),
                     )
                 )
-            mask = source.is_null() if source.null_count else None
             return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
+        if isinstance(t, ListType):
+            if not (pa.types.is_list(source.type) or pa.types.is_large_list(source.type)):
+                raise CorruptMetadataError(f"column {where} is {source.type} in the file, not a list")
+            values = self.convert(t.element, source.values, f"{where}.element")
+            offsets = source.offsets.cast(pa.int32())
+            return pa.ListArray.from_arrays(offsets, values, type=target, mask=mask)
+        if isinstance(t, MapType):
+            if not pa.types.is_map(source.type):
+                raise CorruptMetadataError(f"column {where} is {source.type} in the file, not a map")
+            assert isinstance(source, pa.MapArray)
+            keys = self.convert(t.key, source.keys, f"{where}.key")
+            items = self.convert(t.value, source.items, f"{where}.value")
+            return pa.MapArray.from_arrays(source.offsets, keys, items, type=target, mask=mask)
+        if isinstance(source.type, pa.BaseExtensionType):
+            source = source.storage
+        if isinstance(target, pa.BaseExtensionType):  # uuid: 16 bytes in the file
+            if source.type != target.storage_type:
+                raise CorruptMetadataError(f"column {where} is {source.type} in the file, not a uuid")
+            return pa.ExtensionArray.from_storage(target, source)
         if source.type == target:
             return source
-        if pa.types.is_dictionary(source.type):
-            source = source.dictionary_decode()
         if not promotable(source.type, target):
             raise CorruptMetadataError(
-                f"column {f.name} (id {f.id}) is {source.type} in the file and cannot read as {f.type}: "
+                f"column {where} is {source.type} in the file and cannot read as {t}: "
                 "not an Iceberg type promotion"
             )
         try:
-            if pa.types.is_timestamp(source.type) and source.type.unit == "ns":
+            if pa.types.is_timestamp(source.type) and source.type.unit == "ns" and target.unit != "ns":
                 return _nanos_to_micros(source, target)
             return source.cast(target, safe=True)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
             raise CorruptMetadataError(
-                f"column {f.name} (id {f.id}) is {source.type} in the file and cannot read as {f.type}: {err}"
+                f"column {where} is {source.type} in the file and cannot read as {t}: {err}"
             ) from err
+
+
+def arrow_scalar(t: IcebergType, value: Any) -> pa.Scalar:
+    """A value of the project's convention (``tablekeeper.iceberg.conversions``) as an Arrow
+    scalar of ``arrow_type(t)``."""
+    target = arrow_type(t)
+    if value is None:
+        return pa.scalar(None, type=target)
+    if isinstance(target, pa.BaseExtensionType):
+        raw = value.bytes if hasattr(value, "bytes") else bytes(value)
+        return pa.ExtensionScalar.from_storage(target, pa.scalar(raw, target.storage_type))
+    if pa.types.is_date(target):
+        return pa.scalar(int(value), pa.int32()).cast(target)
+    if pa.types.is_time(target) or pa.types.is_timestamp(target):
+        return pa.scalar(int(value), pa.int64()).cast(target)
+    return pa.scalar(value, type=target)
+
+
+def missing(f: NestedField, n: int) -> pa.Array:
+    """Field ``f`` for ``n`` rows of a file written before it existed: its v3 ``initial-default``
+    (a struct's default is made of its fields' defaults), else nulls."""
+    target = arrow_type(f.type)
+    if f.initial_default is None:
+        return pa.nulls(n, type=target)
+    if isinstance(f.type, StructType):
+        children = [missing(c, n) for c in written_fields(f.type.fields)]
+        return pa.StructArray.from_arrays(children, fields=list(target))
+    if isinstance(f.type, (ListType, MapType)):
+        raise UnsupportedFeatureError(
+            f"column {f.name} (id {f.id}) has an initial default of a {f.type.__class__.__name__}: not supported"
+        )
+    return pa.repeat(arrow_scalar(f.type, from_json(f.type, f.initial_default)), n)
 
 
 def _int_width(t: pa.DataType) -> int:
@@ -200,8 +321,8 @@ def projector(
     found = [resolver.find(f, top) for f in fields]
     read = sorted({top[i].name for i in found if i is not None})
 
-    def project(batch: pa.RecordBatch) -> list[pa.Array]:
-        n = batch.num_rows
+    def project(batch: pa.RecordBatch, rows: int | None = None) -> list[pa.Array]:
+        n = batch.num_rows if rows is None else rows
         out = []
         for f, i in zip(fields, found, strict=True):
             if i is None:
@@ -255,8 +376,13 @@ def kept(offset: int, n: int, deleted: Deleted) -> pa.Array | None:
     return pc.invert(pc.is_in(positions(offset, n), value_set=deleted.positions.slice(lo, hi - lo)))
 
 
-def fill(column: pa.Array, value: Any) -> pa.Array:
-    """``column`` with its nulls replaced by ``value`` (a partition value in its Arrow form)."""
+def fill(column: pa.Array, t: IcebergType, value: Any) -> pa.Array:
+    """``column`` (of Iceberg type ``t``) with its nulls replaced by ``value`` (a partition value
+    in the project's convention)."""
     if value is None or column.null_count == 0:
         return column
-    return pc.coalesce(column, pa.scalar(value, type=column.type))
+    scalar = arrow_scalar(t, value)
+    if isinstance(column.type, pa.BaseExtensionType):
+        filled = pc.coalesce(column.storage, scalar.value)
+        return pa.ExtensionArray.from_storage(column.type, filled)
+    return pc.coalesce(column, scalar)

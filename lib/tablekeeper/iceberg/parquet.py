@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from tablekeeper.iceberg.content import DATA, DataFile
 from tablekeeper.iceberg.conversions import native_to_value, to_bytes
+from tablekeeper.iceberg.metrics import FloatStats, MetricsConfig, MetricsMode
 from tablekeeper.iceberg.types import (
     UNKNOWN,
     DecimalType,
@@ -27,8 +28,6 @@ from tablekeeper.iceberg.types import (
 )
 
 FIELD_ID_KEY = b"PARQUET:field_id"
-# Java's default metrics mode: truncate(16) for string and binary bounds.
-DEFAULT_TRUNCATE = 16
 
 ARROW_PRIMITIVES: Mapping[str, pa.DataType] = {
     "boolean": pa.bool_(),
@@ -102,9 +101,47 @@ def _truncate_upper(t: IcebergType, value: Any, width: int) -> Any | None:
 
 
 def _truncate_lower(t: IcebergType, value: Any, width: int) -> Any:
-    if isinstance(value, (str, bytes)) and len(value) > width:
+    # Only strings and binaries are cut, as Java does (fixed keeps its length).
+    if isinstance(t, PrimitiveType) and t.name in ("string", "binary") and len(value) > width:
         return value[:width]
     return value
+
+
+def _leaf_ids(footer: pq.FileMetaData) -> tuple[dict[str, int], set[int]]:
+    """Field ids of the footer's leaf columns by path, and those inside a list or map."""
+    ids_by_path: dict[str, int] = {}
+    repeated: set[int] = set()
+
+    def walk(field: pa.Field, prefix: str, nested: bool) -> None:
+        meta = field.metadata or {}
+        name = f"{prefix}{field.name}"
+        t = field.type
+        if FIELD_ID_KEY in meta and not (
+            pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t)
+        ):
+            fid = int(meta[FIELD_ID_KEY])
+            ids_by_path[name] = fid
+            if nested:
+                repeated.add(fid)
+        if pa.types.is_struct(t):
+            for i in range(t.num_fields):
+                walk(t.field(i), name + ".", nested)
+        elif pa.types.is_list(t) or pa.types.is_large_list(t):
+            walk(t.value_field, name + ".list.", True)
+        elif pa.types.is_map(t):
+            walk(t.key_field, name + ".key_value.", True)
+            walk(t.item_field, name + ".key_value.", True)
+
+    for f in footer.schema.to_arrow_schema():
+        walk(f, "", False)
+    return ids_by_path, repeated
+
+
+def _stat_value(t: IcebergType, st: Any, which: str) -> Any:
+    # Nanosecond timestamps lose digits as Python datetimes: take the raw int64.
+    if isinstance(t, PrimitiveType) and t.name.endswith("_ns"):
+        return getattr(st, f"{which}_raw")
+    return native_to_value(t, getattr(st, which))
 
 
 def data_file_from_footer(
@@ -115,36 +152,22 @@ def data_file_from_footer(
     file_size: int,
     spec_id: int = 0,
     partition: tuple[Any, ...] = (),
-    truncate: int = DEFAULT_TRUNCATE,
+    metrics: MetricsConfig | None = None,
+    floats: Mapping[int, FloatStats] | None = None,
 ) -> DataFile:
-    """A DataFile with Iceberg metrics computed from a Parquet footer (columns matched by field id)."""
-    ids_by_path: dict[str, int] = {}
-    arrow_schema = footer.schema.to_arrow_schema()
-
-    def walk(field: pa.Field, prefix: str) -> None:
-        meta = field.metadata or {}
-        name = f"{prefix}{field.name}"
-        if FIELD_ID_KEY in meta:
-            ids_by_path[name] = int(meta[FIELD_ID_KEY])
-        t = field.type
-        if pa.types.is_struct(t):
-            for i in range(t.num_fields):
-                walk(t.field(i), name + ".")
-        elif pa.types.is_list(t) or pa.types.is_large_list(t):
-            walk(t.value_field, name + ".list.")
-        elif pa.types.is_map(t):
-            walk(t.key_field, name + ".key_value.")
-            walk(t.item_field, name + ".key_value.")
-
-    for f in arrow_schema:
-        walk(f, "")
+    """A DataFile with Iceberg metrics computed from a Parquet footer (columns matched by field
+    id), under the table's metrics modes (``metrics``) as Iceberg Java applies them. ``floats``
+    gives float and double columns measured while writing; without it they get no bounds."""
+    config = metrics or MetricsConfig()
+    ids_by_path, repeated = _leaf_ids(footer)
+    modes: dict[int, MetricsMode] = {}
     sizes: dict[int, int] = {}
     values: dict[int, int] = {}
     nulls: dict[int, int] = {}
     lows: dict[int, Any] = {}
     highs: dict[int, Any] = {}
-    stats_ok: dict[int, bool] = {}  # bounds from every row group
-    counts_ok: dict[int, bool] = {}  # null counts from every row group
+    complete: dict[int, bool] = {}  # statistics in every row group
+    unbounded: set[int] = set()
     for rg in range(footer.num_row_groups):
         group = footer.row_group(rg)
         for c in range(group.num_columns):
@@ -152,38 +175,50 @@ def data_file_from_footer(
             fid = ids_by_path.get(col.path_in_schema)
             if fid is None:
                 continue
+            if fid not in modes:
+                modes[fid] = config.mode(schema.column_name(fid))
+            if modes[fid].none:
+                continue
             sizes[fid] = sizes.get(fid, 0) + col.total_compressed_size
-            values[fid] = values.get(fid, 0) + col.num_values
             st = col.statistics
             if st is None or not st.has_null_count:
-                stats_ok[fid] = counts_ok[fid] = False
+                complete[fid] = False
                 continue
+            values[fid] = values.get(fid, 0) + col.num_values
             nulls[fid] = nulls.get(fid, 0) + st.null_count
-            if st.has_min_max and stats_ok.get(fid, True):
-                lo, hi = st.min, st.max
+            t = schema.find_type(fid)
+            if st.has_min_max and t is not None:
+                lo, hi = _stat_value(t, st, "min"), _stat_value(t, st, "max")
                 if fid not in lows or lo < lows[fid]:
                     lows[fid] = lo
                 if fid not in highs or hi > highs[fid]:
                     highs[fid] = hi
-            elif st.num_values > 0:
-                stats_ok[fid] = False
-    # A count over some row groups only would claim fewer nulls than the file holds, and an
-    # IS NULL filter could then skip it: no count unless every row group gave one.
-    nulls = {fid: n for fid, n in nulls.items() if counts_ok.get(fid, True)}
+            elif col.num_values > st.null_count:
+                unbounded.add(fid)  # values without a min and max: no bound holds them all
+    # Java keeps no counts for a column missing statistics in any row group (a partial null
+    # count would let an IS NULL filter skip the file), and none for fields in lists and maps.
+    counted = {fid for fid in values if complete.get(fid, True) and fid not in repeated}
     lower: dict[int, bytes] = {}
     upper: dict[int, bytes] = {}
-    for fid, low in lows.items():
+    nans: dict[int, int] = {}
+    for fid in counted:
         t = schema.find_type(fid)
-        if (
-            t is None
-            or not stats_ok.get(fid, True)
-            or not isinstance(t, (PrimitiveType, DecimalType, FixedType))
-        ):
+        if t is None or not isinstance(t, (PrimitiveType, DecimalType, FixedType)):
             continue
+        width = modes[fid].bounds
         if isinstance(t, PrimitiveType) and t.name in ("float", "double"):
-            continue  # NaN handling of Parquet float stats is unreliable; omit rather than guess
-        lo = _truncate_lower(t, native_to_value(t, low), truncate)
-        hi = _truncate_upper(t, native_to_value(t, highs[fid]), truncate)
+            measured = (floats or {}).get(fid)
+            if measured is None:
+                continue  # Parquet float statistics are unreliable about NaN: no bounds
+            nans[fid] = measured.nan_count
+            if width and measured.lower is not None and measured.upper is not None:
+                lower[fid] = to_bytes(t, measured.lower)
+                upper[fid] = to_bytes(t, measured.upper)
+            continue
+        if not width or fid not in lows or fid in unbounded:
+            continue
+        lo = _truncate_lower(t, lows[fid], width)
+        hi = _truncate_upper(t, highs[fid], width)
         lower[fid] = to_bytes(t, lo)
         if hi is not None:
             upper[fid] = to_bytes(t, hi)
@@ -196,8 +231,9 @@ def data_file_from_footer(
         file_size_in_bytes=file_size,
         spec_id=spec_id,
         column_sizes=sizes,
-        value_counts=values,
-        null_value_counts=nulls,
+        value_counts={fid: values[fid] for fid in counted},
+        null_value_counts={fid: nulls[fid] for fid in counted},
+        nan_value_counts=nans or None,
         lower_bounds=lower,
         upper_bounds=upper,
         split_offsets=tuple(

@@ -44,12 +44,12 @@ from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.partitioning import partition_key
 from tablekeeper.iceberg.rewrite_plan import FileGroup, FileTask, RewriteOptions, RewritePlan, plan_rewrite
 from tablekeeper.io import FileIO
-from tablekeeper.jobs import compact_options
+from tablekeeper.jobs import compact_options, compact_order
 from tablekeeper.jobs.compact_options import CompactOptions, Writer
+from tablekeeper.jobs.compact_order import RowOrder
 from tablekeeper.jobs.context import JobContext, delta_root
 from tablekeeper.jobs.engines import SparkSource, choose_engine
 from tablekeeper.jobs.expire_snapshots import DRIVER_DELETE_THREADS
-from tablekeeper.jobs.options import SortKey, parse_sort_order
 from tablekeeper.jobs.result import JobClock, JobResult
 from tablekeeper.spark.data_read import path_key
 from tablekeeper.spark.rewrite import (
@@ -87,45 +87,6 @@ class _Outcome:
     snapshot_id: int | None = None
 
 
-def _sort_keys(options: CompactOptions, meta: TableMetadata) -> tuple[tuple[SortKey, ...], int | None, bool]:
-    """(sort keys, the sort order id the new files record, whether the sort is global)."""
-    order = meta.sort_order()
-    table_keys: list[SortKey] = []
-    for f in order.fields:
-        name = meta.schema().column_name(f.source_id)
-        if f.transform != "identity" or name is None:
-            break  # a local sort only needs a prefix of the table's order
-        table_keys.append(SortKey(name, f.direction.lower() == "asc", f.null_order.lower() == "nulls-first"))
-    # New files claim the table's order only when they follow all of it.
-    complete = bool(table_keys) and len(table_keys) == len(order.fields)
-    table_id = order.order_id if complete else 0
-    if options.strategy == "binpack":
-        if options.sort_order:
-            raise ConfigError("--sort-order goes with --strategy sort: bin-pack keeps the table's own order")
-        return tuple(table_keys), table_id, False
-    if options.sort_order:
-        spec = parse_sort_order(options.sort_order)
-        if spec.zorder:
-            raise UnsupportedFeatureError(
-                "zorder(...) sorts Delta tables only; give Iceberg tables column terms"
-            )
-        return spec.keys, table_id if list(spec.keys) == table_keys else 0, True
-    if not table_keys:
-        raise ConfigError(
-            f'{options.table} has no sort order (or one on transforms): give --sort-order "c1 ASC, c2 DESC"'
-        )
-    return tuple(table_keys), table_id, True
-
-
-def _check_columns(keys: Sequence[SortKey], meta: TableMetadata) -> None:
-    names = {f.name for f in meta.schema().fields}
-    for k in keys:
-        if k.column not in names:
-            raise ConfigError(
-                f"--sort-order column {k.column!r} is not a top-level column of {sorted(names)}"
-            )
-
-
 class _Session:
     """The Spark session, started the first time the run needs it."""
 
@@ -157,8 +118,6 @@ def plan(
     spark: SparkSession | _Session, table: LoadedTable, options: CompactOptions
 ) -> tuple[RewritePlan, RewriteOptions]:
     meta = table.metadata
-    if options.output_spec_id is not None and options.output_spec_id != meta.default_spec_id:
-        raise UnsupportedFeatureError("--output-spec-id other than the current spec is not supported yet")
     rewrite = options.rewrite_options(dict(meta.properties))
     snapshot = meta.ref_snapshot(options.branch)
     if snapshot is None:
@@ -210,33 +169,38 @@ def _targets(
     group: FileGroup,
     meta: TableMetadata,
     rewrite: RewriteOptions,
-    keys: Sequence[SortKey],
-    global_sort: bool,
+    order: RowOrder,
     token: str,
 ) -> list[tuple[list[FileTask], WriteTarget]]:
-    """One write per (spec, partition) among the group's files: each keeps its own spec."""
+    """One write per partition among the group's files of the output spec, and one for its files
+    of other specs (their rows are partitioned by the output spec as they are written)."""
     by_scope: dict[tuple[int, tuple[Any, ...]], list[FileTask]] = {}
     for t in group.tasks:
-        by_scope.setdefault((t.file.spec_id, partition_key(t.file.partition)), []).append(t)
+        scope = (
+            (t.file.spec_id, partition_key(t.file.partition))
+            if t.file.spec_id == order.spec.spec_id
+            else (-1, ())
+        )
+        by_scope.setdefault(scope, []).append(t)
     codec = meta.properties.get(COMPRESSION, "zstd").lower()
     if codec not in _CODECS:
         raise UnsupportedFeatureError(f"{COMPRESSION}={codec} is not a Parquet codec tablekeeper writes")
     root = data_root(meta)
     out = []
     for (spec_id, _), tasks in by_scope.items():
-        partition = tasks[0].file.partition  # the values (the key compares floats by bits)
         size = sum(t.size for t in tasks)
         records = max(1, sum(t.file.record_count for t in tasks))
         per_record = max(1.0, size / records)
         target = WriteTarget(
-            spec=meta.spec(spec_id),
-            partition=partition,
+            spec=order.spec,
+            # the values (the key compares floats by bits)
+            partition=tasks[0].file.partition if spec_id >= 0 else None,
             directory=new_directory(root, f"{token}-g{group.index}"),
             compression=_CODECS[codec],
             max_records_per_file=max(1, int(rewrite.write_max_file_size / per_record)),
             output_files=rewrite.expected_output_files(size),
-            sort=tuple((k.column, k.ascending, k.nulls_first) for k in keys),
-            global_sort=global_sort,
+            ordering=order.ordering,
+            global_sort=order.global_sort,
         )
         out.append((tasks, target))
     return out
@@ -247,9 +211,7 @@ def _rewrite_group(
     meta: TableMetadata,
     group: FileGroup,
     rewrite: RewriteOptions,
-    keys: Sequence[SortKey],
-    global_sort: bool,
-    sort_order_id: int | None,
+    order: RowOrder,
     writer: Writer,
     token: str,
 ) -> _Outcome:
@@ -258,9 +220,9 @@ def _rewrite_group(
     added: list[DataFile] = []
     directories: list[str] = []
     try:
-        for tasks, target in _targets(group, meta, rewrite, keys, global_sort, token):
+        for tasks, target in _targets(group, meta, rewrite, order, token):
             directories.append(target.directory)
-            done = rewrite_files(spark, meta, tasks, target, sort_order_id, writer)
+            done = rewrite_files(spark, meta, tasks, target, order.sort_order_id, writer)
             added.extend(done.files)
             outcome.writers += (done.writer,)
     except Exception as err:
@@ -339,8 +301,8 @@ def run_compact(
         raise ConfigError("--max-commits and --max-concurrent-groups must be at least 1")
     table = catalog.require(identifier)
     meta = table.metadata
-    keys, sort_order_id, global_sort = _sort_keys(options, meta)
-    _check_columns(keys, meta)
+    order = compact_order.resolve(options, meta)
+    compact_order.refuse_unwritable(options, meta, order)
     session = _Session(spark)
     the_plan, rewrite = plan(session, table, options)
     faults.kill_point("plan.done")
@@ -390,9 +352,7 @@ def run_compact(
                 meta,
                 the_plan,
                 rewrite,
-                keys,
-                global_sort,
-                sort_order_id,
+                order,
                 journal,
             )
         except CommitStateUnknown:
@@ -405,6 +365,14 @@ def run_compact(
     metrics |= _counts(outcomes, removed_deletes)
     metrics["groups"] = [_group_json(o) for o in outcomes]
     metrics["snapshot_ids"] = sorted({o.snapshot_id for o in outcomes if o.snapshot_id is not None})
+    if order.ordering.zorder is not None:
+        committed = [o for o in outcomes if o.committed]
+        ids = order.ordering.zorder_ids
+        metrics["clustering"] = {
+            "measure": "average fraction of files a 1% range of the column overlaps",
+            "before": compact_order.clustering(meta, ids, [t.file for o in committed for t in o.group.tasks]),
+            "after": compact_order.clustering(meta, ids, [f for o in committed for f in o.added]),
+        }
     return clock.result(JOB, identifier, dry_run=False, metrics=metrics)
 
 
@@ -416,9 +384,7 @@ def _execute(
     meta: TableMetadata,
     the_plan: RewritePlan,
     rewrite: RewriteOptions,
-    keys: Sequence[SortKey],
-    global_sort: bool,
-    sort_order_id: int | None,
+    order: RowOrder,
     journal: JournalWriter,
 ) -> tuple[list[_Outcome], int]:
     groups = the_plan.groups
@@ -459,9 +425,7 @@ def _execute(
             meta,
             group,
             rewrite,
-            keys,
-            global_sort,
-            sort_order_id,
+            order,
             options.writer,
             journal.header.run_id,
         )

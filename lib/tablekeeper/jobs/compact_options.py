@@ -9,6 +9,7 @@ from typing import Any, Literal
 from tablekeeper.errors import ConfigError
 from tablekeeper.iceberg.metadata import MAIN_BRANCH
 from tablekeeper.iceberg.rewrite_plan import RewriteOptions
+from tablekeeper.iceberg.sort_keys import MAX_OUTPUT_SIZE, VAR_LENGTH_CONTRIBUTION
 from tablekeeper.jobs.context import add_run_arguments, add_table_arguments, positive
 from tablekeeper.jobs.options import parse_size
 
@@ -36,6 +37,9 @@ class CompactOptions:
     dry_run: bool = False
     # "auto": Arrow on the executors for groups that need no shuffle; "spark": always Spark SQL.
     writer: Writer = "auto"
+    # Iceberg's zorder options, with its names and defaults.
+    var_length_contribution: int = VAR_LENGTH_CONTRIBUTION
+    max_output_size: int = MAX_OUTPUT_SIZE
     catalog: str | None = None
 
     @classmethod
@@ -69,8 +73,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", default="binpack", choices=["binpack", "sort"])
     parser.add_argument(
         "--sort-order",
-        help='sort strategy: "c1 ASC NULLS FIRST, c2 DESC" (default: the table\'s order); '
-        "Delta: zorder(c1,c2)",
+        help='sort strategy: "c1 ASC NULLS FIRST, bucket(16, c2) DESC, days(ts)" or "zorder(c1, c2)" '
+        "(default: the table's order)",
+    )
+    parser.add_argument(
+        "--var-length-contribution",
+        type=positive,
+        default=VAR_LENGTH_CONTRIBUTION,
+        help=f"zorder: bytes a string or binary column contributes ({VAR_LENGTH_CONTRIBUTION})",
+    )
+    parser.add_argument(
+        "--max-output-size",
+        type=positive,
+        default=MAX_OUTPUT_SIZE,
+        help="zorder: bytes of the interleaved value (default: all of them)",
     )
     parser.add_argument(
         "--where", help="Spark SQL predicate: only files holding matching rows (Delta: partition columns)"

@@ -65,6 +65,7 @@ class SortKey:
     column: str
     ascending: bool = True
     nulls_first: bool = True
+    transform: str = "identity"  # Iceberg's form: identity, bucket[16], truncate[4], day, ...
 
 
 @dataclass(frozen=True)
@@ -73,15 +74,33 @@ class SortSpec:
     zorder: tuple[str, ...] = ()
 
 
+_COLUMN = r"(`[^`]+`|[A-Za-z_][\w.]*)"
 _SORT_TERM = re.compile(
-    r"^\s*(`[^`]+`|[A-Za-z_][\w.]*)\s*(ASC|DESC)?\s*(?:NULLS\s+(FIRST|LAST))?\s*$", re.IGNORECASE
+    rf"^\s*(?:(?P<fn>[A-Za-z_]+)\s*\(\s*(?:(?P<n1>\d+)\s*,\s*)?{_COLUMN.replace('(', '(?P<fcol>', 1)}"
+    rf"\s*(?:,\s*(?P<n2>\d+)\s*)?\)|{_COLUMN.replace('(', '(?P<col>', 1)})"
+    r"\s*(?P<dir>ASC|DESC)?\s*(?:NULLS\s+(?P<nulls>FIRST|LAST))?\s*$",
+    re.IGNORECASE,
 )
 _ZORDER = re.compile(r"^\s*zorder\s*\((.*)\)\s*$", re.IGNORECASE)
+# Spark SQL's names for Iceberg transforms (as in ALTER TABLE ... WRITE ORDERED BY), and Iceberg's.
+_TRANSFORMS = {
+    "years": "year",
+    "year": "year",
+    "months": "month",
+    "month": "month",
+    "days": "day",
+    "day": "day",
+    "date": "day",
+    "hours": "hour",
+    "hour": "hour",
+    "date_hour": "hour",
+    "identity": "identity",
+}
 
 
 def parse_sort_order(text: str) -> SortSpec:
-    """``--sort-order``: ``c1 ASC NULLS FIRST, c2 DESC`` (nulls first for ascending, last for
-    descending unless given, as Iceberg), or ``zorder(c1, c2)``."""
+    """``--sort-order``: ``c1 ASC NULLS FIRST, bucket(16, c2) DESC, days(ts)`` (nulls first for
+    ascending, last for descending unless given, as Iceberg), or ``zorder(c1, c2)``."""
     zorder = _ZORDER.match(text)
     if zorder:
         columns = tuple(c.strip().strip("`") for c in zorder.group(1).split(",") if c.strip())
@@ -89,15 +108,45 @@ def parse_sort_order(text: str) -> SortSpec:
             raise ConfigError(f"--sort-order {text!r} names no column: use e.g. zorder(c1, c2)")
         return SortSpec(zorder=columns)
     keys = []
-    for term in text.split(","):
+    for term in _split_terms(text):
         match = _SORT_TERM.match(term)
         if not match:
             raise ConfigError(
-                f"--sort-order term {term.strip()!r} is not 'column [ASC|DESC] [NULLS FIRST|LAST]' "
-                "(or zorder(c1, c2)); transforms such as bucket(...) are not supported in sort orders yet"
+                f"--sort-order term {term.strip()!r} is not '[transform(]column[)] [ASC|DESC] [NULLS FIRST|LAST]' "
+                "(transforms: bucket(N, c), truncate(W, c), years, months, days, hours), or zorder(c1, c2)"
             )
-        ascending = (match.group(2) or "ASC").upper() == "ASC"
-        nulls = match.group(3)
+        ascending = (match.group("dir") or "ASC").upper() == "ASC"
+        nulls = match.group("nulls")
         nulls_first = ascending if nulls is None else nulls.upper() == "FIRST"
-        keys.append(SortKey(match.group(1).strip("`"), ascending, nulls_first))
+        column = (match.group("col") or match.group("fcol")).strip("`")
+        keys.append(SortKey(column, ascending, nulls_first, _transform(term, match)))
     return SortSpec(tuple(keys))
+
+
+def _split_terms(text: str) -> list[str]:
+    """Terms split at commas outside parentheses."""
+    terms, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            terms.append(text[start:i])
+            start = i + 1
+    terms.append(text[start:])
+    return terms
+
+
+def _transform(term: str, match: re.Match[str]) -> str:
+    fn = match.group("fn")
+    if fn is None:
+        return "identity"
+    name = fn.lower()
+    number = match.group("n1") or match.group("n2")
+    if name in ("bucket", "truncate"):
+        if number is None:
+            raise ConfigError(
+                f"--sort-order term {term.strip()!r}: {name} needs a number, e.g. {name}(16, c)"
+            )
+        return f"{name}[{int(number)}]"
+    if name in _TRANSFORMS and number is None:
+        return _TRANSFORMS[name]
+    raise ConfigError(f"--sort-order term {term.strip()!r}: unknown transform {fn!r}")

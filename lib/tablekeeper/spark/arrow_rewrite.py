@@ -31,16 +31,18 @@ from tablekeeper.iceberg.arrow_project import (
     kept,
     positions,
     projector,
-    supported,
+    unsupported,
     write_schema,
+    written_fields,
 )
 from tablekeeper.iceberg.content import DataFile
 from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.iceberg.metrics import FloatCollector, MetricsConfig
 from tablekeeper.iceberg.name_mapping import NameMapping
 from tablekeeper.iceberg.parquet import FIELD_ID_KEY, data_file_from_footer
 from tablekeeper.iceberg.puffin import deserialize_dv
 from tablekeeper.iceberg.rewrite_plan import FileTask
-from tablekeeper.iceberg.types import NestedField, Schema
+from tablekeeper.iceberg.types import IcebergType, NestedField, Schema, StructType
 from tablekeeper.io import FileIO
 from tablekeeper.spark.concurrent import no_cycle_collection
 from tablekeeper.spark.data_read import SCHEME_AUTHORITY, path_key
@@ -61,18 +63,27 @@ _POS_FILE_ID, _POS_ID = b"2147483546", b"2147483545"
 _BATCH_ROWS = 1 << 16
 
 
-def arrow_blocker(meta: TableMetadata, tasks: Sequence[FileTask], sort: bool, compression: str) -> str | None:
-    """Why this rewrite must go through Spark, or None when Arrow can do it."""
-    if sort:
-        return "the output is sorted"
-    if any(t.deletes.equalities for t in tasks):
-        return "equality deletes apply"
+def arrow_blocker(meta: TableMetadata, compression: str) -> str | None:
+    """Why this table's files cannot be rewritten through Arrow, or None when they can."""
     if compression not in _PYARROW_CODECS:
         return f"codec {compression}"
-    bad = next((f.name for f in meta.schema().fields if not supported(f.type)), None)
-    if bad is not None:
-        return f"column {bad} has a type the Arrow path does not write"
-    return None
+    return next((r for f in meta.schema().fields if (r := unsupported(f.type, f.name))), None)
+
+
+def sorted_columns(meta: TableMetadata) -> tuple[str, ...]:
+    """Columns of the table's sort order whose transform keeps their order (Java gives them
+    bounds even when the default mode has none)."""
+    schema = meta.schema()
+    names = []
+    for f in meta.sort_order().fields:
+        name = schema.column_name(f.source_id)
+        if name is not None and (
+            f.transform == "identity"
+            or f.transform.startswith("truncate")
+            or f.transform in ("year", "month", "day", "hour")
+        ):
+            names.append(name)
+    return tuple(names)
 
 
 @dataclass(frozen=True)
@@ -82,25 +93,53 @@ class _Input:
     first_row_id: int | None
     dv: tuple[str, int, int, int] | None  # puffin location, offset, length, cardinality
     position_files: tuple[str, ...]
+    fills: tuple[tuple[int, IcebergType, Any], ...]  # (index in fields, type, partition value)
+    equalities: tuple[tuple[str, tuple[int, ...]], ...]  # (delete file, equality field ids)
 
 
 @dataclass(frozen=True)
-class _Job:
-    fields: tuple[NestedField, ...]
+class Job:
+    """How a rewrite reads its input files and writes its output (shipped to the executors)."""
+
+    fields: tuple[NestedField, ...]  # written columns, then the v3 lineage columns
     lineage: bool
     mapping: NameMapping | None
-    fills: tuple[tuple[int, Any], ...]  # (index in fields, partition value)
     directory: str
     codec: str
     level: int | None
     row_group_bytes: int
     page_bytes: int
     dict_bytes: int
-    max_records: int
     schema: Schema
-    spec_id: int
-    partition: tuple[Any, ...]
+    metrics: MetricsConfig
     sort_order_id: int | None
+
+
+def make_job(
+    meta: TableMetadata,
+    *,
+    directory: str,
+    compression: str,
+    sort_order_id: int | None,
+    mapping: NameMapping | None,
+) -> Job:
+    schema = meta.schema()
+    v3 = meta.format_version >= 3
+    codec = _PYARROW_CODECS[compression]
+    return Job(
+        fields=(*written_fields(schema.fields), *((ROW_ID, LAST_UPDATED) if v3 else ())),
+        lineage=v3,
+        mapping=mapping,
+        directory=directory,
+        codec=codec,
+        level=meta.property_int(LEVEL, _DEFAULT_LEVELS[codec]) if codec in _DEFAULT_LEVELS else None,
+        row_group_bytes=meta.property_int(ROW_GROUP_BYTES, 128 << 20) or (128 << 20),
+        page_bytes=meta.property_int(PAGE_BYTES, 1 << 20) or (1 << 20),
+        dict_bytes=meta.property_int(DICT_BYTES, 2 << 20) or (2 << 20),
+        schema=schema,
+        metrics=MetricsConfig.for_table(meta.properties, schema, sorted_columns(meta)),
+        sort_order_id=sort_order_id,
+    )
 
 
 def _bins(tasks: Sequence[FileTask], count: int) -> list[tuple[list[FileTask], int]]:
@@ -121,20 +160,70 @@ def _bins(tasks: Sequence[FileTask], count: int) -> list[tuple[list[FileTask], i
     return [(b, max(1, round(sum(t.size for t in b) / ideal))) for b in bins]
 
 
-def _input(t: FileTask) -> _Input:
+def make_input(meta: TableMetadata, job: Job, t: FileTask) -> _Input:
     dv = None
     if t.deletes.dv is not None:
         f = t.deletes.dv.data_file
         if f.content_offset is None or f.content_size_in_bytes is None:
             raise CorruptMetadataError(f"deletion vector {f.file_path} has no content offset or size")
         dv = (f.file_path, f.content_offset, f.content_size_in_bytes, f.record_count)
+    # Files converted from Delta hold no identity partition columns: their values come from
+    # the partition tuple (only for columns a file lacks: fill replaces nulls).
+    index = {f.id: n for n, f in enumerate(job.fields)}
+    fills = tuple(
+        (index[field.id], field.type, t.file.partition[i])
+        for i, field in meta.spec(t.file.spec_id).identity_columns(job.schema)
+        if field.id in index and t.file.partition[i] is not None
+    )
+    equalities = []
+    for e in t.deletes.equalities:
+        ids = tuple(e.data_file.equality_ids or ())
+        if not ids:
+            raise CorruptMetadataError(f"equality delete file {e.data_file.file_path} has no equality ids")
+        for fid in ids:
+            if _path_of(job.fields, fid) is None:
+                raise CorruptMetadataError(
+                    f"equality delete file {e.data_file.file_path} deletes by field id {fid}, which is not "
+                    "a primitive column of the current schema outside lists and maps"
+                )
+        equalities.append((e.data_file.file_path, ids))
     return _Input(
         t.file.file_path,
         int(t.entry.sequence_number or 0),
         t.file.first_row_id,
         dv,
         tuple(sorted({p.data_file.file_path for p in t.deletes.positions})),
+        fills,
+        tuple(equalities),
     )
+
+
+def _path_of(fields: Sequence[NestedField], fid: int) -> tuple[int, ...] | None:
+    """Child indexes leading to field ``fid`` through structs, or None."""
+    for i, f in enumerate(fields):
+        if f.id == fid:
+            return (i,)
+        if isinstance(f.type, StructType):
+            inner = _path_of(f.type.fields, fid)
+            if inner is not None:
+                return (i, *inner)
+    return None
+
+
+def _field_at(fields: Sequence[NestedField], path: Sequence[int]) -> NestedField:
+    f = fields[path[0]]
+    for i in path[1:]:
+        assert isinstance(f.type, StructType)
+        f = f.type.fields[i]
+    return f
+
+
+def _column_at(arrays: Sequence[pa.Array], path: Sequence[int]) -> pa.Array:
+    column = arrays[path[0]]
+    for i in path[1:]:
+        assert isinstance(column, pa.StructArray)
+        column = column.flatten()[i]
+    return column
 
 
 def rewrite_with_arrow(
@@ -151,35 +240,14 @@ def rewrite_with_arrow(
     sort_order_id: int | None,
     mapping: NameMapping | None,
 ) -> tuple[DataFile, ...]:
-    schema = meta.schema()
-    v3 = meta.format_version >= 3
-    fields = (*schema.fields, *((ROW_ID, LAST_UPDATED) if v3 else ()))
-    index = {f.id: n for n, f in enumerate(schema.fields)}
-    fills = [
-        (index[field.id], partition[i])
-        for i, field in meta.spec(spec_id).identity_columns(schema)
-        if partition[i] is not None
-    ]
-    codec = _PYARROW_CODECS[compression]
-    job = _Job(
-        fields=fields,
-        lineage=v3,
-        mapping=mapping,
-        fills=tuple(fills),
-        directory=directory,
-        codec=codec,
-        level=meta.property_int(LEVEL, _DEFAULT_LEVELS[codec]) if codec in _DEFAULT_LEVELS else None,
-        row_group_bytes=meta.property_int(ROW_GROUP_BYTES, 128 << 20) or (128 << 20),
-        page_bytes=meta.property_int(PAGE_BYTES, 1 << 20) or (1 << 20),
-        dict_bytes=meta.property_int(DICT_BYTES, 2 << 20) or (2 << 20),
-        max_records=max_records,
-        schema=schema,
-        spec_id=spec_id,
-        partition=partition,
-        sort_order_id=sort_order_id,
+    job = make_job(
+        meta, directory=directory, compression=compression, sort_order_id=sort_order_id, mapping=mapping
     )
     bins = [
-        ([_input(t) for t in b], max_records if files == 1 else min(max_records, _rows(b, files)))
+        (
+            [make_input(meta, job, t) for t in b],
+            max_records if files == 1 else min(max_records, _rows(b, files)),
+        )
         for b, files in _bins(tasks, max(1, output_files))
     ]
     io = FileIO.for_location(directory)
@@ -187,10 +255,16 @@ def rewrite_with_arrow(
     sc = spark.sparkContext
     written: list[DataFile] = (
         sc.parallelize(list(enumerate(bins)), len(bins))
-        .flatMap(lambda ib: _write_bin(job, ib[0], ib[1][0], ib[1][1]))
+        .flatMap(lambda ib: _write_bin(job, ib[0], ib[1][0], ib[1][1], spec_id, partition))
         .collect()
     )
-    # A failed or speculative task attempt may have left a partial file: only reported files count.
+    return keep_reported(directory, written)
+
+
+def keep_reported(directory: str, written: Sequence[DataFile]) -> tuple[DataFile, ...]:
+    """A failed or speculative task attempt may have left a partial file: only reported files
+    count, the rest of the directory is removed."""
+    io = FileIO.for_location(directory)
     reported = {f.file_path for f in written}
     io.delete_many([i.location for i in io.list(directory, recursive=True) if i.location not in reported])
     return tuple(sorted(written, key=lambda f: f.file_path))
@@ -243,13 +317,17 @@ def _deleted(item: _Input, wanted: frozenset[str], cache: dict[str, dict[str, pa
     return Deleted.of(parts)
 
 
-class _Output:
-    """The task's output files: rows buffered into row groups, files rolled at max_records."""
+class Output:
+    """One partition's output files: rows buffered into row groups, files rolled at max_records."""
 
-    def __init__(self, job: _Job, name: str, max_records: int) -> None:
+    def __init__(
+        self, job: Job, name: str, max_records: int, spec_id: int, partition: tuple[Any, ...]
+    ) -> None:
         self.job = job
         self.name = name
         self.max_records = max(1, max_records)
+        self.spec_id = spec_id
+        self.partition = partition
         self.io = FileIO.for_location(job.directory)
         self.schema = write_schema(job.fields)
         self.buffer: list[pa.RecordBatch] = []
@@ -259,6 +337,7 @@ class _Output:
         self.stream: Any = None
         self.location = ""
         self.file_rows = 0
+        self.floats = FloatCollector(job.fields)
         self.done: list[DataFile] = []
 
     def add(self, batch: pa.RecordBatch) -> None:
@@ -289,12 +368,16 @@ class _Output:
                 store_schema=False,
                 write_statistics=True,
             )
+            self.floats = FloatCollector(self.job.fields)
         table = pa.Table.from_batches(self.buffer, self.schema)
+        for batch in table.to_batches():
+            self.floats.update(batch)
         self.writer.write_table(table, row_group_size=max(1, table.num_rows))
         self.file_rows += table.num_rows
         self.buffer, self.buffered_bytes, self.buffered_rows = [], 0, 0
 
     def close(self) -> None:
+        self.flush()
         if self.writer is None:
             return
         self.writer.close()
@@ -308,8 +391,10 @@ class _Output:
             self.job.schema,
             path=self.location,
             file_size=size,
-            spec_id=self.job.spec_id,
-            partition=self.job.partition,
+            spec_id=self.spec_id,
+            partition=self.partition,
+            metrics=self.job.metrics,
+            floats=self.floats.stats,
         )
         self.done.append(
             f if self.job.sort_order_id is None else replace(f, sort_order_id=self.job.sort_order_id)
@@ -338,24 +423,20 @@ def _batches(f: pq.ParquetFile, columns: list[str]) -> Iterator[tuple[int, pa.Re
             yield f.metadata.row_group(i).num_rows, None
 
 
-def _write_bin(job: _Job, index: int, items: Sequence[_Input], max_records: int) -> list[DataFile]:
+def task_name(index: int) -> str:
     context = TaskContext.get()
     attempt = context.attemptNumber() if context is not None else 0
-    out = _Output(job, f"{index:05d}-{attempt}-{uuid.uuid4().hex[:12]}", max_records)
+    return f"{index:05d}-{attempt}-{uuid.uuid4().hex[:12]}"
+
+
+def _write_bin(
+    job: Job, index: int, items: Sequence[_Input], max_records: int, spec_id: int, partition: tuple[Any, ...]
+) -> list[DataFile]:
+    out = Output(job, task_name(index), max_records, spec_id, partition)
     FileIO.for_location(job.directory).mkdirs(job.directory)
-    cache: dict[str, dict[str, pa.Array]] = {}
-    wanted = frozenset(path_key(i.location) for i in items)
     try:
-        for item in items:
-            try:
-                _copy(job, item, _deleted(item, wanted, cache), out)
-            except (pa.ArrowException, OSError) as err:
-                # Arrow's and the store's own errors name neither the file nor tablekeeper: the
-                # driver would only see a Py4J line.
-                kind = StorageError if isinstance(err, OSError) else CorruptMetadataError
-                reason = (str(err).strip().splitlines() or [err.__class__.__name__])[0]
-                raise kind(f"rewriting {item.location}: {reason}") from err
-        out.flush()
+        for batch in read_inputs(job, items):
+            out.add(batch)
         out.close()
     except BaseException:
         out.abandon()
@@ -363,29 +444,107 @@ def _write_bin(job: _Job, index: int, items: Sequence[_Input], max_records: int)
     return out.done
 
 
-def _copy(job: _Job, item: _Input, deleted: Deleted, out: _Output) -> None:
+def read_inputs(job: Job, items: Sequence[_Input]) -> Iterator[pa.RecordBatch]:
+    """The live rows of ``items`` (deletes applied, lineage made explicit) as batches of the
+    job's write schema."""
+    cache: dict[str, dict[str, pa.Array]] = {}
+    equality_cache: dict[str, pa.Table] = {}
+    wanted = frozenset(path_key(i.location) for i in items)
+    for item in items:
+        try:
+            yield from _read(job, item, _deleted(item, wanted, cache), equality_cache)
+        except (pa.ArrowException, OSError) as err:
+            # Arrow's and the store's own errors name neither the file nor tablekeeper: the
+            # driver would only see a Py4J line.
+            kind = StorageError if isinstance(err, OSError) else CorruptMetadataError
+            reason = (str(err).strip().splitlines() or [err.__class__.__name__])[0]
+            raise kind(f"rewriting {item.location}: {reason}") from err
+
+
+def _read(
+    job: Job, item: _Input, deleted: Deleted, equality_cache: dict[str, pa.Table]
+) -> Iterator[pa.RecordBatch]:
     row_id, updated = len(job.fields) - 2, len(job.fields) - 1
+    schema = write_schema(job.fields)
+    equalities = [
+        (ids, _equality_rows(job, location, ids, equality_cache)) for location, ids in item.equalities
+    ]
     io = FileIO.for_location(item.location)
     with io.open_input(item.location) as stream:
         f = pq.ParquetFile(stream, coerce_int96_timestamp_unit="us")
         columns, project = projector(f.schema_arrow, job.fields, job.mapping, item.location)
         offset = 0
         for n, batch in _batches(f, columns):
-            if batch is None:
-                arrays = [pa.nulls(n, type=a.type) for a in project(pa.record_batch([], names=[]))]
-            else:
-                arrays = project(batch)
-            for i, value in job.fills:
-                arrays[i] = fill(arrays[i], value)
+            arrays = project(batch if batch is not None else pa.record_batch([], names=[]), n)
+            for i, t, value in item.fills:
+                arrays[i] = fill(arrays[i], t, value)
             if job.lineage and item.first_row_id is not None:
                 ids = pc.add(positions(offset, n), item.first_row_id)
                 arrays[row_id] = pc.coalesce(arrays[row_id], ids)
                 arrays[updated] = pc.coalesce(arrays[updated], pa.scalar(item.sequence_number, pa.int64()))
-            rows = pa.RecordBatch.from_arrays(arrays, schema=out.schema)
+            rows = pa.RecordBatch.from_arrays(arrays, schema=schema)
             mask = kept(offset, n, deleted)
-            out.add(rows if mask is None else rows.filter(mask))
+            for ids, deletes in equalities:
+                gone = _equality_mask(job, arrays, ids, deletes)
+                if gone is not None:
+                    live = pc.invert(gone)
+                    mask = live if mask is None else pc.and_(mask, live)
+            yield rows if mask is None else rows.filter(mask)
             offset += n
         if offset != f.metadata.num_rows:
             raise CorruptMetadataError(
                 f"{item.location} yielded {offset} rows but its footer says {f.metadata.num_rows}"
             )
+
+
+def _equality_rows(job: Job, location: str, ids: tuple[int, ...], cache: dict[str, pa.Table]) -> pa.Table:
+    """An equality delete file's rows, its columns resolved by field id and read as the current
+    schema's types, deduplicated."""
+    key = f"{location}#{ids}"
+    if key not in cache:
+        fields = [
+            _field_at(job.fields, p) for p in (_path_of(job.fields, fid) for fid in ids) if p is not None
+        ]
+        with FileIO.for_location(location).open_input(location) as stream:
+            f = pq.ParquetFile(stream, coerce_int96_timestamp_unit="us")
+            flat = [NestedField(fd.id, f"c{i}", fd.type) for i, fd in enumerate(fields)]
+            columns, project = projector(f.schema_arrow, flat, job.mapping, location)
+            parts = [
+                pa.record_batch(project(b), names=[x.name for x in flat])
+                for _, b in _batches(f, columns)
+                if b is not None
+            ]
+        table = (
+            pa.Table.from_batches(parts)
+            if parts
+            else pa.table({x.name: pa.array([], write_schema([x]).field(0).type) for x in flat})
+        )
+        cache[key] = table.group_by([x.name for x in flat]).aggregate([]) if len(table) else table
+    return cache[key]
+
+
+def _equality_mask(
+    job: Job, arrays: Sequence[pa.Array], ids: tuple[int, ...], deletes: pa.Table
+) -> pa.Array | None:
+    """True for the rows an equality delete removes: every equality column equal to a delete
+    row's value, nulls equal to nulls (Iceberg's rule)."""
+    if not len(deletes):
+        return None
+    columns = [_column_at(arrays, p) for p in (_path_of(job.fields, fid) for fid in ids) if p is not None]
+    columns = [_storage(c) for c in columns]
+    if len(columns) == 1:
+        wanted = _storage(deletes.column(0).combine_chunks())
+        return pc.fill_null(pc.is_in(columns[0], value_set=wanted, skip_nulls=False), False)
+    # Several columns: rare and small (keys of deleted rows), so a set of Python tuples.
+    gone = set(
+        zip(
+            *(_storage(deletes.column(i).combine_chunks()).to_pylist() for i in range(len(columns))),
+            strict=True,
+        )
+    )
+    hits = [row in gone for row in zip(*(c.to_pylist() for c in columns), strict=True)]
+    return pa.array(hits, pa.bool_())
+
+
+def _storage(column: pa.Array) -> pa.Array:
+    return column.storage if isinstance(column.type, pa.BaseExtensionType) else column

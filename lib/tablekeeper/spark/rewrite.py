@@ -39,6 +39,7 @@ from tablekeeper.iceberg.rewrite_plan import FileTask
 from tablekeeper.iceberg.types import FixedType, IcebergType, NestedField, Schema, StructType
 from tablekeeper.io import FileIO
 from tablekeeper.spark.arrow_rewrite import arrow_blocker, rewrite_with_arrow
+from tablekeeper.spark.arrow_sort import Ordering, rewrite_sorted
 from tablekeeper.spark.concurrent import no_cycle_collection
 from tablekeeper.spark.data_read import (
     FILE,
@@ -55,6 +56,7 @@ from tablekeeper.spark.schema import (
     READ_WRITE_CONF,
     ROW_ID,
     spark_field,
+    spark_schema,
     spark_type,
 )
 
@@ -101,16 +103,26 @@ def rewrite_conf(spark: SparkSession) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class WriteTarget:
-    """Where and how one rewrite writes: all its rows go to one spec and partition."""
+    """Where and how one rewrite writes: all its rows go to one spec, and to one partition
+    unless ``partition`` is None (files of other specs: each row's partition is computed)."""
 
     spec: PartitionSpec
-    partition: tuple[Any, ...]
+    partition: tuple[Any, ...] | None
     directory: str
     compression: str
     max_records_per_file: int
     output_files: int
-    sort: tuple[tuple[str, bool, bool], ...]  # (column, ascending, nulls first)
+    ordering: Ordering
     global_sort: bool  # range-partition by the sort (sort strategy) or only sort within tasks
+
+    @property
+    def sort(self) -> tuple[tuple[str, bool, bool], ...]:
+        """(column, ascending, nulls first) of a sort on plain columns (Spark's writer)."""
+        return tuple((t.name, t.ascending, t.nulls_first) for t in self.ordering.terms)
+
+    @property
+    def shuffles(self) -> bool:
+        return bool(self.ordering.terms) or self.ordering.zorder is not None or self.partition is None
 
 
 def _constants(
@@ -349,30 +361,44 @@ def rewrite_files(
     sort_order_id: int | None,
     writer: str = "auto",
 ) -> Rewritten:
-    """Rewrite ``tasks`` (files of one spec and partition) into ``target``; returns the new
-    files with metrics from their footers. The caller deletes the directory on failure.
+    """Rewrite ``tasks`` into ``target``; returns the new files with metrics from their footers.
+    The caller deletes the directory on failure.
 
-    ``writer="auto"`` streams groups that need no shuffle through Arrow on the executors (no
-    sort, no equality deletes); everything else, and ``writer="spark"``, goes through Spark SQL."""
-    _refuse_initial_defaults(meta.schema())
-    blocker = arrow_blocker(meta, tasks, bool(target.sort), target.compression)
+    ``writer="auto"`` reads and writes with Arrow on the executors: streamed straight through
+    when the rows stay in their partition unsorted, through a Spark shuffle otherwise (sorts,
+    Z-order, another spec). ``writer="spark"`` uses Spark's Parquet reader and writer."""
+    blocker = arrow_blocker(meta, target.compression)
     if writer == "auto" and blocker is None:
-        files = rewrite_with_arrow(
-            spark,
-            meta,
-            tasks,
-            directory=target.directory,
-            spec_id=target.spec.spec_id,
-            partition=target.partition,
-            compression=target.compression,
-            output_files=target.output_files,
-            max_records=target.max_records_per_file,
-            sort_order_id=sort_order_id,
-            mapping=name_mapping(meta),
-        )
-        return Rewritten(files, target.directory, "arrow")
+        common: dict[str, Any] = {
+            "directory": target.directory,
+            "compression": target.compression,
+            "output_files": target.output_files,
+            "max_records": target.max_records_per_file,
+            "sort_order_id": sort_order_id,
+            "mapping": name_mapping(meta),
+        }
+        if not target.shuffles:
+            assert target.partition is not None
+            files = rewrite_with_arrow(
+                spark, meta, tasks, spec_id=target.spec.spec_id, partition=target.partition, **common
+            )
+            return Rewritten(files, target.directory, "arrow")
+        ordering = target.ordering
+        if not target.global_sort:
+            ordering = Ordering(ordering.terms, ordering.zorder, ordering.zorder_ids, local=True)
+        files = rewrite_sorted(spark, meta, tasks, spec=target.spec, ordering=ordering, **common)
+        return Rewritten(files, target.directory, "arrow+shuffle")
     if writer == "auto":
         log.info("rewriting %d files through Spark: %s", len(tasks), blocker)
+    refuse_for_spark(meta)
+    if target.partition is None:
+        raise ConfigError(
+            "Spark's writer rewrites files within their own spec: --output-spec-id needs --writer auto"
+        )
+    if any(t.transform != "identity" for t in target.ordering.terms) or target.ordering.zorder is not None:
+        raise ConfigError(
+            "Spark's writer sorts by plain columns only: transforms and zorder need --writer auto"
+        )
     schema = meta.schema()
     v3 = meta.format_version >= 3
     scopes = {
@@ -434,6 +460,13 @@ def rewrite_files(
         .parquet(target.directory)
     )
     return Rewritten(_describe(spark, target, schema, sort_order_id), target.directory, "spark")
+
+
+def refuse_for_spark(meta: TableMetadata) -> None:
+    """Refuse tables Spark's Parquet writer would rewrite wrongly: types it cannot write with
+    their ids (lists and maps, uuid, fixed, time, nanosecond timestamps) and initial defaults."""
+    spark_schema(meta.schema())
+    _refuse_initial_defaults(meta.schema())
 
 
 def _refuse_initial_defaults(schema: Schema) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import uuid
+
 import pyarrow as pa
 import pytest
 
@@ -17,13 +19,17 @@ from tablekeeper.iceberg.arrow_project import (
     projector,
     promotable,
     supported,
+    unsupported,
     write_schema,
+    written_fields,
 )
 from tablekeeper.iceberg.name_mapping import parse_name_mapping
 from tablekeeper.iceberg.parquet import FIELD_ID_KEY
 from tablekeeper.iceberg.types import (
     DecimalType,
+    FixedType,
     ListType,
+    MapType,
     NestedField,
     PrimitiveType,
     StructType,
@@ -150,14 +156,80 @@ def test_positions_and_delete_masks() -> None:
 
 
 def test_fill_replaces_only_nulls() -> None:
-    assert fill(pa.array([None, 5], pa.int64()), 7).to_pylist() == [7, 5]
-    dates = fill(pa.array([None], pa.date32()), 19000)
+    assert fill(pa.array([None, 5], pa.int64()), LONG, 7).to_pylist() == [7, 5]
+    dates = fill(pa.array([None], pa.date32()), PrimitiveType("date"), 19000)
     assert str(dates[0]) == "2022-01-08"
     same = pa.array([1, 2], pa.int64())
-    assert fill(same, 9) is same and fill(same, None) is same
+    assert fill(same, LONG, 9) is same and fill(same, LONG, None) is same
+    ids = pa.ExtensionArray.from_storage(pa.uuid(), pa.array([None, b"\x01" * 16], pa.binary(16)))
+    filled = fill(ids, PrimitiveType("uuid"), uuid.UUID(int=5))
+    assert filled.to_pylist() == [uuid.UUID(int=5), uuid.UUID(bytes=b"\x01" * 16)]
 
 
-def test_lists_and_maps_are_not_on_the_fast_path() -> None:
+def test_every_type_but_variant_is_on_the_arrow_path() -> None:
     assert supported(StructType((NestedField(1, "a", DecimalType(4, 1)),)))
-    assert not supported(ListType(2, LONG))
-    assert not supported(PrimitiveType("uuid"))
+    assert supported(ListType(2, LONG))
+    assert supported(MapType(3, STRING, 4, ListType(5, StructType((NestedField(6, "x", FixedType(3)),)))))
+    for name in ("uuid", "time", "timestamp_ns", "timestamptz_ns", "unknown", "binary"):
+        assert supported(PrimitiveType(name))
+    assert not supported(PrimitiveType("variant"))
+    assert not supported(ListType(2, PrimitiveType("unknown")))
+    reason = unsupported(StructType((NestedField(1, "v", PrimitiveType("variant")),)), "s")
+    assert reason is not None and reason.startswith("column s.v has type variant")
+
+
+def _ids(t: pa.DataType) -> list[int]:
+    """Field ids of every nested Arrow field, depth first."""
+    out: list[int] = []
+    children: list[pa.Field] = []
+    if pa.types.is_struct(t):
+        children = [t.field(i) for i in range(t.num_fields)]
+    elif pa.types.is_list(t):
+        children = [t.value_field]
+    elif pa.types.is_map(t):
+        children = [t.key_field, t.item_field]
+    for c in children:
+        out.append(int((c.metadata or {})[FIELD_ID_KEY]))
+        out.extend(_ids(c.type))
+    return out
+
+
+def test_nested_columns_resolve_by_id_at_every_level_and_keep_their_ids() -> None:
+    element = StructType((NestedField(5, "a", LONG), NestedField(12, "b", STRING, initial_default="x")))
+    fields = (
+        NestedField(1, "l", ListType(4, element)),
+        NestedField(2, "m", MapType(6, STRING, 7, ListType(8, PrimitiveType("double")))),
+        NestedField(13, "gone", PrimitiveType("unknown")),
+        NestedField(15, "d", INT, initial_default=7),
+    )
+    # The file: the struct's field 5 is still an int under an older name, 12 does not exist yet.
+    file_schema = pa.schema(
+        [
+            _f("l", pa.list_(_f("element", pa.struct([_f("old_a", pa.int32(), 5)]), 4)), 1),
+            _f(
+                "m",
+                pa.map_(
+                    _f("key", pa.string(), 6).with_nullable(False),
+                    _f("value", pa.list_(_f("element", pa.float64(), 8)), 7),
+                ),
+                2,
+            ),
+        ]
+    )
+    batch = pa.record_batch(
+        [
+            pa.array([[{"old_a": 1}], None, []], file_schema.field("l").type),
+            pa.array([[("k", [1.0, None])], None, []], file_schema.field("m").type),
+        ],
+        schema=file_schema,
+    )
+    read, project = projector(file_schema, written_fields(fields), None, "f")
+    assert read == ["l", "m"]
+    arrays = project(batch)
+    assert arrays[0].to_pylist() == [[{"a": 1, "b": "x"}], None, []]
+    assert arrays[1].to_pylist() == [[("k", [1.0, None])], None, []]
+    assert arrays[2].to_pylist() == [7, 7, 7]
+    schema = write_schema(fields)
+    assert schema.names == ["l", "m", "d"]  # unknown columns are never written
+    assert _ids(schema.field("l").type) == [4, 5, 12]
+    assert _ids(schema.field("m").type) == [6, 7, 8]

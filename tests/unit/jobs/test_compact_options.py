@@ -34,7 +34,17 @@ def test_sort_orders_default_nulls_like_iceberg() -> None:
     assert parse_sort_order("zorder(a, b)").zorder == ("a", "b")
 
 
-@pytest.mark.parametrize("text", ["bucket(16, id)", "c1 UP", "zorder()"])
+def test_sort_orders_with_transforms() -> None:
+    spec = parse_sort_order("bucket(16, id) DESC, truncate(name, 4), days(ts) NULLS LAST, hours(`t 2`)")
+    assert spec.keys == (
+        SortKey("id", False, False, "bucket[16]"),
+        SortKey("name", True, True, "truncate[4]"),
+        SortKey("ts", True, False, "day"),
+        SortKey("t 2", True, True, "hour"),
+    )
+
+
+@pytest.mark.parametrize("text", ["bucket(id)", "c1 UP", "zorder()", "spin(3, id)", "days(2, ts)"])
 def test_bad_sort_orders(text: str) -> None:
     with pytest.raises(ConfigError, match="sort-order"):
         parse_sort_order(text)

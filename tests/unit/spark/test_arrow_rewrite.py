@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tablekeeper.iceberg.types import NestedField, PrimitiveType, Schema
-from tablekeeper.spark.arrow_rewrite import _bins, _Job, _Output
+from tablekeeper.iceberg.metrics import MetricsConfig
+from tablekeeper.spark.arrow_rewrite import Job, Output, _bins
 
 
 @dataclass(frozen=True)
@@ -43,29 +44,26 @@ def test_even_inputs_split_evenly() -> None:
     assert _shape([10] * 3, 1) == [([10] * 3, 1)]
 
 
-def _job(directory: Path) -> _Job:
+def _job(directory: Path) -> Job:
     fields = (NestedField(1, "id", PrimitiveType("long")),)
-    return _Job(
+    return Job(
         fields=fields,
         lineage=False,
         mapping=None,
-        fills=(),
         directory=str(directory),
         codec="zstd",
         level=3,
         row_group_bytes=128 << 20,
         page_bytes=1 << 20,
         dict_bytes=2 << 20,
-        max_records=1 << 40,
         schema=Schema(0, fields),
-        spec_id=0,
-        partition=(),
+        metrics=MetricsConfig(),
         sort_order_id=None,
     )
 
 
 def test_files_roll_at_exactly_the_row_limit(tmp_path: Path) -> None:
-    out = _Output(_job(tmp_path), "t", max_records=50_000)
+    out = Output(_job(tmp_path), "t", 50_000, 0, ())
     for start in range(0, 130_000, 65_536):
         ids = pa.array(range(start, min(start + 65_536, 130_000)), pa.int64())
         out.add(pa.record_batch([ids], schema=out.schema))
@@ -77,7 +75,7 @@ def test_files_roll_at_exactly_the_row_limit(tmp_path: Path) -> None:
 
 
 def test_a_failed_attempt_deletes_what_it_wrote(tmp_path: Path) -> None:
-    out = _Output(_job(tmp_path), "t", max_records=10)
+    out = Output(_job(tmp_path), "t", 10, 0, ())
     out.add(pa.record_batch([pa.array(range(25), pa.int64())], schema=out.schema))
     out.flush()  # the last 5 rows into a third file, left open
     assert len(list(tmp_path.iterdir())) == 3
@@ -88,11 +86,7 @@ def test_a_failed_attempt_deletes_what_it_wrote(tmp_path: Path) -> None:
 @pytest.mark.parametrize("codec", ["snappy", "none"])
 def test_codecs_without_a_level_write(tmp_path: Path, codec: str) -> None:
     job = _job(tmp_path)
-    out = _Output(
-        _Job(**{**job.__dict__, "codec": codec, "level": None}),  # type: ignore[arg-type]
-        "t",
-        max_records=100,
-    )
+    out = Output(Job(**{**job.__dict__, "codec": codec, "level": None}), "t", 100, 0, ())  # type: ignore[arg-type]
     out.add(pa.record_batch([pa.array([1, 2], pa.int64())], schema=out.schema))
     out.flush()
     out.close()
