@@ -346,7 +346,9 @@ def test_partition_evolution_and_the_oracle(spark, catalogs) -> None:  # type: i
     assert spark.sql(f"SELECT * FROM {theirs}").exceptAll(spark.sql(f"SELECT * FROM {ours}")).count() == 0
     # Like Iceberg, old-spec files are rewritten into the current spec (--output-spec-id's default).
     ice, tk = _data_files(spark, theirs), _data_files(spark, ours)
-    specs = {r[0] for r in spark.sql(f"SELECT DISTINCT spec_id FROM {ours}.files WHERE content = 0").collect()}
+    specs = {
+        r[0] for r in spark.sql(f"SELECT DISTINCT spec_id FROM {ours}.files WHERE content = 0").collect()
+    }
     current = spark.sql(f"SELECT max(spec_id) FROM {theirs}.files").collect()[0][0]
     assert specs == {current} and abs(ice - tk) <= 4, (ice, tk, specs, m)
 

@@ -80,7 +80,7 @@ def unsupported(t: IcebergType, where: str) -> str | None:
         if t.element == UNKNOWN:
             return f"column {where} is a list of unknown: no Parquet type holds its elements"
         return unsupported(t.element, f"{where}.element")
-    if t.key == UNKNOWN or t.value == UNKNOWN:
+    if UNKNOWN in (t.key, t.value):
         return f"column {where} is a map with unknown keys or values: no Parquet type holds them"
     return unsupported(t.key, f"{where}.key") or unsupported(t.value, f"{where}.value")
 
@@ -258,7 +258,8 @@ def missing(f: NestedField, n: int) -> pa.Array:
         return pa.StructArray.from_arrays(children, fields=list(target))
     if isinstance(f.type, (ListType, MapType)):
         raise UnsupportedFeatureError(
-            f"column {f.name} (id {f.id}) has an initial default of a {f.type.__class__.__name__}: not supported"
+            f"column {f.name} (id {f.id}) has an initial default of a "
+            f"{f.type.__class__.__name__}: not supported"
         )
     return pa.repeat(arrow_scalar(f.type, from_json(f.type, f.initial_default)), n)
 

@@ -46,13 +46,16 @@ def python_values(t: IcebergType, column: pa.Array) -> list[Any]:
     if isinstance(column.type, pa.BaseExtensionType):
         column = column.storage
     kind = type_kind(t)
+    values: list[Any]
     if kind == "date":
-        return column.cast(pa.int32()).to_pylist()
-    if kind in _INTEGRAL:
-        return column.cast(pa.int64()).to_pylist()
-    if kind == "uuid":
-        return [None if v is None else uuid.UUID(bytes=v) for v in column.to_pylist()]
-    return column.to_pylist()
+        values = column.cast(pa.int32()).to_pylist()
+    elif kind in _INTEGRAL:
+        values = column.cast(pa.int64()).to_pylist()
+    elif kind == "uuid":
+        values = [None if v is None else uuid.UUID(bytes=v) for v in column.to_pylist()]
+    else:
+        values = column.to_pylist()
+    return values
 
 
 def transformed(transform: Transform, t: IcebergType, column: pa.Array) -> pa.Array:
@@ -130,7 +133,8 @@ def ordered_bytes(t: IcebergType, column: pa.Array, var_length: int) -> np.ndarr
     else:
         raise ConfigError(f"zorder cannot order a column of type {t}")
     out[~valid] = 0
-    return out
+    result: np.ndarray = out
+    return result
 
 
 def _prefix_bytes(column: pa.Array, width: int, text: bool) -> np.ndarray:
@@ -160,7 +164,8 @@ def _prefix_bytes(column: pa.Array, width: int, text: bool) -> np.ndarray:
             cut = np.where(split, cut - 1, cut)
     index = starts[:, None] + np.arange(width)[None, :]
     taken = data[np.minimum(index, len(data) - 1)]
-    return np.where(np.arange(width)[None, :] < cut[:, None], taken, 0).astype(np.uint8)
+    out: np.ndarray = np.where(np.arange(width)[None, :] < cut[:, None], taken, 0).astype(np.uint8)
+    return out
 
 
 def interleave(columns: Sequence[np.ndarray], max_output_size: int) -> np.ndarray:

@@ -61,7 +61,8 @@ def resolve(options: CompactOptions, meta: TableMetadata) -> RowOrder:
         return RowOrder(_ordering(keys, meta, options), table_id if keys == table_keys else 0, True, spec)
     if not complete:
         raise ConfigError(
-            f'{options.table} has no sort order: give --sort-order "c1 ASC, bucket(16, c2)" or "zorder(c1, c2)"'
+            f'{options.table} has no sort order: give --sort-order "c1 ASC, bucket(16, c2)" '
+            'or "zorder(c1, c2)"'
         )
     return RowOrder(_ordering(table_keys, meta, options), table_id, True, spec)
 

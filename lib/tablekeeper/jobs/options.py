@@ -112,7 +112,8 @@ def parse_sort_order(text: str) -> SortSpec:
         match = _SORT_TERM.match(term)
         if not match:
             raise ConfigError(
-                f"--sort-order term {term.strip()!r} is not '[transform(]column[)] [ASC|DESC] [NULLS FIRST|LAST]' "
+                f"--sort-order term {term.strip()!r} is not "
+                "'[transform(]column[)] [ASC|DESC] [NULLS FIRST|LAST]' "
                 "(transforms: bucket(N, c), truncate(W, c), years, months, days, hours), or zorder(c1, c2)"
             )
         ascending = (match.group("dir") or "ASC").upper() == "ASC"

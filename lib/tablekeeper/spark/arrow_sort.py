@@ -287,7 +287,10 @@ def rewrite_sorted(
 
     io = FileIO.for_location(directory)
     io.mkdirs(directory)
-    df = spark.range(0, len(bins), 1, numPartitions=max(1, len(bins))).mapInArrow(read, carried)
+    df = spark.range(0, len(bins), 1, numPartitions=max(1, len(bins))).mapInArrow(
+        read,  # type: ignore[arg-type]
+        carried,
+    )
     if order and not ordering.local:
         df = df.repartitionByRange(max(1, output_files), *order).sortWithinPartitions(*order)
     elif part:
@@ -297,7 +300,8 @@ def rewrite_sorted(
         df = df.repartition(max(1, output_files))
         if order:
             df = df.sortWithinPartitions(*order)
-    out = df.mapInArrow(write, T.StructType([T.StructField("file", T.BinaryType(), False)]))
+    result = T.StructType([T.StructField("file", T.BinaryType(), False)])
+    out = df.mapInArrow(write, result)  # type: ignore[arg-type]
     written = [pickle.loads(r[0]) for r in out.collect()]
     return keep_reported(directory, written)
 
@@ -361,4 +365,4 @@ def _runs(keys: pa.Array) -> list[tuple[int, int]]:
         return []
     changed = pc.not_equal(keys.slice(1), keys.slice(0, n - 1))
     starts = [0] + [i + 1 for i, c in enumerate(changed.to_pylist()) if c]
-    return list(zip(starts, starts[1:] + [n], strict=True))
+    return list(zip(starts, [*starts[1:], n], strict=True))

@@ -524,9 +524,8 @@ def _describe(
         else:
             clutter.append(info.location)  # checksums and markers of the Hadoop committer
     io.delete_many(clutter)
-    tasks = [
-        (i.location, i.size, target.spec.spec_id, target.partition, sort_order_id, schema) for i in written
-    ]
+    partition = target.partition if target.partition is not None else ()
+    tasks = [(i.location, i.size, target.spec.spec_id, partition, sort_order_id, schema) for i in written]
     if not tasks:
         return ()
     sc = spark.sparkContext

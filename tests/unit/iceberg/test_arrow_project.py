@@ -3,9 +3,8 @@ promotions, nulls for missing fields, struct validity, delete masks and partitio
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 import uuid
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tablekeeper.iceberg.types import NestedField, PrimitiveType, Schema
 from tablekeeper.iceberg.metrics import MetricsConfig
+from tablekeeper.iceberg.types import NestedField, PrimitiveType, Schema
 from tablekeeper.spark.arrow_rewrite import Job, Output, _bins
 
 
