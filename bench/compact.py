@@ -9,8 +9,16 @@ saved. Each engine then runs in its own process on a fresh copy:
 - ``spark``: the floor, a plain ``spark.read.parquet`` of the same files and ``write.parquet`` into
   as many files as the engines write, with the same codec (no deletes, ids or commit).
 
+``--case`` picks the table and the rewrite:
+
+- ``binpack`` (default): flat columns, bin-pack as above;
+- ``zorder``: the same table, Iceberg's ``zOrder("v", "n")`` against
+  ``compact --strategy sort --sort-order "zorder(v, n)"``, every file rewritten; the floor adds
+  Spark's own range partition and sort by the two columns;
+- ``nested``: a table of lists, maps and structs nested two levels deep, bin-pack.
+
 Engines alternate over ``--repeat`` runs and the median is reported. Goals: tablekeeper at most
-1.0x Iceberg's time and within 1.25x of the floor.
+1.0x Iceberg's time in every case, and within 1.25x of the floor for bin-pack.
 """
 
 from __future__ import annotations
@@ -43,13 +51,42 @@ def _spark(work: Path):  # type: ignore[no-untyped-def]
     )
 
 
-def build(work: Path, files: int, rows: int) -> None:
+_NESTED = (
+    "id BIGINT, tags ARRAY<STRING>, attrs MAP<STRING, BIGINT>, "
+    "visits ARRAY<STRUCT<at: TIMESTAMP, page: STRING, scores: ARRAY<DOUBLE>>>, "
+    "who STRUCT<name: STRING, address: STRUCT<city: STRING, zip: INT>, phones: MAP<STRING, STRING>>"
+)
+
+
+def _build_nested(spark, files: int, rows: int) -> None:  # type: ignore[no-untyped-def]
+    spark.sql(
+        f"CREATE TABLE b.{TABLE} ({_NESTED}) USING iceberg "
+        "TBLPROPERTIES ('format-version'='2', 'write.distribution-mode'='none')"
+    )
+    spark.range(rows).selectExpr(
+        "id",
+        "IF(id % 10 = 0, NULL, array(md5(CAST(id AS STRING)), sha1(CAST(id AS STRING)))) AS tags",
+        "map(concat('a', id % 7), id, concat('b', id % 11), id * 3) AS attrs",
+        "array(named_struct('at', timestamp_micros(1700000000000000 + id * 1000), 'page', "
+        "concat('/p/', id % 1000), 'scores', array(rand(1), rand(2)))) AS visits",
+        "named_struct('name', md5(CAST(id * 5 AS STRING)), 'address', named_struct('city', "
+        "concat('c', id % 500), 'zip', CAST(id % 99999 AS INT)), 'phones', map('home', "
+        "CAST(id AS STRING))) AS who",
+    ).repartition(files).writeTo(f"b.{TABLE}").append()
+
+
+def build(work: Path, files: int, rows: int, case: str) -> None:
     if (work / "built").exists():
         return
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     spark = _spark(work)
     spark.sql("CREATE NAMESPACE IF NOT EXISTS b.bench")
+    if case == "nested":
+        _build_nested(spark, files, rows)
+        spark.stop()
+        (work / "built").write_text("ok")
+        return
     spark.sql(
         f"CREATE TABLE b.{TABLE} (id BIGINT, k STRING, v DOUBLE, n BIGINT, s STRING) USING iceberg "
         "TBLPROPERTIES ('format-version'='2', 'write.distribution-mode'='none')"
@@ -70,7 +107,7 @@ def _parquet_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*.parquet"))
 
 
-def run_engine(engine: str, work: Path, output_files: int, tk_writer: str) -> dict[str, object]:
+def run_engine(engine: str, work: Path, output_files: int, tk_writer: str, case: str) -> dict[str, object]:
     """Inside the child: one engine on the saved state."""
     from tablekeeper.catalog import catalog_for
 
@@ -82,26 +119,40 @@ def run_engine(engine: str, work: Path, output_files: int, tk_writer: str) -> di
     if engine == "iceberg":
         jvm = spark.sparkContext._jvm
         table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, f"b.{TABLE}")
-        r = (
-            jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
-            .rewriteDataFiles(table)
-            .binPack()
-            .execute()
+        action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteDataFiles(
+            table
         )
+        if case == "zorder":
+            action = action.zOrder(_java_strings(jvm, ["v", "n"])).option("rewrite-all", "true")
+        else:
+            action = action.binPack()
+        r = action.execute()
         rewritten, added = int(r.rewrittenDataFilesCount()), int(r.addedDataFilesCount())
     elif engine == "tablekeeper":
         from tablekeeper.jobs.compact import CompactOptions, run_compact
 
-        options = CompactOptions(TABLE, writer=tk_writer)  # type: ignore[arg-type]
+        if case == "zorder":
+            options = CompactOptions(
+                TABLE,
+                strategy="sort",
+                sort_order="zorder(v, n)",
+                rewrite_all=True,
+                writer=tk_writer,  # type: ignore[arg-type]
+            )
+        else:
+            options = CompactOptions(TABLE, writer=tk_writer)  # type: ignore[arg-type]
         m = run_compact(options, catalog_for(_catalogs(work).get("b")), TABLE, spark).metrics
         rewritten, added = int(m["rewritten_data_files_count"]), int(m["added_data_files_count"])
     else:
         paths = [str(p) for p in (work / "wh" / "bench" / "c" / "data").rglob("*.parquet")]
         # The same file-stat parallelism compact uses (Spark's default is a task per path).
         spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.parallelism", "8")
-        spark.read.parquet(*paths).coalesce(output_files).write.option("compression", "zstd").parquet(
-            str(work / "floor")
-        )
+        df = spark.read.parquet(*paths)
+        if case == "zorder":
+            df = df.repartitionByRange(output_files, "v", "n").sortWithinPartitions("v", "n")
+        else:
+            df = df.coalesce(output_files)
+        df.write.option("compression", "zstd").parquet(str(work / "floor"))
         rewritten, added = len(paths), len(list((work / "floor").glob("*.parquet")))
     seconds = time.perf_counter() - t0
     written = work / "floor" if engine == "spark" else work / "wh"
@@ -114,6 +165,13 @@ def run_engine(engine: str, work: Path, output_files: int, tk_writer: str) -> di
         "added": added,
         "added_bytes": out_bytes,
     }
+
+
+def _java_strings(jvm, values: list[str]):  # type: ignore[no-untyped-def]
+    array = jvm.java.lang.reflect.Array.newInstance(jvm.java.lang.String, len(values))
+    for i, v in enumerate(values):
+        array[i] = v
+    return array
 
 
 def _summary(engine: str, runs: list[dict[str, object]]) -> dict[str, object]:
@@ -143,22 +201,30 @@ def main() -> None:
     parser.add_argument(
         "--tk-writer", default="auto", choices=["auto", "spark"], help="tablekeeper's compact --writer"
     )
+    parser.add_argument("--case", default="binpack", choices=["binpack", "zorder", "nested"])
     parser.add_argument("--child", nargs=1, help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_engine(args.child[0], Path(args.work), args.output_files, args.tk_writer)))
+        print(
+            json.dumps(
+                run_engine(args.child[0], Path(args.work), args.output_files, args.tk_writer, args.case)
+            )
+        )
         return
     OUT.mkdir(parents=True, exist_ok=True)
-    saved, work = OUT / "compact_saved", OUT / "compact_work"
+    tag = "" if args.case == "binpack" else f"_{args.case}"
+    # zorder rewrites the bin-pack case's table; nested has its own.
+    saved = OUT / ("compact_saved_nested" if args.case == "nested" else "compact_saved")
+    work = OUT / "compact_work"
     t = time.perf_counter()
     if not (saved / "built").exists():
         # Built where the engines run (metadata holds absolute paths), then saved for each run.
-        build(work, args.files, args.rows)
+        build(work, args.files, args.rows, args.case)
         shutil.rmtree(saved, ignore_errors=True)
         shutil.copytree(work, saved)
     size = sum(p.stat().st_size for p in (saved / "wh").rglob("*.parquet"))
-    shape = f"{args.files:,} files, {size / 2**20:,.0f} MiB"
+    shape = f"{args.case}: {args.files:,} files, {size / 2**20:,.0f} MiB"
     print(f"compact: table ready in {time.perf_counter() - t:.1f}s ({shape})", file=sys.stderr)
     runs: list[dict[str, object]] = []
     for rep in range(args.repeat):
@@ -174,12 +240,14 @@ def main() -> None:
                 str(args.output_files),
                 "--tk-writer",
                 args.tk_writer,
+                "--case",
+                args.case,
             )
             runs.append({**r, "engine": engine, "run": rep + 1})
             print(f"  run {rep + 1} {engine}: {r.get('seconds', r.get('error'))}", file=sys.stderr)
     results = [_summary(e, [r for r in runs if r["engine"] == e]) for e in ENGINES]
     by = {r["engine"]: r for r in results if "seconds" in r}
-    print(f"\n(compact) {shape}; median of {args.repeat} alternating runs\n")
+    print(f"\n(compact {args.case}) {shape}; median of {args.repeat} alternating runs\n")
     print(
         "{:<12} {:>9} {:>13} {:>10} {:>10} {:>9} {:>7} {:>9}".format(
             "engine", "seconds", "min-max", "x Iceberg", "x floor", "rewritten", "added", "added MiB"
@@ -197,7 +265,7 @@ def main() -> None:
             f"{r['engine']!s:<12} {secs:>9.2f} {spread:>13} {vs_ice:>10} {vs_floor:>10} "
             f"{r['rewritten']!s:>9} {r['added']!s:>7} {r['added_mib']!s:>9}"
         )
-    out = OUT / "compact.json"
+    out = OUT / f"compact{tag}.json"
     out.write_text(json.dumps({"shape": shape, "results": results, "runs": runs}, indent=2))
     print(f"\nwrote {out}")
 

@@ -289,3 +289,41 @@ def test_time_uuid_fixed_written_by_pyiceberg(spark, catalogs) -> None:  # type:
     assert "field_id=2 t (Time(isAdjustedToUTC=false, timeUnit=microseconds))" in text, text
     assert "fixed_len_byte_array(16) field_id=3 u (UUID)" in text, text
     assert "fixed_len_byte_array(3) field_id=4 f" in text, text
+
+
+def test_v3_initial_defaults_fill_files_that_predate_the_column(spark, catalogs) -> None:  # type: ignore[no-untyped-def]
+    """Rows of files written before a column with an initial default read that default; after
+    compact the new files hold it, so Iceberg Spark and PyIceberg read the same rows."""
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {SQL_CATALOG}.{NS}")
+    table = f"{SQL_CATALOG}.{NS}.defaults"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, s STRUCT<a: INT>) USING iceberg "
+        "TBLPROPERTIES ('format-version'='3')"
+    )
+    for i in range(3):
+        spark.sql(
+            f"INSERT INTO {table} SELECT id, named_struct('a', CAST(id AS INT)) "
+            f"FROM range({i * 5}, {i * 5 + 5})"
+        )
+    jvm = spark.sparkContext._jvm
+    iceberg = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    types, literal = jvm.org.apache.iceberg.types.Types, jvm.org.apache.iceberg.expressions.Literal
+    (
+        iceberg.updateSchema()
+        .addColumn("d", types.IntegerType.get(), "added later", literal.of(7))
+        .addColumn("s", "e", types.StringType.get(), "nested, added later", literal.of("x"))
+        .commit()
+    )
+    spark.sql(f"REFRESH TABLE {table}")
+    spark.sql(f"INSERT INTO {table} VALUES (100, named_struct('a', 1, 'e', 'set'), 1)")
+    before = sorted(repr(r) for r in spark.table(table).collect())
+    assert "Row(id=0, s=Row(a=0, e='x'), d=7)" in before, before
+    ident = f"{NS}.defaults"
+    py_before = _py_rows(catalogs, ident)
+    catalog = catalog_for(catalogs.get(SQL_CATALOG))
+    m = run_compact(CompactOptions(table=ident, min_input_files=2), catalog, ident, spark).metrics
+    assert m["rewritten_data_files_count"] == 4, m
+    spark.sql(f"REFRESH TABLE {table}")
+    assert sorted(repr(r) for r in spark.table(table).collect()) == before
+    assert _py_rows(catalogs, ident) == py_before

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from tablekeeper.errors import ConfigError
 from tablekeeper.iceberg.conversions import type_kind
-from tablekeeper.iceberg.transforms import Day, Hour, Identity, Month, Transform, Year
+from tablekeeper.iceberg.transforms import Bucket, Day, Hour, Identity, Month, Transform, Truncate, Void, Year
 from tablekeeper.iceberg.types import DecimalType, FixedType, IcebergType, PrimitiveType
 
 # Iceberg's defaults for its zorder sort options of the same names.
@@ -63,13 +63,78 @@ def transformed(transform: Transform, t: IcebergType, column: pa.Array) -> pa.Ar
     if isinstance(transform, Identity):
         return column
     kind = type_kind(t)
+    if isinstance(transform, Void):
+        return pa.nulls(len(column), arrow_result(transform, t))
     if isinstance(transform, (Year, Month, Day, Hour)) and kind != "time":
         return _time_unit(transform, kind, column)
+    if isinstance(transform, Bucket) and kind in _INTEGRAL:
+        return _bucket_integral(transform.num_buckets, kind, column)
+    if isinstance(transform, Truncate) and kind in ("int", "long"):
+        raw = column.cast(pa.int64())
+        values = raw.fill_null(0).to_numpy(zero_copy_only=False)
+        cut = values - np.mod(values, transform.width)
+        # Out of range only at the type's minimum, where Java's arithmetic wraps: so does this.
+        return pa.array(cut, pa.int64(), mask=_nulls(raw)).cast(column.type, safe=False)
+    if isinstance(transform, Truncate) and kind == "string":
+        return pc.utf8_slice_codeunits(column, 0, transform.width)
+    if isinstance(transform, Truncate) and kind == "binary":
+        return pc.binary_slice(column, 0, transform.width)
     out = [None if v is None else transform.apply(t, v) for v in python_values(t, column)]
     result = transform.result_type(t)
     if isinstance(result, PrimitiveType) and result.name in ("int", "date"):
         return pa.array(out, pa.int32())
     return pa.array(out)
+
+
+def arrow_result(transform: Transform, t: IcebergType) -> pa.DataType:
+    result = transform.result_type(t)
+    if isinstance(result, PrimitiveType) and result.name in ("int", "date"):
+        return pa.int32()
+    return pa.null()
+
+
+def _nulls(column: pa.Array) -> np.ndarray | None:
+    if not column.null_count:
+        return None
+    mask: np.ndarray = column.is_null().to_numpy(zero_copy_only=False)
+    return mask
+
+
+_C1, _C2 = np.uint32(0xCC9E2D51), np.uint32(0x1B873593)
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    out: np.ndarray = (x << np.uint32(r)) | (x >> np.uint32(32 - r))
+    return out
+
+
+def murmur3_longs(values: np.ndarray) -> np.ndarray:
+    """Murmur3 x86 32-bit (seed 0) of each int64 as 8 little-endian bytes, as int32: the hash
+    Iceberg's bucket transform takes of ints, longs, dates, times and timestamps."""
+    words = values.astype("<i8").view("<u4").reshape(-1, 2)
+    h = np.zeros(len(values), np.uint32)
+    with np.errstate(over="ignore"):
+        for i in (0, 1):
+            k = words[:, i].astype(np.uint32) * _C1
+            k = _rotl(k, 15) * _C2
+            h = _rotl(h ^ k, 13) * np.uint32(5) + np.uint32(0xE6546B64)
+        h ^= np.uint32(8)
+        h ^= h >> np.uint32(16)
+        h *= np.uint32(0x85EBCA6B)
+        h ^= h >> np.uint32(13)
+        h *= np.uint32(0xC2B2AE35)
+        h ^= h >> np.uint32(16)
+    out: np.ndarray = h.view(np.int32)
+    return out
+
+
+def _bucket_integral(buckets: int, kind: str, column: pa.Array) -> pa.Array:
+    raw = column.cast(pa.int32() if kind == "date" else pa.int64()).cast(pa.int64())
+    values = raw.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    if kind.endswith("_ns"):
+        values = np.floor_divide(values, 1000)  # hashed as microseconds, as the spec says
+    hashed = murmur3_longs(values).astype(np.int64)
+    return pa.array(((hashed & 0x7FFFFFFF) % buckets).astype(np.int32), pa.int32(), mask=_nulls(raw))
 
 
 def _time_unit(transform: Transform, kind: str, column: pa.Array) -> pa.Array:
@@ -202,20 +267,36 @@ def partition_keys(
     columns: Sequence[tuple[Transform, IcebergType, pa.Array]],
 ) -> tuple[pa.Array, dict[bytes, tuple[Any, ...]]]:
     """(one binary key per row, the partition tuple of each key) for the output spec's fields
-    (transform, source type, source column)."""
-    values = [
-        python_values(transform.result_type(t), transformed(transform, t, c)) for transform, t, c in columns
-    ]
-    keys: dict[tuple[tuple[str, str], ...], bytes] = {}
+    (transform, source type, source column). Rows compare by their transformed values' bits, so
+    -0.0 and 0.0 (and NaN payloads) are distinct partitions, as ``partition_key`` says."""
+    results = [(transform.result_type(t), transformed(transform, t, c)) for transform, t, c in columns]
+    n = len(results[0][1]) if results else 0
+    codes = np.zeros(n, np.int64)
+    for _, column in results:
+        encoded = pc.dictionary_encode(_comparable(column), null_encoding="encode")
+        indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        codes = codes * len(encoded.dictionary) + indices
+        # Dense again, so the next column's factor cannot overflow.
+        codes = np.unique(codes, return_inverse=True)[1].astype(np.int64)
+    if n == 0:
+        return pa.array([], pa.binary()), {}
+    unique, first = np.unique(codes, return_index=True)
     tuples: dict[bytes, tuple[Any, ...]] = {}
-    out = []
-    for row in zip(*values, strict=True):
-        # -0.0 and 0.0 (and NaN payloads) are distinct partitions, as partition_key says.
-        marker = tuple((type(v).__name__, repr(v)) for v in row)
-        key = keys.get(marker)
-        if key is None:
-            key = pickle.dumps(row, protocol=4)
-            keys[marker] = key
-            tuples[key] = tuple(row)
-        out.append(key)
-    return pa.array(out, pa.binary()), tuples
+    keys = []
+    for row in first.tolist():
+        values = tuple(python_values(rt, column.slice(row, 1))[0] for rt, column in results)
+        key = pickle.dumps(values, protocol=4)
+        tuples[key] = values
+        keys.append(key)
+    position = np.searchsorted(unique, codes)
+    return pa.array(keys, pa.binary()).take(pa.array(position)), tuples
+
+
+def _comparable(column: pa.Array) -> pa.Array:
+    """The column with floats as their bits and extension types as their storage."""
+    if isinstance(column.type, pa.BaseExtensionType):
+        column = column.storage
+    if pa.types.is_floating(column.type):
+        bits = pa.int64() if column.type == pa.float64() else pa.int32()
+        return column.view(bits)
+    return column

@@ -54,11 +54,11 @@ from tablekeeper.jobs.result import JobClock, JobResult
 from tablekeeper.spark.data_read import path_key
 from tablekeeper.spark.rewrite import (
     WriteTarget,
-    files_matching,
     new_directory,
     rewrite_conf,
     rewrite_files,
 )
+from tablekeeper.spark.where import files_matching
 from tablekeeper.tables.iceberg import live_files
 
 log = logging.getLogger(__name__)

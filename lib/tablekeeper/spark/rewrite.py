@@ -22,15 +22,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from tablekeeper.errors import ConfigError, CorruptMetadataError, UnsupportedFeatureError
+from tablekeeper.iceberg.arrow_project import projector, written_fields
 from tablekeeper.iceberg.content import DataFile, ManifestEntry
 from tablekeeper.iceberg.conversions import to_json
 from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.iceberg.metrics import FloatCollector, FloatStats, MetricsConfig, is_float
 from tablekeeper.iceberg.name_mapping import NameMapping, parse_name_mapping
 from tablekeeper.iceberg.parquet import data_file_from_footer
 from tablekeeper.iceberg.partitioning import PartitionSpec, partition_key
@@ -38,7 +41,7 @@ from tablekeeper.iceberg.puffin import deserialize_dv
 from tablekeeper.iceberg.rewrite_plan import FileTask
 from tablekeeper.iceberg.types import FixedType, IcebergType, NestedField, Schema, StructType
 from tablekeeper.io import FileIO
-from tablekeeper.spark.arrow_rewrite import arrow_blocker, rewrite_with_arrow
+from tablekeeper.spark.arrow_rewrite import arrow_blocker, rewrite_with_arrow, sorted_columns
 from tablekeeper.spark.arrow_sort import Ordering, rewrite_sorted
 from tablekeeper.spark.concurrent import no_cycle_collection
 from tablekeeper.spark.data_read import (
@@ -340,17 +343,46 @@ class Rewritten:
     writer: str  # "arrow" or "spark"
 
 
-def _footer(task: tuple[str, int, int, tuple[Any, ...], int | None, Schema]) -> DataFile:
-    location, size, spec_id, partition, sort_order_id, schema = task
+def _footer(task: tuple[str, int, int, tuple[Any, ...], int | None, Schema, MetricsConfig]) -> DataFile:
+    location, size, spec_id, partition, sort_order_id, schema, metrics = task
     io = FileIO.for_location(location)
     with io.open_input(location) as stream:
         footer = pq.read_metadata(stream)
     f = data_file_from_footer(
-        footer, schema, path=location, file_size=size, spec_id=spec_id, partition=partition
+        footer,
+        schema,
+        path=location,
+        file_size=size,
+        spec_id=spec_id,
+        partition=partition,
+        metrics=metrics,
+        floats=_measured_floats(io, location, schema),
     )
     if sort_order_id is not None:
         f = replace(f, sort_order_id=sort_order_id)
     return f
+
+
+def _has_float(t: IcebergType) -> bool:
+    if isinstance(t, StructType):
+        return any(_has_float(f.type) for f in t.fields)
+    return is_float(t)
+
+
+def _measured_floats(io: FileIO, location: str, schema: Schema) -> dict[int, FloatStats]:
+    """NaN counts and bounds of a written file's float columns (outside lists and maps), which
+    its footer cannot give: read back, those columns only."""
+    fields = tuple(f for f in written_fields(schema.fields) if _has_float(f.type))
+    if not fields:
+        return {}
+    collector = FloatCollector(fields)
+    with io.open_input(location) as stream:
+        f = pq.ParquetFile(stream)
+        columns, project = projector(f.schema_arrow, fields, None, location)
+        names = [x.name for x in fields]
+        for batch in f.iter_batches(columns=columns, use_threads=False):
+            collector.update(pa.RecordBatch.from_arrays(project(batch), names=names))
+    return collector.stats
 
 
 def rewrite_files(
@@ -459,7 +491,7 @@ def rewrite_files(
         .mode("errorifexists")
         .parquet(target.directory)
     )
-    return Rewritten(_describe(spark, target, schema, sort_order_id), target.directory, "spark")
+    return Rewritten(_describe(spark, target, meta, sort_order_id), target.directory, "spark")
 
 
 def refuse_for_spark(meta: TableMetadata) -> None:
@@ -513,8 +545,10 @@ def _read_partitions(spark: SparkSession, sizes: Sequence[int]) -> int:
 
 
 def _describe(
-    spark: SparkSession, target: WriteTarget, schema: Schema, sort_order_id: int | None
+    spark: SparkSession, target: WriteTarget, meta: TableMetadata, sort_order_id: int | None
 ) -> tuple[DataFile, ...]:
+    schema = meta.schema()
+    metrics = MetricsConfig.for_table(meta.properties, schema, sorted_columns(meta))
     io = FileIO.for_location(target.directory)
     written, clutter = [], []
     for info in io.list(target.directory, recursive=True):
@@ -525,7 +559,9 @@ def _describe(
             clutter.append(info.location)  # checksums and markers of the Hadoop committer
     io.delete_many(clutter)
     partition = target.partition if target.partition is not None else ()
-    tasks = [(i.location, i.size, target.spec.spec_id, partition, sort_order_id, schema) for i in written]
+    tasks = [
+        (i.location, i.size, target.spec.spec_id, partition, sort_order_id, schema, metrics) for i in written
+    ]
     if not tasks:
         return ()
     sc = spark.sparkContext
@@ -542,71 +578,3 @@ def _describe(
 
 def new_directory(data_root: str, label: str) -> str:
     return f"{data_root.rstrip('/')}/compact-{label}-{uuid.uuid4().hex[:12]}"
-
-
-def _identity_values(
-    spark: SparkSession, df: DataFrame, meta: TableMetadata, files: Sequence[DataFile]
-) -> DataFrame:
-    """Identity partition columns filled per file from its partition tuple, for reads that span
-    partitions (files converted from Delta hold no partition columns)."""
-    schema = meta.schema()
-    fields: dict[int, NestedField] = {}
-    rows: list[tuple[str, dict[int, Any]]] = []
-    for f in files:
-        values: dict[int, Any] = {}
-        for i, field in meta.spec(f.spec_id).identity_columns(schema):
-            fields[field.id] = field
-            values[field.id] = f.partition[i]
-        rows.append((path_key(f.file_path), values))
-    if not fields:
-        return df
-    ids = sorted(fields)
-    text = [
-        tuple([key] + [None if v.get(i) is None else _text(fields[i].type, v[i]) for i in ids])
-        for key, v in rows
-    ]
-    consts = spark.createDataFrame(
-        text,
-        T.StructType(
-            [T.StructField(FILE, T.StringType())] + [T.StructField(f"_tk_id{i}", T.StringType()) for i in ids]
-        ),
-    )
-    df = df.join(F.broadcast(consts), FILE, "left")
-    for i in ids:
-        column = fields[i]
-        raw = F.col(f"_tk_id{i}")
-        value = F.unhex(raw) if _is_binary(column.type) else raw.cast(spark_type(column.type, column.name))
-        df = df.withColumn(column.name, F.coalesce(F.col(column.name), value))
-    return df.drop(*(f"_tk_id{i}" for i in ids))
-
-
-def _is_binary(t: IcebergType) -> bool:
-    return isinstance(t, FixedType) or getattr(t, "name", None) == "binary"
-
-
-def _text(t: IcebergType, value: Any) -> str:
-    """A partition value as text Spark casts to the column's type (hex for binary)."""
-    if _is_binary(t):
-        return bytes(value).hex()
-    out = to_json(t, value)
-    return str(out).lower() if isinstance(out, bool) else str(out)
-
-
-def files_matching(
-    spark: SparkSession, meta: TableMetadata, files: Sequence[DataFile], where: str
-) -> frozenset[str]:
-    """Path keys of the files holding at least one row that satisfies the Spark SQL predicate
-    ``where`` (only its columns are read, and Parquet statistics skip most row groups)."""
-    if not files:
-        return frozenset()
-    df = read_data_files(spark, meta.schema(), (), name_mapping(meta), [f.file_path for f in files])
-    df = _identity_values(spark, df, meta, files)
-    try:
-        matched = df.where(F.expr(where)).select(FILE).distinct().collect()
-    except Exception as err:
-        reason = next((ln.strip() for ln in str(err).splitlines() if ln.strip()), err.__class__.__name__)
-        raise ConfigError(
-            f"--where {where!r} is not a predicate on the table's columns ({reason[:200]}): use Spark SQL, "
-            "e.g. \"cat = 'a' AND ts >= '2026-01-01'\""
-        ) from err
-    return frozenset(str(r[0]) for r in matched)
