@@ -323,7 +323,7 @@ def test_v3_initial_defaults_fill_files_that_predate_the_column(spark, catalogs)
     py_before = _py_rows(catalogs, ident)
     catalog = catalog_for(catalogs.get(SQL_CATALOG))
     m = run_compact(CompactOptions(table=ident, min_input_files=2), catalog, ident, spark).metrics
-    assert m["rewritten_data_files_count"] == 4, m
+    assert m["rewritten_data_files_count"] == m["live_data_files"] > 1, m
     spark.sql(f"REFRESH TABLE {table}")
     assert sorted(repr(r) for r in spark.table(table).collect()) == before
     assert _py_rows(catalogs, ident) == py_before

@@ -305,6 +305,7 @@ def run_compact(
     compact_order.refuse_unwritable(options, meta, order)
     session = _Session(spark)
     the_plan, rewrite = plan(session, table, options)
+    compact_order.check_plan(order, meta, [t.file.spec_id for g in the_plan.groups for t in g.tasks])
     faults.kill_point("plan.done")
     metrics: dict[str, object] = {
         "strategy": options.strategy,

@@ -80,12 +80,22 @@ def _output_spec(options: CompactOptions, meta: TableMetadata) -> PartitionSpec:
             continue
         if f.source_ids and len(f.source_ids) > 1:
             raise UnsupportedFeatureError(f"partition field {f.name} has a multi-argument transform")
-        if not any(c.id == f.source_id for c in meta.schema().fields):
-            raise UnsupportedFeatureError(
-                f"partition field {f.name} partitions by a nested column (field id {f.source_id}): "
-                "tablekeeper writes specs on top-level columns only"
-            )
     return spec
+
+
+def check_plan(order: RowOrder, meta: TableMetadata, specs: Sequence[int]) -> None:
+    """Refuse, before any file is written, a repartition into a spec whose fields tablekeeper
+    cannot compute per row (``specs``: the specs of the files to rewrite)."""
+    if all(s == order.spec.spec_id for s in specs):
+        return  # every file keeps its partition: nothing is computed per row
+    top = {c.id for c in meta.schema().fields}
+    for f in order.spec.fields:
+        if f.transform != "void" and f.source_id not in top:
+            raise UnsupportedFeatureError(
+                f"partition field {f.name} of spec {order.spec.spec_id} partitions by a nested column "
+                f"(field id {f.source_id}): tablekeeper repartitions rows by top-level columns only; "
+                "files of other specs cannot be rewritten into it"
+            )
 
 
 def _field(meta: TableMetadata, column: str, what: str) -> int:

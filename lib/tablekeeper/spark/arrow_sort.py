@@ -221,6 +221,7 @@ def rewrite_sorted(
     *,
     directory: str,
     spec: PartitionSpec,
+    partition: tuple[Any, ...] | None,
     ordering: Ordering,
     compression: str,
     output_files: int,
@@ -228,16 +229,20 @@ def rewrite_sorted(
     sort_order_id: int | None,
     mapping: NameMapping | None,
 ) -> tuple[DataFile, ...]:
-    """Rewrite ``tasks`` into ``spec``, rows ordered by ``ordering``; returns the new files."""
+    """Rewrite ``tasks`` into ``spec``, rows ordered by ``ordering``; returns the new files.
+    ``partition`` is the tuple every row keeps, or None to compute each row's in ``spec``."""
     job = make_job(
         meta, directory=directory, compression=compression, sort_order_id=sort_order_id, mapping=mapping
     )
     fields = job.fields
     schema = meta.schema()
-    part = tuple(
-        (str(pf.transform), *_top_index(fields, pf.source_id, f"partition field {pf.name}"))
-        for pf in spec.fields
-        if str(pf.transform) != "void"
+    part = (
+        tuple(
+            (str(pf.transform), *_top_index(fields, pf.source_id, f"partition field {pf.name}"))
+            for pf in spec.fields
+        )
+        if partition is None
+        else ()
     )
     terms = tuple(
         (t.transform, *_top_index(fields, t.field_id, f"sort column {schema.column_name(t.field_id)}"))
@@ -280,10 +285,10 @@ def rewrite_sorted(
                     columns += _key_arrays(keys, arrays)
                     yield pa.RecordBatch.from_arrays(columns, names=carried.fieldNames())
 
-    spec_id, tuples_of = spec.spec_id, _partition_tuple
+    spec_id, fixed = spec.spec_id, partition
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _write_sorted(job, batches, bool(part), spec_id, max_records, tuples_of)
+        yield from _write_sorted(job, batches, fixed, spec_id, max_records)
 
     io = FileIO.for_location(directory)
     io.mkdirs(directory)
@@ -306,18 +311,15 @@ def rewrite_sorted(
     return keep_reported(directory, written)
 
 
-def _partition_tuple(key: bytes | None) -> tuple[Any, ...]:
-    return () if key is None else tuple(pickle.loads(key))
-
-
 def _write_sorted(
     job: Job,
     batches: Iterator[pa.RecordBatch],
-    partitioned: bool,
+    partition: tuple[Any, ...] | None,
     spec_id: int,
     max_records: int,
-    tuple_of: Any,
 ) -> Iterator[pa.RecordBatch]:
+    """Write a task's sorted rows: one run of files per partition (rows of a partition are
+    contiguous), the partition read from each row's key unless every row keeps ``partition``."""
     schema = write_schema(job.fields)
     name = task_name(0)
     current: Output | None = None
@@ -328,7 +330,7 @@ def _write_sorted(
         for batch in batches:
             columns = [from_carried(f.type, batch.column(i)) for i, f in enumerate(job.fields)]
             rows = pa.RecordBatch.from_arrays(columns, schema=schema)
-            if partitioned:
+            if partition is None:
                 keys = batch.column(PART)
                 bounds = _runs(keys)
             else:
@@ -339,7 +341,8 @@ def _write_sorted(
                     if current is not None:
                         current.close()
                         done.extend(current.done)
-                    current = Output(job, f"{name}-p{runs:04d}", max_records, spec_id, tuple_of(key))
+                    values = tuple(pickle.loads(key)) if key is not None else partition or ()
+                    current = Output(job, f"{name}-p{runs:04d}", max_records, spec_id, values)
                     current_key = key
                     runs += 1
                 current.add(rows.slice(start, end - start))

@@ -418,7 +418,9 @@ def rewrite_files(
         ordering = target.ordering
         if not target.global_sort:
             ordering = Ordering(ordering.terms, ordering.zorder, ordering.zorder_ids, local=True)
-        files = rewrite_sorted(spark, meta, tasks, spec=target.spec, ordering=ordering, **common)
+        files = rewrite_sorted(
+            spark, meta, tasks, spec=target.spec, partition=target.partition, ordering=ordering, **common
+        )
         return Rewritten(files, target.directory, "arrow+shuffle")
     if writer == "auto":
         log.info("rewriting %d files through Spark: %s", len(tasks), blocker)
