@@ -123,7 +123,7 @@ def run_engine(engine: str, work: Path, output_files: int, tk_writer: str, case:
             table
         )
         if case == "zorder":
-            action = action.zOrder(_java_strings(jvm, ["v", "n"])).option("rewrite-all", "true")
+            action = action.zOrder(_java_strings(spark, ["v", "n"])).option("rewrite-all", "true")
         else:
             action = action.binPack()
         r = action.execute()
@@ -167,8 +167,8 @@ def run_engine(engine: str, work: Path, output_files: int, tk_writer: str, case:
     }
 
 
-def _java_strings(jvm, values: list[str]):  # type: ignore[no-untyped-def]
-    array = jvm.java.lang.reflect.Array.newInstance(jvm.java.lang.String, len(values))
+def _java_strings(spark, values: list[str]):  # type: ignore[no-untyped-def]
+    array = spark.sparkContext._gateway.new_array(spark.sparkContext._jvm.java.lang.String, len(values))
     for i, v in enumerate(values):
         array[i] = v
     return array

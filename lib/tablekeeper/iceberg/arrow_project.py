@@ -31,6 +31,7 @@ from tablekeeper.iceberg.types import (
     NestedField,
     PrimitiveType,
     StructType,
+    is_geospatial,
 )
 
 # Primitive types as this path reads and writes them: the format layer's mapping, except that
@@ -71,6 +72,11 @@ def unsupported(t: IcebergType, where: str) -> str | None:
     if isinstance(t, PrimitiveType):
         if t.name in _PRIMITIVES:
             return None
+        if is_geospatial(t):
+            return (
+                f"column {where} has type {t.name}: tablekeeper does not write Parquet's geospatial "
+                "types and their bounding-box metrics yet"
+            )
         return f"column {where} has type {t.name}: " + _REFUSED.get(t.name, "not supported yet")
     if isinstance(t, (DecimalType, FixedType)):
         return None

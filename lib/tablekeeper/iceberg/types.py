@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
+from tablekeeper.errors import CorruptMetadataError
 
 PRIMITIVE_NAMES = (
     "boolean",
@@ -29,6 +29,11 @@ PRIMITIVE_NAMES = (
 )
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 _FIXED = re.compile(r"^fixed\[\s*(\d+)\s*\]$")
+_GEO = re.compile(r"^(geometry|geography)(\(.*\))?$")
+
+
+def is_geospatial(t: object) -> bool:
+    return isinstance(t, PrimitiveType) and _GEO.match(t.name) is not None
 
 
 @dataclass(frozen=True)
@@ -185,8 +190,10 @@ def type_from_json(value: Any) -> IcebergType:
             return DecimalType(int(m.group(1)), int(m.group(2)))
         if m := _FIXED.match(name):
             return FixedType(int(m.group(1)))
-        if name.startswith(("geometry", "geography")):
-            raise UnsupportedFeatureError(f"Iceberg type {name!r} is not supported by tablekeeper yet")
+        if _GEO.match(name):
+            # Kept by name (with its CRS and algorithm) so metadata-only jobs handle such tables;
+            # jobs that rewrite data refuse the column by name.
+            return PrimitiveType(name)
         raise CorruptMetadataError(f"unknown Iceberg type {name!r} in schema")
     if isinstance(value, dict):
         kind = value.get("type")

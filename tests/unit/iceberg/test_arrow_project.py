@@ -232,3 +232,12 @@ def test_nested_columns_resolve_by_id_at_every_level_and_keep_their_ids() -> Non
     assert schema.names == ["l", "m", "d"]  # unknown columns are never written
     assert _ids(schema.field("l").type) == [4, 5, 12]
     assert _ids(schema.field("m").type) == [6, 7, 8]
+
+
+def test_geospatial_columns_load_and_are_refused_by_name() -> None:
+    from tablekeeper.iceberg.types import type_from_json
+
+    for text in ("geometry", "geometry(OGC:CRS84)", "geography(srid:4326, karney)"):
+        t = type_from_json(text)
+        reason = unsupported(StructType((NestedField(1, "shape", t),)), "place")
+        assert reason is not None and reason.startswith(f"column place.shape has type {text}")
