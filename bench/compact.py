@@ -76,8 +76,6 @@ def _build_nested(spark, files: int, rows: int) -> None:  # type: ignore[no-unty
 
 
 def build(work: Path, files: int, rows: int, case: str) -> None:
-    if (work / "built").exists():
-        return
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     spark = _spark(work)
