@@ -327,3 +327,36 @@ def test_v3_initial_defaults_fill_files_that_predate_the_column(spark, catalogs)
     spark.sql(f"REFRESH TABLE {table}")
     assert sorted(repr(r) for r in spark.table(table).collect()) == before
     assert _py_rows(catalogs, ident) == py_before
+
+
+def test_variant_columns_go_through_sparks_writer(spark, catalogs) -> None:  # type: ignore[no-untyped-def]
+    """pyarrow cannot write Parquet's VARIANT annotation; Spark's writer can, and Iceberg Spark
+    reads its (shredded) variants back."""
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {SQL_CATALOG}.{NS}")
+    table = f"{SQL_CATALOG}.{NS}.variants"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, v VARIANT, s STRUCT<inner: VARIANT, n: INT>) USING iceberg "
+        "TBLPROPERTIES ('format-version'='3', 'write.delete.mode'='merge-on-read')"
+    )
+    for i in range(3):
+        spark.sql(
+            f"INSERT INTO {table} SELECT id, IF(id % 4 = 0, NULL, parse_json(concat('{{\"a\": ', id, "
+            '\', "b": [1, "x", null], "c": {"d": 1.5}}\'))), '
+            "named_struct('inner', parse_json(concat('\"s', id, '\"')), 'n', CAST(id AS INT)) "
+            f"FROM range({i * 10}, {i * 10 + 10})"
+        )
+    spark.sql(f"DELETE FROM {table} WHERE id % 7 = 0")
+    query = f"SELECT id, to_json(v), to_json(s.inner), s.n, _row_id FROM {table} ORDER BY id"
+    before = spark.sql(query).collect()
+    ident = f"{NS}.variants"
+    catalog = catalog_for(catalogs.get(SQL_CATALOG))
+    m = run_compact(CompactOptions(table=ident, min_input_files=2), catalog, ident, spark).metrics
+    assert m["rewritten_data_files_count"] == m["live_data_files"] > 1, m
+    assert {g["writer"] for g in m["groups"]} == {"spark"}, m
+    spark.sql(f"REFRESH TABLE {table}")
+    assert spark.sql(query).collect() == before
+    with pytest.raises(ConfigError, match="variant columns are rewritten by Spark's writer"):
+        run_compact(
+            CompactOptions(table=ident, strategy="sort", sort_order="zorder(id)"), catalog, ident, spark
+        )

@@ -62,8 +62,8 @@ _PRIMITIVES: Mapping[str, pa.DataType] = {
 }
 # Why a type cannot be rewritten (checked before any work starts).
 _REFUSED = {
-    "variant": "Parquet VARIANT columns cannot be written by pyarrow, and Spark's writer would drop "
-    "their field ids",
+    "variant": "pyarrow cannot write Parquet's VARIANT annotation (Spark's writer can: tables whose "
+    "other columns Spark writes too are rewritten by it)",
 }
 
 

@@ -15,7 +15,7 @@ from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.partitioning import PartitionSpec
 from tablekeeper.iceberg.sort_keys import ZOrder
 from tablekeeper.iceberg.transforms import parse_transform
-from tablekeeper.iceberg.types import DecimalType, FixedType, PrimitiveType
+from tablekeeper.iceberg.types import DecimalType, FixedType, IcebergType, PrimitiveType, StructType
 from tablekeeper.jobs.compact_options import CompactOptions
 from tablekeeper.jobs.options import SortKey, parse_sort_order
 from tablekeeper.spark.arrow_sort import Ordering, SortTerm
@@ -137,16 +137,35 @@ def refuse_unwritable(options: CompactOptions, meta: TableMetadata, row_order: R
     """Refuse, before any work, what neither writer can rewrite, naming the column and type."""
     schema = meta.schema()
     reason = next((r for f in schema.fields if (r := unsupported(f.type, f.name))), None)
-    if reason is not None:
+    spark_only = reason is not None and all(
+        unsupported(f.type, f.name) is None or _only_variants(f.type) for f in schema.fields
+    )
+    if reason is not None and not spark_only:
         raise UnsupportedFeatureError(f"{options.table}: {reason}; nothing was rewritten")
-    if options.writer == "spark":
+    if options.writer == "spark" or spark_only:
         from tablekeeper.spark.rewrite import refuse_for_spark
 
-        refuse_for_spark(meta)
+        try:
+            refuse_for_spark(meta)
+        except UnsupportedFeatureError as err:
+            if not spark_only:
+                raise
+            raise UnsupportedFeatureError(
+                f"{options.table}: {reason}, and Spark's writer cannot take the table either: {err.message}"
+            ) from err
         if row_order.spark_sort is None:
+            why = "tables with variant columns are rewritten by" if spark_only else "--writer spark is"
             raise ConfigError(
-                "--writer spark sorts by plain columns only: transforms and zorder(...) need --writer auto"
+                f"{why} Spark's writer, which sorts by plain columns only: transforms and zorder(...) need "
+                "--writer auto"
             )
+
+
+def _only_variants(t: IcebergType) -> bool:
+    """Whether every column of ``t`` Arrow cannot write is a variant (Spark's writer takes it)."""
+    if isinstance(t, StructType):
+        return all(unsupported(f.type, f.name) is None or _only_variants(f.type) for f in t.fields)
+    return isinstance(t, PrimitiveType) and t.name == "variant"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ _PRIMITIVES: dict[str, T.DataType] = {
     "timestamptz": T.TimestampType(),
     "string": T.StringType(),
     "binary": T.BinaryType(),
+    # Spark 4.1 reads Iceberg's variant columns and writes them annotated VARIANT (shredded).
+    "variant": T.VariantType(),
 }
 
 # Spark's settings for reading and writing Iceberg data files by id.
