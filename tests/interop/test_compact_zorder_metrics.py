@@ -188,3 +188,43 @@ def test_rewrite_into_a_new_spec_after_add_partition_field(spark, catalogs, writ
         f"SELECT partition.cat, partition.ts_day, partition.id_bucket_4 FROM {table}.files"
     ).collect()
     assert len(parts) == len(set(parts)) > 12, parts
+    # And back into the first spec, which the table no longer writes by default.
+    m = run_compact(
+        CompactOptions(table="db.new_spec", rewrite_all=True, output_spec_id=0), catalog, "db.new_spec", spark
+    ).metrics
+    spark.sql(f"REFRESH TABLE {table}")
+    assert sorted(spark.table(table).collect()) == before, m
+    assert {r[0] for r in spark.sql(f"SELECT DISTINCT spec_id FROM {table}.files").collect()} == {0}
+    assert spark.sql(f"SELECT count(*) FROM {table}.files").collect()[0][0] == 2  # cat a and b
+
+
+def test_the_tables_sort_order_with_transforms(spark, catalogs) -> None:  # type: ignore[no-untyped-def]
+    import pyarrow.parquet as pq
+
+    from tablekeeper.iceberg.transforms import parse_transform
+    from tablekeeper.iceberg.types import LONG
+
+    table = f"{FS_CATALOG}.db.sorted_by_transforms"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, ts TIMESTAMP) USING iceberg TBLPROPERTIES ('format-version'='2')"
+    )
+    spark.sql(f"ALTER TABLE {table} WRITE ORDERED BY days(ts) DESC, bucket(8, id), id")
+    for i in range(4):
+        spark.sql(
+            f"INSERT INTO {table} SELECT id, timestamp'2026-01-01 00:00:00' + "
+            "make_interval(0, 0, 0, CAST((id * 7) % 5 AS INT), CAST(id % 24 AS INT), 0, 0) "
+            f"FROM range({i * 50}, {(i + 1) * 50})"
+        )
+    before = sorted(spark.table(table).collect())
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    ident = "db.sorted_by_transforms"
+    run_compact(CompactOptions(table=ident, strategy="sort", rewrite_all=True), catalog, ident, spark)
+    spark.sql(f"REFRESH TABLE {table}")
+    assert sorted(spark.table(table).collect()) == before
+    files = spark.sql(f"SELECT file_path, sort_order_id FROM {table}.files").collect()
+    assert len(files) == 1 and files[0][1] == 1  # the table's order, which the file follows
+    rows = pq.read_table(files[0][0].removeprefix("file:")).to_pylist()
+    bucket = parse_transform("bucket[8]")
+    keys = [(-int(r["ts"].timestamp() // 86400), bucket.apply(LONG, r["id"]), r["id"]) for r in rows]
+    assert keys == sorted(keys)

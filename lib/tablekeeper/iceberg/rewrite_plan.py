@@ -231,10 +231,13 @@ def plan_rewrite(
     deletes: DeleteIndex,
     options: RewriteOptions,
     matches: Callable[[ManifestEntry], bool] | None = None,
+    scope: Callable[[DataFile], tuple[int, tuple[object, ...]]] | None = None,
 ) -> RewritePlan:
     """Groups to rewrite among the live ``data`` entries; ``matches`` keeps only files that may
-    hold rows of the ``--where`` filter (a file is taken whole)."""
+    hold rows of the ``--where`` filter (a file is taken whole). Files are packed per ``scope``
+    (spec id and partition values; by default the file's own)."""
     by_partition: dict[tuple[int, tuple[object, ...]], list[FileTask]] = {}
+    values: dict[tuple[int, tuple[object, ...]], tuple[object, ...]] = {}
     live = skipped = 0
     for entry in data:
         live += 1
@@ -251,12 +254,15 @@ def plan_rewrite(
         if not options.rewrite_all and not _candidate(task, options):
             continue
         f = entry.data_file
-        by_partition.setdefault((f.spec_id, partition_key(f.partition)), []).append(task)
+        spec_id, partition = scope(f) if scope is not None else (f.spec_id, f.partition)
+        key = (spec_id, partition_key(partition))
+        by_partition.setdefault(key, []).append(task)
+        values.setdefault(key, partition)  # the values (the key compares floats by bits)
     groups: list[FileGroup] = []
     planned = 0
     budget = options.max_files_to_rewrite
-    for (spec_id, _), tasks in by_partition.items():
-        partition = tasks[0].file.partition  # the values (the key compares floats by bits)
+    for scope_key, tasks in by_partition.items():
+        spec_id, partition = scope_key[0], values[scope_key]
         kept = [
             g for g in pack(tasks, options.max_file_group_size) if options.rewrite_all or _keep(g, options)
         ]

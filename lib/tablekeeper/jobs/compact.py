@@ -136,7 +136,8 @@ def plan(
         def matches(entry: ManifestEntry) -> bool:
             return path_key(entry.data_file.file_path) in keys
 
-    return plan_rewrite(files.data, index, rewrite, matches), rewrite
+    scope = compact_order.coerce_into(meta, compact_order.output_spec(options, meta))
+    return plan_rewrite(files.data, index, rewrite, matches, scope), rewrite
 
 
 def _group_json(o: _Outcome | FileGroup) -> dict[str, object]:

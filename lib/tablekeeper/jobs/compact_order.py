@@ -4,7 +4,7 @@ clustered."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tablekeeper.errors import ConfigError, UnsupportedFeatureError
@@ -39,7 +39,7 @@ class RowOrder:
 
 
 def resolve(options: CompactOptions, meta: TableMetadata) -> RowOrder:
-    spec = _output_spec(options, meta)
+    spec = output_spec(options, meta)
     order = meta.sort_order()
     schema = meta.schema()
     table_keys = [
@@ -67,7 +67,7 @@ def resolve(options: CompactOptions, meta: TableMetadata) -> RowOrder:
     return RowOrder(_ordering(table_keys, meta, options), table_id, True, spec)
 
 
-def _output_spec(options: CompactOptions, meta: TableMetadata) -> PartitionSpec:
+def output_spec(options: CompactOptions, meta: TableMetadata) -> PartitionSpec:
     wanted = meta.default_spec_id if options.output_spec_id is None else options.output_spec_id
     ids = sorted(s.spec_id for s in meta.partition_specs)
     if wanted not in ids:
@@ -81,6 +81,23 @@ def _output_spec(options: CompactOptions, meta: TableMetadata) -> PartitionSpec:
         if f.source_ids and len(f.source_ids) > 1:
             raise UnsupportedFeatureError(f"partition field {f.name} has a multi-argument transform")
     return spec
+
+
+def coerce_into(
+    meta: TableMetadata, spec: PartitionSpec
+) -> Callable[[DataFile], tuple[int, tuple[object, ...]]]:
+    """Iceberg's grouping for a rewrite into ``spec``: a file's partition as ``spec``'s fields
+    (matched by partition field id; null where the file's spec lacks one), so files of older specs
+    are packed with the files they will share partitions with."""
+    ids = [f.field_id for f in spec.fields]
+
+    def scope(f: DataFile) -> tuple[int, tuple[object, ...]]:
+        if f.spec_id == spec.spec_id:
+            return spec.spec_id, f.partition
+        own = {pf.field_id: i for i, pf in enumerate(meta.spec(f.spec_id).fields)}
+        return spec.spec_id, tuple(f.partition[own[i]] if i in own else None for i in ids)
+
+    return scope
 
 
 def check_plan(order: RowOrder, meta: TableMetadata, specs: Sequence[int]) -> None:
