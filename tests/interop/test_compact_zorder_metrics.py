@@ -228,3 +228,32 @@ def test_the_tables_sort_order_with_transforms(spark, catalogs) -> None:  # type
     bucket = parse_transform("bucket[8]")
     keys = [(-int(r["ts"].timestamp() // 86400), bucket.apply(LONG, r["id"]), r["id"]) for r in rows]
     assert keys == sorted(keys)
+
+
+@pytest.mark.parametrize("writer", ["auto", "spark"])
+def test_dropping_the_last_partition_field(spark, catalogs, writer: str) -> None:  # type: ignore[no-untyped-def]
+    """Arrow rewrites old files into the now unpartitioned spec; Spark's writer, which cannot
+    repartition rows, rewrites them within their own spec."""
+    name = f"unpartitioned_{writer}"
+    table = f"{FS_CATALOG}.db.{name}"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, cat STRING) USING iceberg PARTITIONED BY (cat) "
+        "TBLPROPERTIES ('format-version'='2')"
+    )
+    for i in range(3):
+        spark.sql(
+            f"INSERT INTO {table} SELECT id, IF(id % 2 = 0, 'a', 'b') FROM range({i * 10}, {i * 10 + 10})"
+        )
+    spark.sql(f"ALTER TABLE {table} DROP PARTITION FIELD cat")
+    before = sorted(spark.table(table).collect())
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    options = CompactOptions(table=f"db.{name}", min_input_files=2, writer=writer)  # type: ignore[arg-type]
+    m = run_compact(options, catalog, f"db.{name}", spark).metrics
+    spark.sql(f"REFRESH TABLE {table}")
+    assert sorted(spark.table(table).collect()) == before, m
+    files = spark.sql(f"SELECT spec_id FROM {table}.files").collect()
+    if writer == "auto":
+        assert [r[0] for r in files] == [1], m
+    else:
+        assert sorted(r[0] for r in files) == [0, 0], m

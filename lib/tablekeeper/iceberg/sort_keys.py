@@ -148,9 +148,9 @@ def _time_unit(transform: Transform, kind: str, column: pa.Array) -> pa.Array:
         raw = column.cast(pa.int64())
         if isinstance(transform, (Day, Hour)):
             unit = per_day if isinstance(transform, Day) else per_day // 24
-            values = raw.to_numpy(zero_copy_only=False)
-            filled = np.where(np.isnan(values), 0, values) if values.dtype.kind == "f" else values
-            floor = np.floor_divide(filled.astype(np.int64), unit).astype(np.int32)
+            # Nulls filled first: a numpy view with nulls is float64, which rounds nanoseconds.
+            values = raw.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            floor = np.floor_divide(values, unit).astype(np.int32)
             return pa.array(floor, pa.int32(), mask=raw.is_null().to_numpy(zero_copy_only=False))
         stamps = raw.cast(pa.timestamp("ns" if kind.endswith("_ns") else "us"))
     years = pc.subtract(pc.year(stamps), 1970)

@@ -51,6 +51,7 @@ from tablekeeper.jobs.context import JobContext, delta_root
 from tablekeeper.jobs.engines import SparkSource, choose_engine
 from tablekeeper.jobs.expire_snapshots import DRIVER_DELETE_THREADS
 from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.spark.arrow_rewrite import arrow_blocker
 from tablekeeper.spark.data_read import path_key
 from tablekeeper.spark.rewrite import (
     WriteTarget,
@@ -172,20 +173,24 @@ def _targets(
     rewrite: RewriteOptions,
     order: RowOrder,
     token: str,
+    writer: Writer,
 ) -> list[tuple[list[FileTask], WriteTarget]]:
     """One write per partition among the group's files of the output spec, and one for its files
-    of other specs (their rows are partitioned by the output spec as they are written)."""
+    of other specs (their rows are partitioned by the output spec as they are written). Spark's
+    writer cannot repartition rows: with it, files of other specs are rewritten within their own
+    spec and partition."""
+    codec = meta.properties.get(COMPRESSION, "zstd").lower()
+    if codec not in _CODECS:
+        raise UnsupportedFeatureError(f"{COMPRESSION}={codec} is not a Parquet codec tablekeeper writes")
+    own_spec = writer == "spark" or arrow_blocker(meta, _CODECS[codec]) is not None
     by_scope: dict[tuple[int, tuple[Any, ...]], list[FileTask]] = {}
     for t in group.tasks:
         scope = (
             (t.file.spec_id, partition_key(t.file.partition))
-            if t.file.spec_id == order.spec.spec_id
+            if t.file.spec_id == order.spec.spec_id or own_spec
             else (-1, ())
         )
         by_scope.setdefault(scope, []).append(t)
-    codec = meta.properties.get(COMPRESSION, "zstd").lower()
-    if codec not in _CODECS:
-        raise UnsupportedFeatureError(f"{COMPRESSION}={codec} is not a Parquet codec tablekeeper writes")
     root = data_root(meta)
     out = []
     for (spec_id, _), tasks in by_scope.items():
@@ -193,7 +198,7 @@ def _targets(
         records = max(1, sum(t.file.record_count for t in tasks))
         per_record = max(1.0, size / records)
         target = WriteTarget(
-            spec=order.spec,
+            spec=meta.spec(spec_id) if spec_id >= 0 else order.spec,
             # the values (the key compares floats by bits)
             partition=tasks[0].file.partition if spec_id >= 0 else None,
             directory=new_directory(root, f"{token}-g{group.index}"),
@@ -221,7 +226,7 @@ def _rewrite_group(
     added: list[DataFile] = []
     directories: list[str] = []
     try:
-        for tasks, target in _targets(group, meta, rewrite, order, token):
+        for tasks, target in _targets(group, meta, rewrite, order, token, writer):
             directories.append(target.directory)
             done = rewrite_files(spark, meta, tasks, target, order.sort_order_id, writer)
             added.extend(done.files)

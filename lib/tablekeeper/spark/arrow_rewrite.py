@@ -204,18 +204,10 @@ def _path_of(fields: Sequence[NestedField], fid: int) -> tuple[int, ...] | None:
         if f.id == fid:
             return (i,)
         if isinstance(f.type, StructType):
-            inner = _path_of(f.type.fields, fid)
+            inner = _path_of(written_fields(f.type.fields), fid)
             if inner is not None:
                 return (i, *inner)
     return None
-
-
-def _field_at(fields: Sequence[NestedField], path: Sequence[int]) -> NestedField:
-    f = fields[path[0]]
-    for i in path[1:]:
-        assert isinstance(f.type, StructType)
-        f = f.type.fields[i]
-    return f
 
 
 def _column_at(arrays: Sequence[pa.Array], path: Sequence[int]) -> pa.Array:
@@ -502,24 +494,31 @@ def _equality_rows(job: Job, location: str, ids: tuple[int, ...], cache: dict[st
     schema's types, deduplicated."""
     key = f"{location}#{ids}"
     if key not in cache:
-        fields = [
-            _field_at(job.fields, p) for p in (_path_of(job.fields, fid) for fid in ids) if p is not None
-        ]
+        # The delete file keeps the table's nesting: read the top-level fields holding the
+        # equality columns, then take each column by its path.
+        paths = [p for p in (_path_of(job.fields, fid) for fid in ids) if p is not None]
+        tops = sorted({p[0] for p in paths})
+        fields = [job.fields[i] for i in tops]
+        names = [f"c{i}" for i in range(len(paths))]
         with FileIO.for_location(location).open_input(location) as stream:
             f = pq.ParquetFile(stream, coerce_int96_timestamp_unit="us")
-            flat = [NestedField(fd.id, f"c{i}", fd.type) for i, fd in enumerate(fields)]
-            columns, project = projector(f.schema_arrow, flat, job.mapping, location)
-            parts = [
-                pa.record_batch(project(b), names=[x.name for x in flat])
-                for _, b in _batches(f, columns)
-                if b is not None
-            ]
-        table = (
-            pa.Table.from_batches(parts)
-            if parts
-            else pa.table({x.name: pa.array([], write_schema([x]).field(0).type) for x in flat})
-        )
-        cache[key] = table.group_by([x.name for x in flat]).aggregate([]) if len(table) else table
+            columns, project = projector(f.schema_arrow, fields, job.mapping, location)
+            if not columns:
+                raise CorruptMetadataError(
+                    f"equality delete file {location} holds none of the columns of field ids {list(ids)}"
+                )
+            parts = []
+            for n, b in _batches(f, columns):
+                arrays = project(b if b is not None else pa.record_batch([], names=[]), n)
+                by_top = dict(zip(tops, arrays, strict=True))
+                picked = [_column_at([by_top[p[0]]], (0, *p[1:])) for p in paths]
+                parts.append(pa.record_batch([_storage(c) for c in picked], names=names))
+        table = pa.Table.from_batches(parts) if parts else None
+        if table is None or not len(table):
+            table = pa.table({name: pa.array([], pa.null()) for name in names})
+        else:
+            table = table.group_by(names).aggregate([])
+        cache[key] = table
     return cache[key]
 
 
@@ -534,16 +533,36 @@ def _equality_mask(
     columns = [_storage(c) for c in columns]
     if len(columns) == 1:
         wanted = _storage(deletes.column(0).combine_chunks())
-        return pc.fill_null(pc.is_in(columns[0], value_set=wanted, skip_nulls=False), False)
-    # Several columns: rare and small (keys of deleted rows), so a set of Python tuples.
+        if pa.types.is_floating(columns[0].type):
+            column, wanted = _float_bits(columns[0]), _float_bits(wanted)
+        else:
+            column = columns[0]
+        return pc.fill_null(pc.is_in(column, value_set=wanted, skip_nulls=False), False)
+    # Several columns: rare and small (keys of deleted rows), so a set of Python tuples, with
+    # floats compared as Java's StructLikeSet compares them (all NaNs equal, -0.0 != 0.0).
     gone = set(
         zip(
-            *(_storage(deletes.column(i).combine_chunks()).to_pylist() for i in range(len(columns))),
+            *(_java_equal(_storage(deletes.column(i).combine_chunks())) for i in range(len(columns))),
             strict=True,
         )
     )
-    hits = [row in gone for row in zip(*(c.to_pylist() for c in columns), strict=True)]
+    hits = [row in gone for row in zip(*(_java_equal(c) for c in columns), strict=True)]
     return pa.array(hits, pa.bool_())
+
+
+def _java_equal(column: pa.Array) -> list[Any]:
+    """Values as Python objects whose equality is Java's for the type."""
+    values: list[Any] = (_float_bits(column) if pa.types.is_floating(column.type) else column).to_pylist()
+    return values
+
+
+def _float_bits(column: pa.Array) -> pa.Array:
+    """Floats as int64 bits, every NaN the same: Java's equality (-0.0 is not 0.0)."""
+    if pa.types.is_null(column.type):
+        return column.cast(pa.int64())
+    wide = column.cast(pa.float64())
+    canonical = pc.if_else(pc.is_nan(wide), pa.scalar(float("nan")), wide)
+    return canonical.view(pa.int64())
 
 
 def _storage(column: pa.Array) -> pa.Array:

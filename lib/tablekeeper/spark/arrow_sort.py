@@ -231,6 +231,8 @@ def rewrite_sorted(
 ) -> tuple[DataFile, ...]:
     """Rewrite ``tasks`` into ``spec``, rows ordered by ``ordering``; returns the new files.
     ``partition`` is the tuple every row keeps, or None to compute each row's in ``spec``."""
+    if partition is None and all(str(pf.transform) == "void" for pf in spec.fields):
+        partition = tuple(None for _ in spec.fields)  # an unpartitioned spec: one partition
     job = make_job(
         meta, directory=directory, compression=compression, sort_order_id=sort_order_id, mapping=mapping
     )

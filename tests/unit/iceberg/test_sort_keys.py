@@ -155,3 +155,13 @@ def test_partition_keys_keep_signed_zeros_nulls_and_nans_apart() -> None:
     got = {repr(tuples[k]) for k in values}
     assert got == {"(0, 0.0)", "(0, -0.0)", "(1, 0.0)", "(None, None)", "(0, nan)"}
     assert struct.pack(">d", tuples[values[1]][1])[0] == 0x80
+
+
+def test_nanosecond_time_units_are_exact_beside_nulls() -> None:
+    hour = 1_700_000_000 // 3600 * 3_600_000_000_000
+    column = pa.array([hour - 1, None, hour], pa.int64()).cast(pa.timestamp("ns"))
+    got = transformed(parse_transform("hour"), P("timestamp_ns"), column).to_pylist()
+    assert got == [hour // 3_600_000_000_000 - 1, None, hour // 3_600_000_000_000]
+    day = 19700 * 86_400_000_000_000
+    column = pa.array([day - 1, None], pa.int64()).cast(pa.timestamp("ns"))
+    assert transformed(parse_transform("day"), P("timestamp_ns"), column).to_pylist() == [19699, None]

@@ -91,3 +91,65 @@ def test_codecs_without_a_level_write(tmp_path: Path, codec: str) -> None:
     out.flush()
     out.close()
     assert out.done[0].record_count == 2
+
+
+def _eq_job(tmp_path: Path) -> Job:
+    from tablekeeper.iceberg.types import StructType
+
+    fields = (
+        NestedField(1, "id", PrimitiveType("long")),
+        NestedField(
+            2,
+            "s",
+            StructType(
+                (NestedField(3, "x", PrimitiveType("long")), NestedField(4, "u", PrimitiveType("uuid")))
+            ),
+        ),
+        NestedField(5, "d", PrimitiveType("double")),
+    )
+    return Job(**{**_job(tmp_path).__dict__, "fields": fields, "schema": Schema(0, fields)})  # type: ignore[arg-type]
+
+
+def test_equality_deletes_on_struct_fields_and_uuids(tmp_path: Path) -> None:
+    """Equality delete files keep the table's nesting; uuid keys compare by their bytes."""
+    from tablekeeper.iceberg.arrow_project import write_schema
+    from tablekeeper.spark.arrow_rewrite import _equality_mask, _equality_rows
+
+    job = _eq_job(tmp_path)
+    schema = write_schema(job.fields)
+    u = pa.ExtensionArray.from_storage(pa.uuid(), pa.array([b"\x01" * 16, b"\x02" * 16, None], pa.binary(16)))
+    rows = pa.record_batch(
+        [
+            pa.array([1, 2, 3], pa.int64()),
+            pa.StructArray.from_arrays(
+                [pa.array([5, 6, None], pa.int64()), u], fields=list(schema.field("s").type)
+            ),
+            pa.array([float("nan"), -0.0, 0.0]),
+        ],
+        schema=schema,
+    )
+    path = tmp_path / "eq.parquet"
+    pq.write_table(pa.Table.from_batches([rows.slice(0, 1)]).select(["s"]), path, store_schema=False)
+    for ids, want in (
+        ((3,), [True, False, False]),
+        ((4,), [True, False, False]),
+        ((3, 4), [True, False, False]),
+    ):
+        deletes = _equality_rows(job, str(path), ids, {})
+        assert len(deletes) == 1
+        assert _equality_mask(job, rows.columns, ids, deletes).to_pylist() == want, ids  # type: ignore[union-attr]
+
+
+def test_equality_deletes_compare_floats_as_java() -> None:
+    """All NaNs are equal and -0.0 is not 0.0, in one column or several."""
+    from tablekeeper.spark.arrow_rewrite import _equality_mask
+
+    job = _eq_job(Path("/nonexistent"))
+    d = pa.array([float("nan"), -0.0, 0.0, None])
+    ids = pa.array([1, 1, 1, 1], pa.int64())
+    s = pa.nulls(4, pa.struct([pa.field("x", pa.int64()), pa.field("u", pa.uuid())]))
+    arrays = [ids, s, d]
+    one = pa.table({"c0": pa.array([float("nan"), -0.0])})
+    assert _equality_mask(job, arrays, (5,), one).to_pylist() == [True, True, False, False]  # type: ignore[union-attr]
+    two = pa.table({"c0": pa.array([float("nan"), -0.0]), "c1": pa.array([1, 1], pa.int64())})
+    assert _equality_mask(job, arrays, (5, 1), two).to_pylist() == [True, True, False, False]  # type: ignore[union-attr]
