@@ -91,10 +91,6 @@ def unsupported(t: IcebergType, where: str) -> str | None:
     return unsupported(t.key, f"{where}.key") or unsupported(t.value, f"{where}.value")
 
 
-def supported(t: IcebergType) -> bool:
-    return unsupported(t, "") is None
-
-
 def arrow_type(t: IcebergType) -> pa.DataType:
     if isinstance(t, PrimitiveType) and t.name in _PRIMITIVES:
         return _PRIMITIVES[t.name]
@@ -214,8 +210,7 @@ class _Resolver:
             keys = self.convert(t.key, source.keys, f"{where}.key")
             items = self.convert(t.value, source.items, f"{where}.value")
             return pa.MapArray.from_arrays(source.offsets, keys, items, type=target, mask=mask)
-        if isinstance(source.type, pa.BaseExtensionType):
-            source = source.storage
+        source = storage(source)
         if isinstance(target, pa.BaseExtensionType):  # uuid: 16 bytes in the file
             if source.type != target.storage_type:
                 raise CorruptMetadataError(f"column {where} is {source.type} in the file, not a uuid")
@@ -381,6 +376,11 @@ def kept(offset: int, n: int, deleted: Deleted) -> pa.Array | None:
     if lo == hi:
         return None
     return pc.invert(pc.is_in(positions(offset, n), value_set=deleted.positions.slice(lo, hi - lo)))
+
+
+def storage(column: pa.Array) -> pa.Array:
+    """An extension array (uuid) as its storage array; any other array as it is."""
+    return column.storage if isinstance(column.type, pa.BaseExtensionType) else column
 
 
 def fill(column: pa.Array, t: IcebergType, value: Any) -> pa.Array:

@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tablekeeper.iceberg.types import (
-    IcebergType,
     NestedField,
     PrimitiveType,
     Schema,
@@ -178,7 +177,3 @@ def _below(a: float, b: float) -> bool:
     if a == b == 0.0:
         return str(a).startswith("-") and not str(b).startswith("-")
     return a < b
-
-
-def is_float(t: IcebergType) -> bool:
-    return isinstance(t, PrimitiveType) and t.name in ("float", "double")

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tablekeeper.errors import ConfigError
+from tablekeeper.iceberg.arrow_project import storage
 from tablekeeper.iceberg.conversions import type_kind
 from tablekeeper.iceberg.transforms import Bucket, Day, Hour, Identity, Month, Transform, Truncate, Void, Year
 from tablekeeper.iceberg.types import DecimalType, FixedType, IcebergType, PrimitiveType
@@ -43,8 +44,7 @@ _INTEGRAL = frozenset(
 def python_values(t: IcebergType, column: pa.Array) -> list[Any]:
     """The column's values in the project's Python convention (dates as days, times and
     timestamps as ints, uuids as ``uuid.UUID``)."""
-    if isinstance(column.type, pa.BaseExtensionType):
-        column = column.storage
+    column = storage(column)
     kind = type_kind(t)
     values: list[Any]
     if kind == "date":
@@ -177,8 +177,7 @@ class ZOrder:
 def ordered_bytes(t: IcebergType, column: pa.Array, var_length: int) -> np.ndarray:
     """(rows, width) uint8: each value as bytes that sort as the values do; nulls as zeros."""
     n = len(column)
-    if isinstance(column.type, pa.BaseExtensionType):
-        column = column.storage
+    column = storage(column)
     valid = ~column.is_null().to_numpy(zero_copy_only=False) if column.null_count else np.ones(n, bool)
     kind = type_kind(t)
     if kind in _INTEGRAL:
@@ -294,8 +293,7 @@ def partition_keys(
 
 def _comparable(column: pa.Array) -> pa.Array:
     """The column with floats as their bits and extension types as their storage."""
-    if isinstance(column.type, pa.BaseExtensionType):
-        column = column.storage
+    column = storage(column)
     if pa.types.is_floating(column.type):
         bits = pa.int64() if column.type == pa.float64() else pa.int32()
         return column.view(bits)

@@ -153,10 +153,9 @@ def _zordering(columns: Sequence[str], meta: TableMetadata, options: CompactOpti
 def refuse_unwritable(options: CompactOptions, meta: TableMetadata, row_order: RowOrder) -> None:
     """Refuse, before any work, what neither writer can rewrite, naming the column and type."""
     schema = meta.schema()
-    reason = next((r for f in schema.fields if (r := unsupported(f.type, f.name))), None)
-    spark_only = reason is not None and all(
-        unsupported(f.type, f.name) is None or _only_variants(f.type) for f in schema.fields
-    )
+    blocked = [(f, r) for f in schema.fields if (r := unsupported(f.type, f.name)) is not None]
+    reason = blocked[0][1] if blocked else None
+    spark_only = bool(blocked) and all(_only_variants(f.type) for f, _ in blocked)
     if reason is not None and not spark_only:
         raise UnsupportedFeatureError(f"{options.table}: {reason}; nothing was rewritten")
     if options.writer == "spark" or spark_only:

@@ -31,6 +31,7 @@ from tablekeeper.iceberg.arrow_project import (
     kept,
     positions,
     projector,
+    storage,
     unsupported,
     write_schema,
     written_fields,
@@ -42,6 +43,7 @@ from tablekeeper.iceberg.name_mapping import NameMapping
 from tablekeeper.iceberg.parquet import FIELD_ID_KEY, data_file_from_footer
 from tablekeeper.iceberg.puffin import deserialize_dv
 from tablekeeper.iceberg.rewrite_plan import FileTask
+from tablekeeper.iceberg.transforms import parse_transform
 from tablekeeper.iceberg.types import IcebergType, NestedField, Schema, StructType
 from tablekeeper.io import FileIO
 from tablekeeper.spark.concurrent import no_cycle_collection
@@ -77,11 +79,7 @@ def sorted_columns(meta: TableMetadata) -> tuple[str, ...]:
     names = []
     for f in meta.sort_order().fields:
         name = schema.column_name(f.source_id)
-        if name is not None and (
-            f.transform == "identity"
-            or f.transform.startswith("truncate")
-            or f.transform in ("year", "month", "day", "hour")
-        ):
+        if name is not None and parse_transform(f.transform).preserves_order:
             names.append(name)
     return tuple(names)
 
@@ -512,7 +510,7 @@ def _equality_rows(job: Job, location: str, ids: tuple[int, ...], cache: dict[st
                 arrays = project(b if b is not None else pa.record_batch([], names=[]), n)
                 by_top = dict(zip(tops, arrays, strict=True))
                 picked = [_column_at([by_top[p[0]]], (0, *p[1:])) for p in paths]
-                parts.append(pa.record_batch([_storage(c) for c in picked], names=names))
+                parts.append(pa.record_batch([storage(c) for c in picked], names=names))
         table = pa.Table.from_batches(parts) if parts else None
         if table is None or not len(table):
             table = pa.table({name: pa.array([], pa.null()) for name in names})
@@ -530,9 +528,9 @@ def _equality_mask(
     if not len(deletes):
         return None
     columns = [_column_at(arrays, p) for p in (_path_of(job.fields, fid) for fid in ids) if p is not None]
-    columns = [_storage(c) for c in columns]
+    columns = [storage(c) for c in columns]
     if len(columns) == 1:
-        wanted = _storage(deletes.column(0).combine_chunks())
+        wanted = storage(deletes.column(0).combine_chunks())
         if pa.types.is_floating(columns[0].type):
             column, wanted = _float_bits(columns[0]), _float_bits(wanted)
         else:
@@ -542,7 +540,7 @@ def _equality_mask(
     # floats compared as Java's StructLikeSet compares them (all NaNs equal, -0.0 != 0.0).
     gone = set(
         zip(
-            *(_java_equal(_storage(deletes.column(i).combine_chunks())) for i in range(len(columns))),
+            *(_java_equal(storage(deletes.column(i).combine_chunks())) for i in range(len(columns))),
             strict=True,
         )
     )
@@ -563,7 +561,3 @@ def _float_bits(column: pa.Array) -> pa.Array:
     wide = column.cast(pa.float64())
     canonical = pc.if_else(pc.is_nan(wide), pa.scalar(float("nan")), wide)
     return canonical.view(pa.int64())
-
-
-def _storage(column: pa.Array) -> pa.Array:
-    return column.storage if isinstance(column.type, pa.BaseExtensionType) else column

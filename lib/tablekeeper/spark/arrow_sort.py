@@ -23,9 +23,10 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_type
 
 from tablekeeper.errors import ConfigError
-from tablekeeper.iceberg.arrow_project import arrow_type, write_schema
+from tablekeeper.iceberg.arrow_project import arrow_type, storage, write_schema, written_fields
 from tablekeeper.iceberg.content import DataFile
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.name_mapping import NameMapping
@@ -89,7 +90,7 @@ def _spark_type(t: IcebergType) -> T.DataType:
         return T.BinaryType()
     if isinstance(t, StructType):
         return T.StructType(
-            [T.StructField(f.name, _spark_type(f.type), True) for f in t.fields if f.type != _UNKNOWN]
+            [T.StructField(f.name, _spark_type(f.type), True) for f in written_fields(t.fields)]
         )
     if isinstance(t, ListType):
         return T.ArrayType(_spark_type(t.element), True)
@@ -109,33 +110,9 @@ def _spark_type(t: IcebergType) -> T.DataType:
     }.get(t.name, T.LongType())  # times and timestamps: their integer count
 
 
-_UNKNOWN = PrimitiveType("unknown")
-
-
 def _carried(t: IcebergType) -> pa.DataType:
-    """The Arrow type Spark hands back for ``_spark_type(t)``."""
-    if isinstance(t, DecimalType):
-        return pa.decimal128(t.precision, t.scale)
-    if isinstance(t, FixedType):
-        return pa.binary()
-    if isinstance(t, StructType):
-        return pa.struct([pa.field(f.name, _carried(f.type)) for f in t.fields if f.type != _UNKNOWN])
-    if isinstance(t, ListType):
-        return pa.list_(pa.field("element", _carried(t.element)))
-    if isinstance(t, MapType):
-        return pa.map_(pa.field("key", _carried(t.key), nullable=False), pa.field("value", _carried(t.value)))
-    assert isinstance(t, PrimitiveType)
-    return {
-        "boolean": pa.bool_(),
-        "int": pa.int32(),
-        "long": pa.int64(),
-        "float": pa.float32(),
-        "double": pa.float64(),
-        "date": pa.int32(),
-        "string": pa.string(),
-        "binary": pa.binary(),
-        "uuid": pa.binary(),
-    }.get(t.name, pa.int64())
+    """The Arrow type Spark hands back for ``_spark_type(t)`` (Spark's own conversion)."""
+    return to_arrow_type(_spark_type(t))
 
 
 def to_carried(t: IcebergType, column: pa.Array) -> pa.Array:
@@ -154,7 +131,7 @@ def _convert(t: IcebergType, column: pa.Array, target_of: Any) -> pa.Array:
         column = column.combine_chunks()
     mask = column.is_null() if column.null_count else None
     if isinstance(t, StructType):
-        fields = [f for f in t.fields if f.type != _UNKNOWN]
+        fields = written_fields(t.fields)
         assert isinstance(column, pa.StructArray)
         children = [_convert(f.type, column.field(i), target_of) for i, f in enumerate(fields)]
         return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
@@ -165,8 +142,7 @@ def _convert(t: IcebergType, column: pa.Array, target_of: Any) -> pa.Array:
         keys = _convert(t.key, column.keys, target_of)
         items = _convert(t.value, column.items, target_of)
         return pa.MapArray.from_arrays(column.offsets.cast(pa.int32()), keys, items, type=target, mask=mask)
-    if isinstance(column.type, pa.BaseExtensionType):
-        column = column.storage
+    column = storage(column)
     if isinstance(target, pa.BaseExtensionType):
         return pa.ExtensionArray.from_storage(target, column.cast(target.storage_type))
     if column.type == target:

@@ -33,7 +33,7 @@ from tablekeeper.iceberg.arrow_project import projector, written_fields
 from tablekeeper.iceberg.content import DataFile, ManifestEntry
 from tablekeeper.iceberg.conversions import to_json
 from tablekeeper.iceberg.metadata import TableMetadata
-from tablekeeper.iceberg.metrics import FloatCollector, FloatStats, MetricsConfig, is_float
+from tablekeeper.iceberg.metrics import FloatCollector, FloatStats, MetricsConfig
 from tablekeeper.iceberg.name_mapping import NameMapping, parse_name_mapping
 from tablekeeper.iceberg.parquet import data_file_from_footer
 from tablekeeper.iceberg.partitioning import PartitionSpec, partition_key
@@ -363,18 +363,14 @@ def _footer(task: tuple[str, int, int, tuple[Any, ...], int | None, Schema, Metr
     return f
 
 
-def _has_float(t: IcebergType) -> bool:
-    if isinstance(t, StructType):
-        return any(_has_float(f.type) for f in t.fields)
-    return is_float(t)
-
-
 def _measured_floats(io: FileIO, location: str, schema: Schema) -> dict[int, FloatStats]:
     """NaN counts and bounds of a written file's float columns (outside lists and maps), which
     its footer cannot give: read back, those columns only."""
-    fields = tuple(f for f in written_fields(schema.fields) if _has_float(f.type))
-    if not fields:
+    written = written_fields(schema.fields)
+    tops = sorted({path[0] for path, _ in FloatCollector(written).leaves})
+    if not tops:
         return {}
+    fields = tuple(written[i] for i in tops)
     collector = FloatCollector(fields)
     with io.open_input(location) as stream:
         f = pq.ParquetFile(stream)
