@@ -1,8 +1,9 @@
 """Maintenance DAGs: one per table of the tables file ($TABLEKEEPER_TABLES, else
 conf/tables.example.yaml), ``tablekeeper_maintenance__<name>``.
 
-Each runs the table's jobs one after the other, compact -> expire-snapshots -> remove-orphans ->
-backfill-row-lineage (those the table lists), each a spark-submit of ``jobs/<job>.py`` whose JSON
+Each runs the table's jobs one after the other, compact -> rewrite-position-deletes ->
+rewrite-manifests -> expire-snapshots -> remove-orphans -> backfill-row-lineage -> compute-stats
+(those the table lists), each a spark-submit of ``jobs/<job>.py`` whose JSON
 result is the task's XCom. Two jobs never touch one table at once: the chain orders one run's jobs,
 ``max_active_runs=1`` keeps runs apart, and a table's ``pool`` (a pool of one slot, created with
 ``airflow pools set <pool> 1 ...``) also keeps out other tasks given that pool, such as the table's

@@ -25,10 +25,21 @@ HOME_ENV = "TABLEKEEPER_HOME"
 PACKAGE_ROLES = ("delta", "iceberg", "jdbc")
 EXAMPLE_FILE = "conf/tables.example.yaml"
 
-# Maintenance jobs in the order a table's DAG runs them: compaction first, so the snapshots it
-# replaces expire in the same run; orphans after expiry, so files expiry left behind go too;
-# row-lineage backfill last, on the fewest manifests.
-MAINTENANCE_JOBS = ("compact", "expire-snapshots", "remove-orphans", "backfill-row-lineage")
+# Maintenance jobs in the order a table's DAG runs them: compaction first, then the delete files
+# and manifests it left fewer of, so the snapshots these replace expire in the same run; orphans
+# after expiry, so files expiry left behind go too; row-lineage backfill on the fewest manifests;
+# statistics last, for the snapshot the run ends on.
+MAINTENANCE_JOBS = (
+    "compact",
+    "rewrite-position-deletes",
+    "rewrite-manifests",
+    "expire-snapshots",
+    "remove-orphans",
+    "backfill-row-lineage",
+    "compute-stats",
+)
+# Jobs for Iceberg tables only.
+ICEBERG_ONLY_JOBS = ("rewrite-position-deletes", "rewrite-manifests", "backfill-row-lineage", "compute-stats")
 CONVERT_JOB = "convert-delta"
 # Options the DAGs set themselves: from the table's own keys, or per run (--result-file).
 RESERVED_OPTIONS = frozenset({"table", "catalog", "conf-file", "result-file", "source", "target", "mode"})
@@ -257,8 +268,9 @@ def _table(
     if fmt == "delta" and "/" not in table and "://" not in table:
         raise TablesFileError(f"{where}: a delta table is named by its path, not {table!r}")
     jobs = _jobs(defaults.get("jobs") or {}, entry.get("jobs") or {}, where)
-    if fmt == "delta" and "backfill-row-lineage" in jobs:
-        raise TablesFileError(f"{where}: backfill-row-lineage is for Iceberg tables, not delta")
+    iceberg_only = [j for j in ICEBERG_ONLY_JOBS if j in jobs]
+    if fmt == "delta" and iceberg_only:
+        raise TablesFileError(f"{where}: {iceberg_only[0]} is for Iceberg tables, not delta")
     if not jobs:
         raise TablesFileError(f"{where}: no jobs: list at least one of {', '.join(MAINTENANCE_JOBS)}")
     merged = {**defaults, **entry}

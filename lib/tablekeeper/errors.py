@@ -96,6 +96,10 @@ class CommitConflict(TablekeeperError):
     exit_code = ExitCode.CONFLICT
 
 
+class ManifestsChanged(CommitConflict):
+    """Manifests a rewrite planned to replace were changed by another commit: plan again."""
+
+
 class CommitStateUnknown(TablekeeperError):
     """The commit may or may not have happened; nothing was deleted."""
 

@@ -22,7 +22,15 @@ EXAMPLE = REPO_ROOT / "conf" / "tables.example.yaml"
 PROBE = Path(__file__).resolve().parent / "airflow_probe.py"
 DS = "2026-01-02"  # the probe's logical date
 CONVERT_XCOM = {"job": "convert-delta", "metrics": {"delta_version": 4, "snapshot_id": 77}, "status": "ok"}
-CHAIN = ["compact", "expire_snapshots", "remove_orphans", "backfill_row_lineage"]
+CHAIN = [
+    "compact",
+    "rewrite_position_deletes",
+    "rewrite_manifests",
+    "expire_snapshots",
+    "remove_orphans",
+    "backfill_row_lineage",
+    "compute_stats",
+]
 
 TEMPLATED = {
     "submit": {"conn_id": "spark_cluster", "conf": {"spark.executor.cores": "2"}, "results_dir": "/shared/r"},
@@ -113,10 +121,7 @@ def test_example_tables_file_makes_a_dag_per_table_and_migration(probed: dict[st
     tasks = events["tasks"]
     # One job after the other, never two on the table at once.
     assert [(t, tasks[t]["upstream"]) for t in CHAIN] == [
-        ("compact", []),
-        ("expire_snapshots", ["compact"]),
-        ("remove_orphans", ["expire_snapshots"]),
-        ("backfill_row_lineage", ["remove_orphans"]),
+        (t, [CHAIN[i - 1]] if i else []) for i, t in enumerate(CHAIN)
     ]
     for task_id, task in tasks.items():
         assert task["classes"][:2] == ["TablekeeperJobOperator", "SparkSubmitOperator"]

@@ -41,6 +41,7 @@ from tablekeeper.iceberg.types import (
     StructType,
 )
 from tablekeeper.iceberg.updates import new_table_metadata, set_ref
+from tablekeeper.jobs.rewrite_manifests import RewriteManifestsOptions, run_rewrite_manifests
 from tests.conftest import FS_CATALOG, SQL_CATALOG
 from tests.support.iceberg_writer import local_path, write_rows
 
@@ -210,7 +211,9 @@ def test_engines_read_what_tablekeeper_wrote(spark, catalogs, catalog_name: str,
         live = [r for r in live if r["id"] != target_rows[0]["id"]]
 
     # Regroup main's data manifests into one (a replace snapshot with no data change).
-    rewrite = committer.rewrite_manifests().snapshot
+    rewritten = run_rewrite_manifests(RewriteManifestsOptions(ident), catalog, ident)
+    assert rewritten.status == "ok"
+    rewrite = catalog.require(ident).metadata.current_snapshot()
     assert rewrite is not None and rewrite.operation == "replace"
     # main had two data manifests (the one the delete rewrote, the second append's); v3's DV
     # manifest is carried over unchanged.

@@ -49,6 +49,18 @@ JOBS: dict[str, tuple[str, str]] = {
         "tablekeeper.jobs.backfill_row_lineage",
         "upgrade to Iceberg v3 and give existing rows row ids (metadata only)",
     ),
+    "compute-stats": (
+        "tablekeeper.jobs.compute_stats",
+        "number-of-distinct-values sketches of columns (Puffin)",
+    ),
+    "rewrite-position-deletes": (
+        "tablekeeper.jobs.rewrite_position_deletes",
+        "merge small position delete files; on v3, one deletion vector per data file",
+    ),
+    "rewrite-manifests": (
+        "tablekeeper.jobs.rewrite_manifests",
+        "regroup manifests by partition into target-size manifests; row ids and sequence numbers kept",
+    ),
     "validate-conversion": (
         "tablekeeper.jobs.validate_conversion",
         "compare a converted table's rows with its Delta source's at the converted version",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tablekeeper.commit.summary import SummaryDelta, build_summary
-from tablekeeper.errors import CommitConflict, UnsupportedFeatureError
+from tablekeeper.errors import CommitConflict, ManifestsChanged, UnsupportedFeatureError
 from tablekeeper.iceberg.content import (
     ADDED,
     DATA,
@@ -433,84 +433,65 @@ def new_commit_uuid(prefix: str | None = None) -> str:
     return f"{prefix}-{uuid.uuid4()}" if prefix else str(uuid.uuid4())
 
 
-def _apply_rewrite_manifests(
+def _apply_manifest_replacement(
     written: list[str],
     io: FileIO,
     base: TableMetadata,
     *,
     branch: str,
+    removed: frozenset[str],
+    added: Sequence[ManifestFile],
+    entries_processed: int,
+    extra_summary: Mapping[str, str],
     snapshot_id: int,
     commit_uuid: str,
     attempt: int,
-    counter: Callable[[], int],
     timestamp_ms: int,
-    entries_per_manifest: int = 100_000,
 ) -> Attempt:
-    """Regroup the live data entries of a branch into few manifests per spec (operation replace)."""
+    """Swap manifests for manifests holding the same live entries (operation replace): the
+    branch's list keeps every other manifest, so files committed meanwhile stay. A manifest to
+    replace that is gone from the branch means another commit changed its entries: re-plan."""
     parent = base.ref_snapshot(branch)
     if parent is None:
-        raise ValueError(f"branch {branch!r} has no snapshot to rewrite")
+        raise ManifestsChanged(f"branch {branch!r} has no snapshot any more: re-plan the rewrite")
     parent_manifests = load_manifests(io, parent)
-    sequence_number = base.next_sequence_number()
-    by_spec: dict[int, list[ManifestEntry]] = {}
-    replaced = kept = processed = 0
-    carried: list[ManifestFile] = []
-    for m in parent_manifests:
-        if m.content != MANIFEST_DATA:
-            carried.append(m)
-            kept += 1
-            continue
-        replaced += 1
-        for e in read_entries(io, base, m):
-            processed += 1
-            if e.is_live:
-                by_spec.setdefault(m.partition_spec_id, []).append(
-                    ManifestEntry(
-                        EXISTING, e.snapshot_id, e.data_file, e.sequence_number, e.file_sequence_number
-                    )
-                )
-    created: list[ManifestFile] = []
-    for spec_id, entries in sorted(by_spec.items()):
-        for start in range(0, len(entries), entries_per_manifest):
-            path = manifest_location(base.location, commit_uuid, counter())
-            data, manifest = write_manifest(
-                path,
-                entries[start : start + entries_per_manifest],
-                format_version=base.format_version,
-                spec=base.spec(spec_id),
-                schema=base.schema(),
-                snapshot_id=snapshot_id,
-            )
-            io.create_if_absent(path, data)
-            written.append(path)
-            created.append(manifest)
+    present = {m.manifest_path for m in parent_manifests}
+    gone = sorted(removed - present)
+    if gone:
+        raise ManifestsChanged(
+            f"{len(gone)} manifest(s) to replace are no longer in {branch} (e.g. {gone[0]}): "
+            "another commit changed them; re-plan the rewrite"
+        )
+    kept = [m for m in parent_manifests if m.manifest_path not in removed]
     list_path = manifest_list_location(base.location, snapshot_id, attempt, commit_uuid)
     result = write_manifest_list(
-        [*created, *carried],
+        [*added, *kept],
         format_version=base.format_version,
         snapshot_id=snapshot_id,
         parent_snapshot_id=parent.snapshot_id,
-        sequence_number=sequence_number,
+        sequence_number=base.next_sequence_number(),
         next_row_id=base.next_row_id if base.format_version >= 3 else None,
     )
     io.create_if_absent(list_path, result.data)
     written.append(list_path)
+    # Iceberg's summary keys for a manifest rewrite.
     summary = build_summary(
         "replace",
         SummaryDelta(),
         parent.summary,
         {
-            "manifests-created": str(len(created)),
-            "manifests-kept": str(kept),
-            "manifests-replaced": str(replaced),
-            "entries-processed": str(processed),
+            "manifests-created": str(len(added)),
+            "manifests-kept": str(len(kept)),
+            "manifests-replaced": str(len(removed)),
+            "entries-processed": str(entries_processed),
+            **extra_summary,
         },
     )
     snapshot = Snapshot(
         snapshot_id=snapshot_id,
         timestamp_ms=timestamp_ms,
         manifest_list=list_path,
-        sequence_number=sequence_number,
+        sequence_number=base.next_sequence_number(),
         parent_snapshot_id=parent.snapshot_id,
         summary=summary,
         schema_id=base.current_schema_id,
@@ -533,10 +514,10 @@ def apply_change(io: FileIO, base: TableMetadata, change: SnapshotChange, **kwar
         raise
 
 
-def apply_rewrite_manifests(io: FileIO, base: TableMetadata, **kwargs: Any) -> Attempt:
+def apply_manifest_replacement(io: FileIO, base: TableMetadata, **kwargs: Any) -> Attempt:
     written: list[str] = []
     try:
-        return _apply_rewrite_manifests(written, io, base, **kwargs)
+        return _apply_manifest_replacement(written, io, base, **kwargs)
     except BaseException:
         io.delete_many(written)
         raise

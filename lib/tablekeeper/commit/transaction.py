@@ -12,7 +12,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tablekeeper import faults
@@ -20,11 +20,12 @@ from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.producer import (
     SnapshotChange,
     apply_change,
-    apply_rewrite_manifests,
+    apply_manifest_replacement,
     new_commit_uuid,
     write_new_manifests,
 )
 from tablekeeper.errors import CommitConflict, CommitFailed, CommitStateUnknown
+from tablekeeper.iceberg.content import ManifestFile
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, Snapshot, TableMetadata
 from tablekeeper.iceberg.updates import new_snapshot_id, with_previous_metadata
 
@@ -166,29 +167,49 @@ class Committer:
         assert isinstance(snapshot, Snapshot)
         return CommitResult(table, snapshot, attempts)
 
-    def rewrite_manifests(
-        self, branch: str = MAIN_BRANCH, entries_per_manifest: int = 100_000
+    def replace_manifests(
+        self,
+        *,
+        removed: frozenset[str],
+        added: Sequence[ManifestFile],
+        snapshot_id: int,
+        entries_processed: int,
+        branch: str = MAIN_BRANCH,
+        summary: Mapping[str, str] | None = None,
     ) -> CommitResult:
-        """Regroup a branch's data manifests (Iceberg's rewrite_manifests), retried like any commit."""
-        snapshot_id = new_snapshot_id()
+        """Commit manifests rewritten elsewhere (written for ``snapshot_id``) in place of
+        ``removed``, retried on lost races like any commit. When the rewrite cannot apply any more
+        (``ManifestsChanged``) or fails for a known reason, the added manifests are deleted; on an
+        unknown commit state they stay."""
+        stray = [m.manifest_path for m in added if m.added_snapshot_id != snapshot_id]
+        if stray:
+            raise ValueError(f"{stray[0]} was written for another snapshot than {snapshot_id}")
         commit_uuid = new_commit_uuid(self.file_prefix)
-        counter = itertools.count()
+        first = self.catalog.require(self.identifier)
 
         def step(base: LoadedTable, attempt: int) -> tuple[TableMetadata, tuple[str, ...], object]:
-            result = apply_rewrite_manifests(
+            result = apply_manifest_replacement(
                 base.io,
                 base.metadata,
                 branch=branch,
+                removed=removed,
+                added=added,
+                entries_processed=entries_processed,
+                extra_summary=dict(summary or {}),
                 snapshot_id=snapshot_id,
                 commit_uuid=commit_uuid,
                 attempt=attempt + 1,
-                counter=lambda: next(counter),
                 timestamp_ms=self._now_ms(),
-                entries_per_manifest=entries_per_manifest,
             )
             return result.metadata, result.written, result.snapshot
 
-        table, snapshot, attempts = self._retrying(step)
+        try:
+            table, snapshot, attempts = self._retrying(step)
+        except CommitStateUnknown:
+            raise  # the new list may be live and reference every added manifest
+        except Exception:
+            first.io.delete_many([m.manifest_path for m in added])
+            raise
         assert isinstance(snapshot, Snapshot)
         return CommitResult(table, snapshot, attempts)
 

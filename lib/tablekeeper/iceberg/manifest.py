@@ -11,15 +11,15 @@ import io
 import json
 import uuid
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 import fastavro
 
 from tablekeeper.errors import CorruptMetadataError
-from tablekeeper.iceberg.avro_encoder import write_container
+from tablekeeper.iceberg.avro_encoder import Unencodable, write_container
 from tablekeeper.iceberg.avro_schemas import (
     avro_name,
     iceberg_schema_json,
@@ -132,6 +132,71 @@ def _entry_record(
     return rec
 
 
+def _manifest_header(
+    format_version: int, spec: PartitionSpec, schema: Schema, content: int
+) -> tuple[StructType, dict[str, Any], dict[str, str]]:
+    """The partition type, the entry Avro schema and the file metadata Java writes."""
+    partition_type = spec.partition_type(schema)
+    struct = manifest_entry_struct(format_version, partition_type)
+    avro_schema = manifest_entry_avro(format_version, partition_type)
+    metadata = {
+        "schema": json.dumps(schema_to_json(schema), separators=(",", ":")),
+        "partition-spec": json.dumps(partition_fields_to_json(spec), separators=(",", ":")),
+        "partition-spec-id": str(spec.spec_id),
+        "format-version": str(format_version),
+    }
+    if format_version >= 2:
+        metadata["content"] = "deletes" if content == MANIFEST_DELETES else "data"
+    metadata["iceberg.schema"] = json.dumps(iceberg_schema_json(struct), separators=(",", ":"))
+    return partition_type, avro_schema, metadata
+
+
+class _Tally:
+    """Entry counts, least live sequence number and partition summaries of one manifest."""
+
+    def __init__(self, partition_type: StructType, format_version: int) -> None:
+        self.format_version = format_version
+        self.summaries = PartitionBounds(partition_type)
+        self.counts = {ADDED: [0, 0], EXISTING: [0, 0], DELETED: [0, 0]}
+        self.min_seq: int | None = None
+
+    def add(
+        self, status: int, record_count: int, sequence_number: int | None, partition: Sequence[Any], path: str
+    ) -> None:
+        if status not in self.counts:
+            raise CorruptMetadataError(f"manifest entry status {status} is not 0, 1 or 2")
+        if status != ADDED and self.format_version > 1 and sequence_number is None:
+            raise ValueError(f"{path}: EXISTING/DELETED entries need explicit sequence numbers")
+        self.counts[status][0] += 1
+        self.counts[status][1] += record_count
+        self.summaries.update(partition)
+        if status != DELETED and sequence_number is not None:
+            low = self.min_seq
+            self.min_seq = sequence_number if low is None else min(low, sequence_number)
+
+    def manifest(
+        self, path: str, length: int, spec: PartitionSpec, snapshot_id: int, content: int
+    ) -> ManifestFile:
+        v1 = self.format_version <= 1
+        counts = self.counts
+        return ManifestFile(
+            manifest_path=path,
+            manifest_length=length,
+            partition_spec_id=spec.spec_id,
+            added_snapshot_id=snapshot_id,
+            content=content,
+            sequence_number=0 if v1 else UNASSIGNED_SEQ,
+            min_sequence_number=0 if v1 else (self.min_seq if self.min_seq is not None else UNASSIGNED_SEQ),
+            added_files_count=counts[ADDED][0],
+            existing_files_count=counts[EXISTING][0],
+            deleted_files_count=counts[DELETED][0],
+            added_rows_count=counts[ADDED][1],
+            existing_rows_count=counts[EXISTING][1],
+            deleted_rows_count=counts[DELETED][1],
+            partitions=tuple(FieldSummary(*f) for f in self.summaries.build()),
+        )
+
+
 def write_manifest(
     path: str,
     entries: Iterable[ManifestEntry],
@@ -147,36 +212,14 @@ def write_manifest(
     ``snapshot_id`` is the snapshot the manifest is written for; ADDED entries of that snapshot may
     leave their sequence numbers null to inherit them at commit.
     """
-    partition_type = spec.partition_type(schema)
-    struct = manifest_entry_struct(format_version, partition_type)
-    avro_schema = manifest_entry_avro(format_version, partition_type)
-    summaries = PartitionBounds(partition_type)
+    partition_type, avro_schema, metadata = _manifest_header(format_version, spec, schema, content)
     partition_fields = [(avro_name(pf.name), pf.type) for pf in partition_type.fields]
-    counts = {ADDED: [0, 0], EXISTING: [0, 0], DELETED: [0, 0]}
-    min_seq: int | None = None
+    tally = _Tally(partition_type, format_version)
     checked: list[ManifestEntry] = []
     for e in entries:
-        if e.status not in counts:
-            raise CorruptMetadataError(f"manifest entry status {e.status} is not 0, 1 or 2")
-        if e.status != ADDED and format_version > 1 and e.sequence_number is None:
-            raise ValueError(
-                f"{e.data_file.file_path}: EXISTING/DELETED entries need explicit sequence numbers"
-            )
-        counts[e.status][0] += 1
-        counts[e.status][1] += e.data_file.record_count
-        summaries.update(e.data_file.partition)
-        if e.status != DELETED and e.sequence_number is not None:
-            min_seq = e.sequence_number if min_seq is None else min(min_seq, e.sequence_number)
+        f = e.data_file
+        tally.add(e.status, f.record_count, e.sequence_number, f.partition, f.file_path)
         checked.append(e)
-    metadata = {
-        "schema": json.dumps(schema_to_json(schema), separators=(",", ":")),
-        "partition-spec": json.dumps(partition_fields_to_json(spec), separators=(",", ":")),
-        "partition-spec-id": str(spec.spec_id),
-        "format-version": str(format_version),
-    }
-    if format_version >= 2:
-        metadata["content"] = "deletes" if content == MANIFEST_DELETES else "data"
-    metadata["iceberg.schema"] = json.dumps(iceberg_schema_json(struct), separators=(",", ":"))
     # Cycle: the entry encoder reads this module's models and constants.
     from tablekeeper.iceberg.entry_encoder import compile_entry_encoder
 
@@ -191,23 +234,72 @@ def write_manifest(
         buf = io.BytesIO()
         fastavro.writer(buf, avro_schema, records, codec=AVRO_CODEC, metadata=metadata)
         data = buf.getvalue()
-    manifest = ManifestFile(
-        manifest_path=path,
-        manifest_length=len(data),
-        partition_spec_id=spec.spec_id,
-        added_snapshot_id=snapshot_id,
-        content=content,
-        sequence_number=UNASSIGNED_SEQ if format_version > 1 else 0,
-        min_sequence_number=(min_seq if min_seq is not None else UNASSIGNED_SEQ) if format_version > 1 else 0,
-        added_files_count=counts[ADDED][0],
-        existing_files_count=counts[EXISTING][0],
-        deleted_files_count=counts[DELETED][0],
-        added_rows_count=counts[ADDED][1],
-        existing_rows_count=counts[EXISTING][1],
-        deleted_rows_count=counts[DELETED][1],
-        partitions=tuple(FieldSummary(*f) for f in summaries.build()),
+    return data, tally.manifest(path, len(data), spec, snapshot_id, content)
+
+
+class EncodedEntry(NamedTuple):
+    """One manifest entry already encoded as its Avro record, with what the manifest-list row
+    needs from it: entries travel between processes as these (a rewrite's shuffle), and a named
+    tuple pickles at a fraction of a dataclass's cost."""
+
+    status: int
+    record_count: int
+    sequence_number: int | None
+    partition: tuple[Any, ...]
+    path: str
+    record: bytes
+
+
+def entry_encoder(
+    format_version: int, spec: PartitionSpec, schema: Schema, content: int = MANIFEST_DATA
+) -> Callable[[ManifestEntry], EncodedEntry]:
+    """Encodes entries for a manifest of ``spec``; the bytes are those ``write_manifest`` writes."""
+    partition_type, avro_schema, _ = _manifest_header(format_version, spec, schema, content)
+    from tablekeeper.iceberg.entry_encoder import compile_entry_encoder
+
+    compiled = compile_entry_encoder(avro_schema)
+    partition_fields = [(avro_name(pf.name), pf.type) for pf in partition_type.fields]
+    parsed = fastavro.parse_schema(avro_schema)
+
+    def encode(e: ManifestEntry) -> EncodedEntry:
+        buf = bytearray()
+        try:
+            if compiled is None:
+                raise Unencodable()
+            compiled(buf, e)
+            record = bytes(buf)
+        except Unencodable:
+            out = io.BytesIO()
+            fastavro.schemaless_writer(out, parsed, _entry_record(e, partition_fields, format_version))
+            record = out.getvalue()
+        f = e.data_file
+        return EncodedEntry(e.status, f.record_count, e.sequence_number, f.partition, f.file_path, record)
+
+    return encode
+
+
+def write_encoded_manifest(
+    path: str,
+    entries: Iterable[EncodedEntry],
+    *,
+    format_version: int,
+    spec: PartitionSpec,
+    schema: Schema,
+    snapshot_id: int,
+    content: int = MANIFEST_DATA,
+) -> tuple[bytes, ManifestFile]:
+    """``write_manifest`` for entries ``entry_encoder`` encoded (for the same table and spec)."""
+    partition_type, avro_schema, metadata = _manifest_header(format_version, spec, schema, content)
+    tally = _Tally(partition_type, format_version)
+    records: list[bytes] = []
+    for e in entries:
+        tally.add(e.status, e.record_count, e.sequence_number, e.partition, e.path)
+        records.append(e.record)
+    data = write_container(
+        avro_schema, records, metadata=metadata, codec=AVRO_CODEC, encoder=bytearray.extend
     )
-    return data, manifest
+    assert data is not None  # the codec is one write_container writes, and bytes always encode
+    return data, tally.manifest(path, len(data), spec, snapshot_id, content)
 
 
 # -----------------------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ Layouts (see the Iceberg spec digest, sections 4.1-4.4):
 
 * Puffin file: ``PFA1 | blob ... | PFA1 | footer JSON | int32 LE JSON size | 4 flag bytes | PFA1``.
 * DV blob: ``uint32 BE len(magic + vector) | D1 D3 39 64 | portable Roaring64 | uint32 BE CRC-32``.
+* Blob compression: none, or ``zstd`` (one frame that records its content size, as Java writes
+  it); ``lz4`` is refused. DV blobs are never compressed.
 
 Everything here works on bytes or seekable binary file objects; callers own all I/O.
 """
@@ -17,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeAlias
 
+import pyarrow as pa
+
 from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
 from tablekeeper.iceberg.roaring import RoaringBitmap64
 
@@ -29,6 +33,8 @@ ROW_POSITION_FIELD_ID: Final = 2147483645
 REFERENCED_DATA_FILE: Final = "referenced-data-file"
 CARDINALITY: Final = "cardinality"
 CREATED_BY: Final = "created-by"
+ZSTD: Final = "zstd"
+_ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 
 # Bytes of the footer outside its JSON payload: leading magic + size + flags + trailing magic.
 FOOTER_OVERHEAD: Final = 16
@@ -174,9 +180,13 @@ class PuffinWriter:
         snapshot_id: int = -1,
         sequence_number: int = -1,
         properties: Mapping[str, str] | None = None,
+        compression_codec: str | None = None,
     ) -> PuffinBlobMetadata:
+        """Append a blob; with ``compression_codec`` (only ``zstd``) ``payload`` is stored compressed."""
         if self._finished:
             raise ValueError("PuffinWriter.finish() was already called")
+        if compression_codec is not None:
+            payload = compress_blob(compression_codec, payload)
         meta = PuffinBlobMetadata(
             type=blob_type,
             fields=tuple(fields),
@@ -184,6 +194,7 @@ class PuffinWriter:
             sequence_number=sequence_number,
             offset=len(self._buffer),
             length=len(payload),
+            compression_codec=compression_codec,
             properties=dict(properties or {}),
         )
         self._buffer += payload
@@ -342,13 +353,52 @@ def _string_map(obj: object, what: str) -> dict[str, str]:
     return dict(obj)
 
 
-def read_blob(source: Source, blob: PuffinBlobMetadata) -> bytes:
-    """The payload bytes of one blob; compressed blobs are refused rather than returned raw."""
-    if blob.compression_codec is not None:
+def read_blob(source: Source, blob: PuffinBlobMetadata, *, decompress: bool = False) -> bytes:
+    """The payload bytes of one blob. A compressed blob is decompressed when the caller expects
+    compression (``decompress``: statistics blobs); otherwise it is refused rather than returned
+    raw, since a blob type that is never compressed (deletion vectors) would be misread."""
+    if blob.compression_codec is not None and not (decompress and blob.compression_codec == ZSTD):
         raise UnsupportedFeatureError(
             f"Puffin blob compression codec {blob.compression_codec!r} is not supported"
         )
-    return _read_range(source, blob.offset, blob.length)
+    raw = _read_range(source, blob.offset, blob.length)
+    return raw if blob.compression_codec is None else decompress_blob(blob.compression_codec, raw)
+
+
+# --- blob compression ----------------------------------------------------------------------------------
+
+
+def compress_blob(codec: str, payload: bytes | bytearray | memoryview) -> bytes:
+    if codec != ZSTD:
+        raise UnsupportedFeatureError(f"Puffin blob compression codec {codec!r} is not supported: use zstd")
+    return bytes(pa.Codec(ZSTD).compress(bytes(payload), asbytes=True))
+
+
+def decompress_blob(codec: str, data: bytes) -> bytes:
+    if codec != ZSTD:
+        raise UnsupportedFeatureError(f"Puffin blob compression codec {codec!r} is not supported")
+    size = zstd_content_size(data)
+    try:
+        return bytes(pa.Codec(ZSTD).decompress(data, decompressed_size=size, asbytes=True))
+    except (OSError, ValueError) as err:
+        raise CorruptMetadataError(f"Puffin blob is not valid zstd data: {err}") from None
+
+
+def zstd_content_size(data: bytes) -> int:
+    """The decompressed size a zstd frame header records (Java's compressors always record it;
+    the decompressor needs it to size its output)."""
+    if len(data) < 6 or data[:4] != _ZSTD_MAGIC:
+        raise CorruptMetadataError("Puffin blob says zstd but does not start with a zstd frame")
+    descriptor = data[4]
+    size_flag, single_segment, dict_flag = descriptor >> 6, (descriptor >> 5) & 1, descriptor & 3
+    pos = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    width = (1 if single_segment else 0, 2, 4, 8)[size_flag]
+    if width == 0:
+        raise UnsupportedFeatureError("zstd Puffin blob does not record its decompressed size")
+    if len(data) < pos + width:
+        raise CorruptMetadataError("zstd Puffin blob is truncated inside its frame header")
+    size = int.from_bytes(data[pos : pos + width], "little")
+    return size + 256 if width == 2 else size
 
 
 def read_dv_file(source: Source) -> list[tuple[str, RoaringBitmap64]]:

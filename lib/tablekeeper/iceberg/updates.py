@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import replace
 
-from tablekeeper.errors import ConfigError, UnsupportedFeatureError
+from tablekeeper.errors import CommitConflict, ConfigError, UnsupportedFeatureError
 from tablekeeper.iceberg.metadata import (
     MAIN_BRANCH,
     MIN_ROW_LINEAGE_VERSION,
@@ -18,6 +18,7 @@ from tablekeeper.iceberg.metadata import (
     Snapshot,
     SnapshotLogEntry,
     SnapshotRef,
+    StatisticsFile,
     TableMetadata,
     validate,
 )
@@ -135,6 +136,24 @@ def set_properties(
     props = {k: v for k, v in meta.properties.items() if k not in removals}
     props.update(updates)
     return replace(meta, properties=props, last_updated_ms=max(timestamp_ms, meta.last_updated_ms))
+
+
+def set_statistics(meta: TableMetadata, stats: StatisticsFile, *, timestamp_ms: int) -> TableMetadata:
+    """Java's ``UpdateStatistics.setStatistics``: one statistics file per snapshot, a new one
+    replacing the old in place (the old file is then unreferenced)."""
+    if meta.snapshot(stats.snapshot_id) is None:
+        # Expired by a concurrent commit after the sketches were computed.
+        raise CommitConflict(
+            f"snapshot {stats.snapshot_id} is no longer in the table: it was expired while its "
+            "statistics were computed; run again"
+        )
+    kept = [s for s in meta.statistics if s.snapshot_id != stats.snapshot_id]
+    at = next((i for i, s in enumerate(meta.statistics) if s.snapshot_id == stats.snapshot_id), len(kept))
+    return replace(
+        meta,
+        statistics=(*kept[:at], stats, *kept[at:]),
+        last_updated_ms=max(timestamp_ms, meta.last_updated_ms),
+    )
 
 
 def upgrade_format_version(meta: TableMetadata, target: int, *, timestamp_ms: int) -> TableMetadata:
