@@ -114,6 +114,7 @@ bench: setup ## run the benchmarks (prints tables, writes bench/out/*.json)
 	$(PY) -m bench.maintenance $(MAINTENANCE_ARGS)
 	$(PY) -m bench.compact $(COMPACT_ARGS)
 	$(PY) -m bench.backfill $(BACKFILL_ARGS)
+	$(PY) -m bench.rewrite_manifests $(REWRITE_MANIFESTS_ARGS)
 
 soak: setup ## kill destructive jobs 200 times at random phases while Iceberg Spark appends (bench/soak.py)
 	$(PY) -m bench.soak $(SOAK_ARGS)

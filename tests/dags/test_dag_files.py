@@ -240,7 +240,7 @@ def _validate_conversion_parser() -> Any:
     return module.build_parser()
 
 
-@pytest.mark.parametrize(("source", "tasks"), [("example", 11), ("templated", 3)])
+@pytest.mark.parametrize(("source", "tasks"), [("example", 14), ("templated", 3)])
 def test_every_rendered_job_command_is_accepted_by_its_parser(
     probed: dict[str, Any], source: str, tasks: int
 ) -> None:
