@@ -30,17 +30,17 @@ from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import ConfigError, CorruptMetadataError, ManifestsChanged
 from tablekeeper.files.engine import DRIVER_MAX_FILES
 from tablekeeper.iceberg.content import ManifestFile
-from tablekeeper.iceberg.manifest import entry_encoder, write_encoded_manifest
+from tablekeeper.iceberg.manifest import write_encoded_manifest
 from tablekeeper.iceberg.manifest_rewrite import (
     CONTENT_NAMES,
     DEFAULT_TARGET_MANIFEST_SIZE,
     ContentRewrite,
     ManifestRewritePlan,
-    as_existing,
     partition_sort_key,
     plan_manifest_rewrite,
     split_evenly,
 )
+from tablekeeper.iceberg.manifest_splice import existing_entries
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
 from tablekeeper.iceberg.updates import new_snapshot_id
 from tablekeeper.jobs.context import (
@@ -52,7 +52,7 @@ from tablekeeper.jobs.context import (
 from tablekeeper.jobs.engines import SparkSource, check_engine, spark_session
 from tablekeeper.jobs.options import parse_size
 from tablekeeper.jobs.result import JobClock, JobResult
-from tablekeeper.tables.iceberg import load_manifests, read_entries
+from tablekeeper.tables.iceberg import load_manifests, read_manifest_bytes
 
 log = logging.getLogger(__name__)
 
@@ -127,20 +127,20 @@ def _on_driver(
 ) -> list[ManifestFile]:
     meta = table.metadata
     spec = meta.spec(plan.spec_id)
-    encode = entry_encoder(meta.format_version, spec, meta.schema(), group.content)
     keyed = []
     for m in group.manifests:
-        for e in read_entries(table.io, meta, m):
-            if e.is_live:
-                f = e.data_file
-                keyed.append(((partition_sort_key(f.partition, plan.sort_positions), f.file_path), e))
+        data = read_manifest_bytes(table.io, m)
+        for e in existing_entries(
+            data, m, format_version=meta.format_version, spec=spec, schema=meta.schema()
+        ):
+            keyed.append(((partition_sort_key(e.partition, plan.sort_positions), e.path), e))
     keyed.sort(key=lambda kv: kv[0])
     out = []
     for index, run in enumerate(split_evenly(keyed, group.target_count)):
         path = f"{meta.location.rstrip('/')}/metadata/{prefix}{uuid.uuid4()}-m{index}.avro"
         data, manifest = write_encoded_manifest(
             path,
-            (encode(as_existing(e)) for _, e in run),
+            (e for _, e in run),
             format_version=meta.format_version,
             spec=spec,
             schema=meta.schema(),

@@ -8,6 +8,7 @@ manifests' list rows back and commits them; nothing here decides what to commit.
 
 from __future__ import annotations
 
+import bisect
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -16,14 +17,17 @@ from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 
 from tablekeeper.iceberg.content import ManifestFile
-from tablekeeper.iceberg.manifest import EncodedEntry, entry_encoder, read_manifest, write_encoded_manifest
-from tablekeeper.iceberg.manifest_rewrite import as_existing, partition_sort_key
+from tablekeeper.iceberg.manifest import EncodedEntry, write_encoded_manifest
+from tablekeeper.iceberg.manifest_rewrite import partition_sort_key
+from tablekeeper.iceberg.manifest_splice import existing_entries
 from tablekeeper.iceberg.partitioning import PartitionSpec
 from tablekeeper.iceberg.types import Schema
 from tablekeeper.io import FileIO
 
 # Input tasks per core: manifests differ in size, so a few tasks each keep both cores busy.
 _TASKS_PER_CORE = 4
+# Sampled keys per output manifest for the range bounds (Spark's range partitioner takes 20).
+_SAMPLES_PER_PART = 60
 
 
 def new_manifest_path(table_location: str, name_prefix: str, index: int) -> str:
@@ -47,16 +51,12 @@ def rewrite_on_executors(
     """The live entries of ``manifests`` (all of ``spec`` and ``content``) as ``target_count``
     manifests written for ``snapshot_id``, ordered by partition (then path, which also spreads
     one partition's entries evenly over several manifests)."""
-    partition_type = spec.partition_type(schema)
 
     def read(part: Iterable[ManifestFile]) -> Iterator[tuple[tuple[Any, ...], EncodedEntry]]:
-        encode = entry_encoder(format_version, spec, schema, content)
         for m in part:
             data = FileIO.for_location(m.manifest_path).read(m.manifest_path)
-            for e in read_manifest(data, m, partition_type):
-                if e.is_live:
-                    f = e.data_file
-                    yield (partition_sort_key(f.partition, positions), f.file_path), encode(as_existing(e))
+            for e in existing_entries(data, m, format_version=format_version, spec=spec, schema=schema):
+                yield (partition_sort_key(e.partition, positions), e.path), e
 
     def write(index: int, part: Iterable[tuple[Any, EncodedEntry]]) -> Iterator[ManifestFile]:
         entries = [entry for _, entry in part]
@@ -77,11 +77,26 @@ def rewrite_on_executors(
 
     sc = spark.sparkContext
     slices = max(1, min(len(manifests), sc.defaultParallelism * _TASKS_PER_CORE))
-    # sortByKey counts and samples its input before the shuffle: keep the read entries rather
-    # than reading every manifest three times.
-    pairs = sc.parallelize(list(manifests), slices).mapPartitions(read).persist(StorageLevel.MEMORY_AND_DISK)
+    pairs = sc.parallelize(list(manifests), slices).mapPartitions(read)
+    parts = max(1, target_count)
+    if parts == 1:
+        ordered = pairs.repartitionAndSortWithinPartitions(1, lambda _: 0)  # type: ignore[call-overload]
+        return list(ordered.mapPartitionsWithIndex(write).collect())
+    # Range bounds from a sample, as sortByKey takes them, but without its extra pass to count:
+    # the manifest list already says how many entries there are. The sample and the shuffle both
+    # read the entries kept after the first read.
+    pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        ordered = pairs.sortByKey(True, max(1, target_count))  # type: ignore[call-overload]
+        live = sum((m.added_files_count or 0) + (m.existing_files_count or 0) for m in manifests)
+        fraction = min(1.0, parts * _SAMPLES_PER_PART / max(1, live))
+        sample = sorted(pairs.sample(False, fraction, 17).keys().collect())
+        step = len(sample) / parts
+        bounds = [sample[int(step * i)] for i in range(1, parts) if sample]
+
+        def partition(key: Any) -> int:
+            return bisect.bisect_left(bounds, key)
+
+        ordered = pairs.repartitionAndSortWithinPartitions(parts, partition)  # type: ignore[call-overload]
         return list(ordered.mapPartitionsWithIndex(write).collect())
     finally:
         pairs.unpersist()

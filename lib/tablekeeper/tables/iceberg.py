@@ -35,6 +35,10 @@ def load_manifests(io: FileIO, snapshot: Snapshot | None) -> list[ManifestFile]:
     return read_manifest_list(_read(io, snapshot.manifest_list, "manifest list"), snapshot.manifest_list)
 
 
+def read_manifest_bytes(io: FileIO, manifest: ManifestFile) -> bytes:
+    return _read(io, manifest.manifest_path, "manifest")
+
+
 def read_entries(io: FileIO, meta: TableMetadata, manifest: ManifestFile) -> list[ManifestEntry]:
     spec = meta.spec(manifest.partition_spec_id)
     # Partition values are typed by the schema the spec was built on; the current schema keeps
