@@ -195,7 +195,12 @@ def test_default_columns_dry_run_rerun_snapshot_and_errors(spark, catalogs, caps
 
     first = _run(spark, catalogs, name)
     assert first["ndv"] == {"id": 3, "tag": 2} and first["replaced_statistics_file"] is None
-    # A second run computes again and replaces the entry; the old file is left unreferenced.
+    # The same run again finds every sketch there: nothing to do, nothing written.
+    done = catalog.require(f"db.{name}").metadata_location
+    again = _run(spark, catalogs, name)
+    assert "nothing to do" in again["note"] and again["statistics_file"] == first["statistics_file"]
+    assert catalog.require(f"db.{name}").metadata_location == done
+    # A column the entry lacks computes again and replaces the entry; the old file is left.
     second = _run(spark, catalogs, name, columns=("s.x", "id"))
     assert second["ndv"] == {"s.x": 2, "id": 3}
     assert second["replaced_statistics_file"] == first["statistics_file"]

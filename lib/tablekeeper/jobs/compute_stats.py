@@ -4,8 +4,10 @@
 One ``apache-datasketches-theta-v1`` blob per column, built from the rows live in the snapshot
 (deletes applied) on the executors, merged on the driver, written to one Puffin statistics file
 ``<metadata>/<snapshot-id>-<uuid>.stats`` and committed as the table's ``statistics`` entry for
-that snapshot. As Java's procedure does, every run computes afresh: an older entry for the same
-snapshot is replaced, and its file, no longer referenced, is left to remove-orphans.
+that snapshot. When the snapshot's entry already holds a sketch of every column asked for, the run
+has nothing to do (``--recompute`` computes afresh, as Java's procedure always does); otherwise
+the older entry for the same snapshot is replaced, and its file, no longer referenced, is left to
+remove-orphans.
 
 Default columns are Java's: the top-level primitive columns (nested struct fields when named).
 Primitive columns Spark cannot read (time, nanosecond timestamps, unknown), on which Java's
@@ -25,6 +27,7 @@ from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import CommitStateUnknown, ConfigError
 from tablekeeper.iceberg.metadata import Snapshot, StatisticsFile, TableMetadata
 from tablekeeper.iceberg.statistics import (
+    THETA_BLOB_TYPE,
     StatsColumn,
     ThetaBlob,
     ndv,
@@ -47,6 +50,7 @@ class ComputeStatsOptions:
     table: str
     columns: tuple[str, ...] | None = None  # None: Java's default columns
     snapshot_id: int | None = None  # None: the current snapshot
+    recompute: bool = False
     dry_run: bool = False
     catalog: str | None = None
 
@@ -61,6 +65,7 @@ class ComputeStatsOptions:
             table=args.table,
             columns=columns,
             snapshot_id=args.snapshot,
+            recompute=args.recompute,
             dry_run=args.dry_run,
             catalog=args.catalog,
         )
@@ -83,6 +88,18 @@ class StatsPlan:
             out["skipped_columns"] = dict(self.skipped)
         out["replaced_statistics_file"] = self.existing.statistics_path if self.existing else None
         return out
+
+    @property
+    def covered(self) -> bool:
+        """The snapshot's entry already holds a theta sketch of every column asked for."""
+        if self.existing is None:
+            return False
+        have = {
+            b.fields[0]
+            for b in self.existing.blob_metadata
+            if b.type == THETA_BLOB_TYPE and b.snapshot_id == self.snapshot.snapshot_id and len(b.fields) == 1
+        }
+        return all(c.field_id in have for c in self.columns)
 
 
 def plan_stats(meta: TableMetadata, identifier: str, options: ComputeStatsOptions) -> StatsPlan | None:
@@ -127,6 +144,14 @@ def run_compute_stats(
         }
         return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
     metrics = plan.metrics()
+    if plan.covered and not options.recompute:
+        assert plan.existing is not None
+        metrics |= {
+            "statistics_file": plan.existing.statistics_path,
+            "replaced_statistics_file": None,
+            "note": "the snapshot already has sketches of these columns: nothing to do (--recompute to redo)",
+        }
+        return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
     if options.dry_run:
         metrics["statistics_file"] = None
         return clock.result(JOB, identifier, dry_run=True, metrics=metrics)
@@ -179,6 +204,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "primitive column",
     )
     parser.add_argument("--snapshot", type=int, help="snapshot id to compute stats for (default: current)")
+    parser.add_argument(
+        "--recompute",
+        action="store_true",
+        help="compute even when the snapshot already has sketches of these columns",
+    )
     add_run_arguments(parser)
 
 
