@@ -13,7 +13,6 @@ import math
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from tablekeeper.errors import ConfigError, CorruptMetadataError
@@ -136,8 +135,6 @@ def _value_key(value: Any) -> tuple[Any, ...]:
         return (2,)
     if isinstance(value, uuid.UUID):
         return (1, value.bytes)
-    if isinstance(value, Decimal):
-        return (1, value)
     return (1, value)
 
 
