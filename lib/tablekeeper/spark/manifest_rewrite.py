@@ -1,5 +1,5 @@
-"""A manifest rewrite on the executors: tasks read the manifests to replace, Spark range-sorts
-their live entries by partition, and each output task writes one manifest.
+"""A manifest rewrite on the executors: tasks read the manifests to replace, Spark range-partitions
+their live entries by partition, and each output task sorts its range and writes one manifest.
 
 Entries cross the shuffle already encoded as their final Avro records (with the few fields the
 manifest-list row needs), so the writing side only concatenates bytes. The driver gets the new
@@ -13,10 +13,9 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 
-from tablekeeper.iceberg.content import ManifestFile
+from tablekeeper.iceberg.content import EXISTING, ManifestFile
 from tablekeeper.iceberg.manifest import EncodedEntry, write_encoded_manifest
 from tablekeeper.iceberg.manifest_rewrite import partition_sort_key
 from tablekeeper.iceberg.manifest_splice import existing_entries
@@ -26,8 +25,10 @@ from tablekeeper.io import FileIO
 
 # Input tasks per core: manifests differ in size, so a few tasks each keep both cores busy.
 _TASKS_PER_CORE = 4
-# Sampled keys per output manifest for the range bounds (Spark's range partitioner takes 20).
-_SAMPLES_PER_PART = 60
+# Manifests read on the driver for the range bounds of the output manifests.
+_SAMPLED_MANIFESTS = 24
+# What crosses the shuffle per entry: record count, data sequence number, partition, Avro record.
+_Row = tuple[int, "int | None", tuple[Any, ...], bytes]
 
 
 def new_manifest_path(table_location: str, name_prefix: str, index: int) -> str:
@@ -52,20 +53,32 @@ def rewrite_on_executors(
     manifests written for ``snapshot_id``, ordered by partition (then path, which also spreads
     one partition's entries evenly over several manifests)."""
 
-    def read(part: Iterable[ManifestFile]) -> Iterator[tuple[tuple[Any, ...], EncodedEntry]]:
-        for m in part:
-            data = FileIO.for_location(m.manifest_path).read(m.manifest_path)
-            for e in existing_entries(data, m, format_version=format_version, spec=spec, schema=schema):
-                yield (partition_sort_key(e.partition, positions), e.path), e
+    def entries_of(m: ManifestFile) -> Iterator[EncodedEntry]:
+        data = FileIO.for_location(m.manifest_path).read(m.manifest_path)
+        return existing_entries(data, m, format_version=format_version, spec=spec, schema=schema)
 
-    def write(index: int, part: Iterable[tuple[Any, EncodedEntry]]) -> Iterator[ManifestFile]:
-        entries = [entry for _, entry in part]
-        if not entries:
+    def read(part: Iterable[ManifestFile]) -> Iterator[tuple[tuple[Any, ...], _Row]]:
+        for m in part:
+            for e in entries_of(m):
+                # The path travels once, in the key; the value is a plain tuple (cheap to pickle).
+                yield (
+                    (partition_sort_key(e.partition, positions), e.path),
+                    (
+                        e.record_count,
+                        e.sequence_number,
+                        e.partition,
+                        e.record,
+                    ),
+                )
+
+    def write(index: int, part: Iterable[tuple[tuple[Any, ...], _Row]]) -> Iterator[ManifestFile]:
+        rows = sorted(part, key=_first)
+        if not rows:
             return
         path = new_manifest_path(table_location, name_prefix, index)
         data, manifest = write_encoded_manifest(
             path,
-            entries,
+            (EncodedEntry(EXISTING, c, q, pv, k[1], r) for k, (c, q, pv, r) in rows),
             format_version=format_version,
             spec=spec,
             schema=schema,
@@ -79,24 +92,25 @@ def rewrite_on_executors(
     slices = max(1, min(len(manifests), sc.defaultParallelism * _TASKS_PER_CORE))
     pairs = sc.parallelize(list(manifests), slices).mapPartitions(read)
     parts = max(1, target_count)
-    if parts == 1:
-        ordered = pairs.repartitionAndSortWithinPartitions(1, lambda _: 0)  # type: ignore[call-overload]
-        return list(ordered.mapPartitionsWithIndex(write).collect())
-    # Range bounds from a sample, as sortByKey takes them, but without its extra pass to count:
-    # the manifest list already says how many entries there are. The sample and the shuffle both
-    # read the entries kept after the first read.
-    pairs = pairs.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        live = sum((m.added_files_count or 0) + (m.existing_files_count or 0) for m in manifests)
-        fraction = min(1.0, parts * _SAMPLES_PER_PART / max(1, live))
-        sample = sorted(pairs.sample(False, fraction, 17).keys().collect())
-        step = len(sample) / parts
-        bounds = [sample[int(step * i)] for i in range(1, parts) if sample]
+    # Range bounds from the keys of a few manifests spread over the list, read here: one pass
+    # over the entries instead of Spark's count, sample and shuffle passes. Each task sorts its
+    # own range in memory (an output manifest is bounded by the target size).
+    bounds: list[Any] = []
+    if parts > 1:
+        step = max(1, len(manifests) // _SAMPLED_MANIFESTS)
+        keys = sorted(
+            (partition_sort_key(e.partition, positions), e.path)
+            for m in manifests[::step]
+            for e in entries_of(m)
+        )
+        bounds = [keys[len(keys) * i // parts] for i in range(1, parts)] if keys else []
 
-        def partition(key: Any) -> int:
-            return bisect.bisect_left(bounds, key)
+    def partition(key: Any) -> int:
+        return bisect.bisect_left(bounds, key)
 
-        ordered = pairs.repartitionAndSortWithinPartitions(parts, partition)  # type: ignore[call-overload]
-        return list(ordered.mapPartitionsWithIndex(write).collect())
-    finally:
-        pairs.unpersist()
+    ordered = pairs.partitionBy(parts, partition)
+    return list(ordered.mapPartitionsWithIndex(write).collect())
+
+
+def _first(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
