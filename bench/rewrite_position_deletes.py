@@ -3,16 +3,17 @@ table states.
 
 A v2 table partitioned by an int ``p`` (default 10 values) is built once by Iceberg Spark and
 saved: D data files (default 300, one per write task, each inside one partition, R rows in all,
-default 3,000,000), then K small merge-on-read DELETE statements (default 200) with
-partition-scoped deletes (``write.delete.granularity=partition``), each removing a few ids (4)
-in every partition, so each writes one small position delete file per partition: K x P delete
-files (default 2,000) of a few positions each. (File-scoped deletes would not pile up: Iceberg
-Spark folds a data file's previous file-scoped delete file into the new one.) Each engine runs
-in its own process on a fresh copy, both on a local Spark session of the same size (JVM start-up
-excluded, reported as setup):
+default 3,000,000), then K small merge-on-read DELETE statements (default 150), each removing 5
+ids from each of 4 data files in every partition, with partition-scoped deletes
+(``write.delete.granularity=partition``) and, while building only, one scan task per data file
+and no shuffle before the delete writers: each DELETE writes 4 small position delete files per
+partition, so K x 4 x P files in all (default 6,000, of 5 positions each). (File-scoped deletes
+would not pile up: Iceberg Spark folds a data file's previous file-scoped delete file into the
+new one.) Each engine runs in its own process on a fresh copy, both on a local Spark session of
+the same size (JVM start-up excluded, reported as setup):
 
 - ``iceberg``: ``SparkActions.get().rewritePositionDeletes(table)`` with ``rewrite-all``;
-- ``tablekeeper``: ``rewrite-position-deletes --rewrite-all`` (one Spark task per group).
+- ``tablekeeper``: ``rewrite-position-deletes --rewrite-all`` (one Spark task per partition).
 
 After each run the child reads the table through Iceberg Spark: both engines must end with the
 rows the table held before (count and sum of ids), and the table shows the live position delete
@@ -36,8 +37,11 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
 ENGINES = ("iceberg", "tablekeeper")
 TABLE = "bench.d"
-PER_PARTITION = 4  # ids each DELETE removes in every partition
-STRIDE = 1_000_003  # a prime: consecutive multiples spread the deleted ids over a partition's files
+FILES_PER_PARTITION = 4  # data files each DELETE touches in every partition
+IDS_PER_FILE = 5  # ids it removes from each
+STRIDE = 1_000_003  # a prime: its multiples spread the deleted ids over a data file's rows
+# Only while building: each DELETE scan task reads one data file and writes its own delete file.
+BUILD_ONLY = {"read.split.open-file-cost": str(128 * 1024 * 1024), "write.delete.distribution-mode": "none"}
 EXPECTED = "expected.json"
 
 
@@ -76,30 +80,43 @@ def _delete_files(work: Path) -> int:
     return sum(1 for e in files.deletes if e.data_file.content == POSITION_DELETES)
 
 
+def _deleted_ids(k: int, partitions: int, data_files: int, rows: int) -> list[int]:
+    """The ids DELETE number ``k`` removes: IDS_PER_FILE ids in each of FILES_PER_PARTITION data
+    files of every partition, never one an earlier DELETE removed."""
+    per, fpp = rows // partitions, data_files // partitions
+    rpf = per // fpp
+    ids = []
+    for j in range(partitions):
+        for i in range(FILES_PER_PARTITION):
+            slot = k * FILES_PER_PARTITION + i
+            f, m = slot % fpp, slot // fpp
+            ids += [j * per + f * rpf + (m * IDS_PER_FILE + r) * STRIDE % rpf for r in range(IDS_PER_FILE)]
+    return ids
+
+
 def build(work: Path, partitions: int, data_files: int, rows: int, deletes: int) -> dict[str, int]:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     spark = _spark(work)
     spark.sql("CREATE NAMESPACE IF NOT EXISTS b.bench")
+    build_only = ", ".join(f"'{k}'='{v}'" for k, v in BUILD_ONLY.items())
     spark.sql(
         f"CREATE TABLE b.{TABLE} (id BIGINT, p INT, s STRING) USING iceberg PARTITIONED BY (p) "
         "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read', "
         "'write.update.mode'='merge-on-read', 'write.merge.mode'='merge-on-read', "
-        "'write.delete.granularity'='partition', 'write.distribution-mode'='none')"
+        f"'write.delete.granularity'='partition', 'write.distribution-mode'='none', {build_only})"
     )
     # Each write task holds a contiguous range of ids inside one partition: one data file each.
     spark.range(0, rows, 1, data_files).selectExpr(
         "id", f"CAST(id * {partitions} DIV {rows} AS INT) AS p", "md5(CAST(id AS STRING)) AS s"
     ).writeTo(f"b.{TABLE}").append()
-    per = rows // partitions
     for k in range(deletes):
-        # A few ids in each partition: min/max pruning reads only their data files.
-        ids = [
-            j * per + (k * PER_PARTITION + i) * STRIDE % per
-            for j in range(partitions)
-            for i in range(PER_PARTITION)
-        ]
-        spark.sql(f"DELETE FROM b.{TABLE} WHERE id IN ({', '.join(map(str, ids))})")
+        # Min/max pruning reads only the data files holding these ids, one scan task each, and
+        # each task writes one small partition-scoped position delete file.
+        ids = ", ".join(map(str, _deleted_ids(k, partitions, data_files, rows)))
+        spark.sql(f"DELETE FROM b.{TABLE} WHERE id IN ({ids})")
+    unset = ", ".join(f"'{k}'" for k in BUILD_ONLY)
+    spark.sql(f"ALTER TABLE b.{TABLE} UNSET TBLPROPERTIES ({unset})")
     count, id_sum = _rows(spark)
     live = spark.sql(f"SELECT count(*) FROM b.{TABLE}.data_files").collect()[0][0]
     spark.stop()
@@ -136,7 +153,7 @@ def run_engine(engine: str, work: Path) -> dict[str, object]:
         m = run_rewrite_position_deletes(
             RewritePositionDeletesOptions(TABLE, rewrite_all=True), catalog, TABLE, spark
         ).metrics
-        rewritten, added = int(m["rewritten_delete_files_count"]), int(m["added_delete_files_count"])  # type: ignore[call-overload]
+        rewritten, added = int(m["rewritten_delete_files_count"]), int(m["added_delete_files_count"])
     seconds = time.perf_counter() - t0
     count, id_sum = _rows(spark)
     return {
@@ -160,7 +177,7 @@ def main() -> None:
     parser.add_argument("--data-files", type=int, default=300, help="a multiple of --partitions")
     parser.add_argument("--rows", type=int, default=3_000_000)
     parser.add_argument(
-        "--deletes", type=int, default=200, help="DELETE statements (one delete file per partition each)"
+        "--deletes", type=int, default=150, help="DELETE statements (4 delete files per partition each)"
     )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--child", nargs=1, help=argparse.SUPPRESS)
@@ -169,10 +186,14 @@ def main() -> None:
     if args.child:
         print(json.dumps(run_engine(args.child[0], Path(args.work))))
         return
-    if args.rows % args.partitions or args.data_files % args.partitions:
-        parser.error("--rows and --data-files must be multiples of --partitions")
-    if args.deletes * PER_PARTITION > args.rows // args.partitions:
-        parser.error(f"--rows / --partitions must be at least --deletes x {PER_PARTITION}")
+    fpp = args.data_files // args.partitions
+    if args.data_files % args.partitions or args.rows % args.data_files or fpp < FILES_PER_PARTITION:
+        parser.error(
+            f"--data-files must be a multiple of --partitions (at least {FILES_PER_PARTITION} per "
+            "partition) and --rows a multiple of --data-files"
+        )
+    if (args.deletes * FILES_PER_PARTITION // fpp + 1) * IDS_PER_FILE > args.rows // args.data_files:
+        parser.error("too many --deletes for so few rows per data file")
     OUT.mkdir(parents=True, exist_ok=True)
     saved, work = OUT / "rewrite_position_deletes_saved", OUT / "rewrite_position_deletes_work"
     t = time.perf_counter()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,3 +155,62 @@ def test_unknown_state_before_the_swap_also_keeps_files(tmp_path: Path) -> None:
             SnapshotChange("append", added_files=(data_file(location, 2),))
         )
     assert len(metadata_files(location, ".avro") - before) == 2  # manifest + manifest list kept
+
+
+def _rewrite_ready(catalog: Catalog) -> tuple[str, frozenset[str], int, list[Any]]:
+    """A v3 table of 4 single-file appends, its manifests rewritten (not committed) into one:
+    the identifier, the manifests to replace, the new snapshot id and the new manifests."""
+    from tablekeeper.iceberg.updates import new_snapshot_id
+    from tablekeeper.jobs import rewrite_manifests as job
+
+    ident = create(catalog, 3)
+    committer = Committer(catalog, ident)
+    location = catalog.require(ident).metadata.location
+    for n in range(4):
+        committer.commit_snapshot(SnapshotChange("append", added_files=(data_file(location, n),)))
+    loaded = catalog.require(ident)
+    plan, _ = job.plan_rewrite(job.RewriteManifestsOptions(ident), loaded, ident)
+    snapshot_id = new_snapshot_id()
+    written = job._write(loaded, plan, snapshot_id, "t-", None)
+    return ident, frozenset(m.manifest_path for m in plan.rewritten), snapshot_id, written
+
+
+def _row_ids(catalog: Catalog, ident: str) -> dict[str, int | None]:
+    from tablekeeper.tables.iceberg import live_files
+
+    table = catalog.require(ident)
+    live = live_files(table.io, table.metadata, table.metadata.current_snapshot())
+    return {e.data_file.file_path: e.data_file.first_row_id for e in live.data}
+
+
+@pytest.mark.parametrize("kind", ["sql", "fs"])
+def test_manifest_rewrite_retries_lost_races_and_keeps_row_ids(kind: str, tmp_path: Path) -> None:
+    inner = make_catalog(kind, tmp_path)
+    ident, removed, snapshot_id, written = _rewrite_ready(inner)
+    before = _row_ids(inner, ident)
+    result = Committer(Flaky(inner, fail_before=2), ident).replace_manifests(
+        removed=removed, added=written, snapshot_id=snapshot_id, entries_processed=4
+    )
+    assert result.attempts == 3
+    table = inner.require(ident)
+    assert len(load_manifests(table.io, table.metadata.current_snapshot())) == 1
+    assert _row_ids(inner, ident) == before and None not in before.values()
+
+
+@pytest.mark.parametrize("kind", ["sql", "fs"])
+def test_manifest_rewrite_removes_its_manifests_only_on_known_failures(kind: str, tmp_path: Path) -> None:
+    inner = make_catalog(kind, tmp_path)
+    ident, removed, snapshot_id, written = _rewrite_ready(inner)
+    with pytest.raises(CommitConflict):
+        Committer(Flaky(inner, fail_before=99), ident).replace_manifests(
+            removed=removed, added=written, snapshot_id=snapshot_id, entries_processed=4
+        )
+    assert not any(Path(m.manifest_path).exists() for m in written)
+
+    other = make_catalog(kind, tmp_path / "unknown")
+    ident, removed, snapshot_id, written = _rewrite_ready(other)
+    with pytest.raises(CommitStateUnknown):
+        Committer(Flaky(other, unknown_after_commit=True), ident).replace_manifests(
+            removed=removed, added=written, snapshot_id=snapshot_id, entries_processed=4
+        )
+    assert all(Path(m.manifest_path).exists() for m in written)
