@@ -24,7 +24,8 @@ SHADED = "org.apache.iceberg.shaded.org.apache.datasketches"
 
 
 def _create(spark, name: str, version: int) -> str:  # type: ignore[no-untyped-def]
-    """Partitioned, merge-on-read, two inserts and a delete (every seventh id)."""
+    """Partitioned, merge-on-read, two inserts across a partition evolution and a delete (every
+    seventh id)."""
     table = f"{FS_CATALOG}.db.{name}"
     spark.sql(f"DROP TABLE IF EXISTS {table}")
     spark.sql(
@@ -44,6 +45,9 @@ def _create(spark, name: str, version: int) -> str:  # type: ignore[no-untyped-d
             named_struct('x', CAST(id % 64 AS INT), 'y', IF(id % 4 = 0, NULL, concat('y', id % 2222))),
             array(CAST(id AS INT)) FROM range({lo}, {hi})"""
         )
+        if lo == 0:
+            # A partition evolution between the inserts: the rows span two specs.
+            spark.sql(f"ALTER TABLE {table} ADD PARTITION FIELD bucket(4, id)")
     spark.sql(f"DELETE FROM {table} WHERE id % 7 = 0")
     return table
 
