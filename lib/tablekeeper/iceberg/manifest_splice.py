@@ -6,7 +6,9 @@ manifest's inherited range). Every other byte of the record (paths, partition, m
 is carried unchanged. So when a manifest's writer schema has the same binary layout as the one the
 rewrite writes, each record is scanned for the offsets of those fields by a function generated for
 the schema, and spliced; the partition is decoded once per distinct value. Manifests of any other
-layout go through the model reader and the entry encoder, which give the same bytes.
+layout go through the model reader and the entry encoder. Both give the same values; for records
+Java wrote they are the same bytes, while a record whose writer framed a map in another order or
+in negative-count blocks keeps its own framing.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import functools
 import io
 import itertools
 import json
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -269,6 +272,9 @@ def existing_entries(
     reader = open_avro(data, f"manifest {manifest.manifest_path}", blocks=True)
     try:
         same = _canon(reader.writer_schema) == _canon(out_avro)
+    except (_Unsupported, KeyError, TypeError, ValueError):
+        same = False  # the model reader reports a malformed schema in its own words
+    try:
         scan, branches = _compile(json.dumps(_canon(out_avro)[1])) if same else (None, None)
     except _Unsupported:
         scan, branches = None, None
@@ -328,7 +334,7 @@ def existing_entries(
                     partitions[raw] = partition
                 path = bytes(b[ps:pe]).decode("utf-8")
                 yield EncodedEntry(EXISTING, count, seq, partition, path, bytes(out))
-    except (IndexError, ValueError, UnicodeDecodeError) as err:
+    except (IndexError, ValueError, UnicodeDecodeError, EOFError, zlib.error) as err:
         raise CorruptMetadataError(
             f"manifest {manifest.manifest_path} is truncated or corrupt ({err.__class__.__name__})"
         ) from err

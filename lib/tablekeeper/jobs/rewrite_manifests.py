@@ -27,7 +27,13 @@ from typing import Any
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.transaction import Committer
-from tablekeeper.errors import ConfigError, CorruptMetadataError, ManifestsChanged
+from tablekeeper.errors import (
+    CommitStateUnknown,
+    ConfigError,
+    CorruptMetadataError,
+    ManifestsChanged,
+    UnsupportedFeatureError,
+)
 from tablekeeper.files.engine import DRIVER_MAX_FILES
 from tablekeeper.iceberg.content import ManifestFile
 from tablekeeper.iceberg.manifest import write_encoded_manifest
@@ -42,6 +48,7 @@ from tablekeeper.iceberg.manifest_rewrite import (
 )
 from tablekeeper.iceberg.manifest_splice import existing_entries
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
+from tablekeeper.iceberg.types import UNKNOWN
 from tablekeeper.iceberg.updates import new_snapshot_id
 from tablekeeper.jobs.context import (
     JobContext,
@@ -111,10 +118,21 @@ def plan_rewrite(
         raise ConfigError(
             f"--branch {options.branch!r} is not a branch of {identifier}: use one of {sorted(meta.refs)}"
         )
+    spec = meta.spec(spec_id)
+    dropped = [
+        pf.name
+        for pf, f in zip(spec.fields, spec.partition_type(meta.schema()).fields, strict=True)
+        if f.type == UNKNOWN
+    ]
+    if dropped:
+        raise UnsupportedFeatureError(
+            f"spec {spec_id} of {identifier} partitions by a dropped column (field {dropped[0]}): its "
+            "manifests cannot be rewritten with their partition values; rewrite the current spec's"
+        )
     manifests = load_manifests(table.io, meta.ref_snapshot(options.branch))
     plan = plan_manifest_rewrite(
         manifests,
-        spec=meta.spec(spec_id),
+        spec=spec,
         sort_by=options.sort_by,
         target_size=_target_size(options, meta),
         rewrite_all=options.rewrite_all,
@@ -277,6 +295,13 @@ def run_rewrite_manifests(
                 raise
             log.info("planning again (%s)", err.message)
             continue
+        except CommitStateUnknown:
+            raise  # the new list may be live and reference every new manifest
+        except Exception:
+            # Known not committed (the committer removes them too; a failure before its first
+            # attempt, such as the catalog being unreachable, leaves them to this).
+            table.io.delete_many([m.manifest_path for m in written])
+            raise
         snapshot = result.snapshot
         assert snapshot is not None
         metrics |= {

@@ -103,3 +103,19 @@ def test_split_evenly_keeps_order_and_sizes_within_one() -> None:
     runs = split_evenly(list(range(10)), 3)
     assert [list(r) for r in runs] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
     assert split_evenly([1], 5) == [[1]]
+
+
+def test_a_spec_over_a_dropped_column_is_refused_before_any_work(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tablekeeper.catalog.base import LoadedTable
+    from tablekeeper.errors import UnsupportedFeatureError
+    from tablekeeper.iceberg.types import LONG, NestedField, Schema
+    from tablekeeper.iceberg.updates import new_table_metadata
+    from tablekeeper.io import FileIO
+    from tablekeeper.jobs.rewrite_manifests import RewriteManifestsOptions, plan_rewrite
+
+    spec = PartitionSpec(0, (PartitionField(9, 1000, "gone", "identity"),))
+    schema = Schema(0, (NestedField(1, "id", LONG, True),))
+    meta = new_table_metadata(schema=schema, location=str(tmp_path), timestamp_ms=1, spec=spec)
+    table = LoadedTable("db.t", str(tmp_path / "m.json"), meta, FileIO.for_location(str(tmp_path)))
+    with pytest.raises(UnsupportedFeatureError, match="dropped column"):
+        plan_rewrite(RewriteManifestsOptions("db.t"), table, "db.t")

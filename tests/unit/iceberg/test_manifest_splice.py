@@ -9,6 +9,7 @@ from typing import Any
 import fastavro
 import pytest
 
+from tablekeeper.errors import CorruptMetadataError
 from tablekeeper.iceberg.content import ADDED, DELETED, EXISTING, MANIFEST_DELETES, ManifestEntry
 from tablekeeper.iceberg.manifest import entry_encoder, read_manifest
 from tablekeeper.iceberg.manifest_rewrite import as_existing
@@ -91,3 +92,11 @@ def _records(version: int, entries: list[Any]) -> list[dict[str, Any]]:
 
     parsed = fastavro.parse_schema(manifest_entry_avro(version, SPEC.partition_type(SCHEMA)))
     return [fastavro.schemaless_reader(io.BytesIO(e.record), parsed, None) for e in entries]  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("cut", [200, 1])
+def test_a_truncated_manifest_is_corrupt_metadata_not_a_crash(cut: int) -> None:
+    entries = [ManifestEntry(ADDED, None, data_file(f"f{i}", PARTITIONS[i % 3])) for i in range(50)]
+    data, manifest = write(entries, 2)
+    with pytest.raises(CorruptMetadataError):
+        _spliced(data[:-cut], committed(manifest, 3), 2)
