@@ -177,3 +177,48 @@ def test_cli_exit_codes(spark, catalogs, tmp_path: Path, capsys) -> None:  # typ
         main([*base, "--min-input-files", "0"])
     assert usage.value.code == 2
     assert main(["rewrite-position-deletes", "--table", "db.missing", "--conf-file", str(conf)]) == 2
+
+
+def test_a_concurrent_rewrite_of_planned_delete_files_makes_the_job_plan_again(
+    spark, catalogs, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Iceberg's own procedure replaces the delete files this run planned, between the run's
+    writes and its commit: the commit cannot apply, its files go, the job plans again on the table
+    as it is, and no deleted row comes back."""
+    from tablekeeper.jobs import rewrite_position_deletes as job
+
+    table = f"{FS_CATALOG}.db.rpd_race"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, cat STRING) USING iceberg PARTITIONED BY (cat) "
+        "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read', "
+        "'write.delete.granularity'='partition')"
+    )
+    spark.sql(f"INSERT INTO {table} SELECT id, IF(id % 2 = 0, 'a', 'b') FROM range(0, 40)")
+    for k in range(3):
+        spark.sql(f"DELETE FROM {table} WHERE id % 7 = {k}")
+    before = _rows(spark, f"SELECT id, cat FROM {table}")
+    real = job.rewrite_groups
+    outputs: list[Any] = []
+
+    def racing(*args: Any, **kw: Any) -> Any:
+        out = real(*args, **kw)
+        if not outputs:
+            spark.sql(
+                f"CALL {FS_CATALOG}.system.rewrite_position_delete_files(table => 'db.rpd_race', "
+                "options => map('rewrite-all', 'true'))"
+            )
+        outputs.append(out)
+        return out
+
+    monkeypatch.setattr(job, "rewrite_groups", racing)
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    result = run_rewrite_position_deletes(
+        RewritePositionDeletesOptions("db.rpd_race", rewrite_all=True), catalog, "db.rpd_race", spark
+    )
+    assert result.status == "ok" and result.metrics["plans"] == 2, result.metrics
+    # The first plan's files were removed when its commit could not apply.
+    first = [f.file_path for o in outputs[0] for f in o.added]
+    assert first and not any(Path(p.removeprefix("file:")).exists() for p in first)
+    spark.sql(f"REFRESH TABLE {table}")
+    assert _rows(spark, f"SELECT id, cat FROM {table}") == before

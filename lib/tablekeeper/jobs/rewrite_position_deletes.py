@@ -11,8 +11,8 @@ sequence number of the files they replace, as Iceberg's rewrite does: every entr
 before at that number or lower, and names only its own data file, so no row changes.
 
 A concurrent commit that removed a delete file the plan replaces, or (v3) a data file it writes a
-DV for, or changed one of those data files' deletes, fails the commit (exit 4): its new files are
-removed and a rerun plans again. New files are staged under a journal, so a killed run's files
+DV for, or changed one of those data files' deletes, fails the commit: its new files are removed
+and the job plans again (up to ``MAX_PLANS`` times, then exit 4). New files are staged under a journal, so a killed run's files
 are collected by the next run of any staging job.
 """
 
@@ -85,6 +85,8 @@ _CODEC_PROPERTIES = ("write.delete.parquet.compression-codec", "write.parquet.co
 # Spark's lz4 is Hadoop's framing, pyarrow's is not: only codecs both write alike.
 _CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "uncompressed": "none", "none": "none"}
 _DELETE_THREADS = 8
+# A concurrent commit that makes the rewrite's commit impossible makes it plan again, this often.
+MAX_PLANS = 3
 
 
 @dataclass(frozen=True)
@@ -314,7 +316,27 @@ def run_rewrite_position_deletes(
     identifier: str,
     spark: SparkSession | Callable[[], SparkSession],
 ) -> JobResult:
+    """Plan, rewrite, commit; a commit that a concurrent change made impossible (a planned file
+    removed, a DV changed) leaves nothing behind and the job plans again on the table as it is."""
     clock = JobClock()
+    for plans in range(1, MAX_PLANS + 1):
+        try:
+            return _run_once(options, catalog, identifier, spark, clock, plans)
+        except CommitConflict as err:
+            if plans == MAX_PLANS:
+                raise
+            log.info("planning again (%s)", err.message)
+    raise AssertionError("unreachable")
+
+
+def _run_once(
+    options: RewritePositionDeletesOptions,
+    catalog: Catalog,
+    identifier: str,
+    spark: SparkSession | Callable[[], SparkSession],
+    clock: JobClock,
+    plans: int,
+) -> JobResult:
     session = _getter(spark)
     table = catalog.require(identifier)
     meta = table.metadata
@@ -388,6 +410,7 @@ def run_rewrite_position_deletes(
             raise
         journal.remove()
     metrics |= _counts(done)
+    metrics["plans"] = plans
     metrics["groups"] = [_group_json(g, o) for g, o in done]
     metrics["snapshot_ids"] = [snapshot_id] if snapshot_id is not None else []
     return clock.result(JOB, identifier, dry_run=False, metrics=metrics)
