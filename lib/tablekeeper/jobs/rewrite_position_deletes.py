@@ -12,8 +12,8 @@ before at that number or lower, and names only its own data file, so no row chan
 
 A concurrent commit that removed a delete file the plan replaces, or (v3) a data file it writes a
 DV for, or changed one of those data files' deletes, fails the commit: its new files are removed
-and the job plans again (up to ``MAX_PLANS`` times, then exit 4). New files are staged under a journal, so a killed run's files
-are collected by the next run of any staging job.
+and the job plans again (up to ``MAX_PLANS`` times, then exit 4). New files are staged under a
+journal, so a killed run's files are collected by the next run of any staging job.
 """
 
 from __future__ import annotations
