@@ -34,6 +34,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from tablekeeper.errors import ConfigError, CorruptMetadataError
+from tablekeeper.iceberg.conversions import decimal_bytes, decimal_to_unscaled, to_bytes
 from tablekeeper.iceberg.metadata import BlobMetadata, StatisticsFile
 from tablekeeper.iceberg.puffin import ZSTD, PuffinFile, PuffinWriter, Source, read_blob, read_puffin_footer
 from tablekeeper.iceberg.types import (
@@ -167,43 +168,13 @@ def resolve_columns(
 def single_value_bytes(t: IcebergType, value: Any) -> bytes:
     """The bytes Java's aggregate hashes for one non-null ``value`` of a column of type ``t``
     (Python values: int, float, bool, str, bytes, ``decimal.Decimal``, ``uuid.UUID``; dates as
-    days and timestamps as microseconds)."""
-    if isinstance(t, DecimalType):
-        return decimal_bytes(_unscaled(value, t.scale))
-    if isinstance(t, FixedType):
-        return bytes(value)
-    assert isinstance(t, PrimitiveType), t
-    name = t.name
-    if name == "boolean":
-        return b"\x01" if value else b"\x00"
-    if name in ("int", "date"):
-        return struct.pack("<i", value)
-    if name in ("long", "timestamp", "timestamptz"):
-        return struct.pack("<q", value)
-    if name == "float":
-        return struct.pack("<f", value)
-    if name == "double":
-        return struct.pack("<d", value)
-    if name == "uuid":
+    days and timestamps as microseconds): Iceberg's single-value form, except that a uuid is
+    hashed as its text, as Java's aggregate converts it."""
+    if isinstance(t, PrimitiveType) and t.name == "uuid":
         return str(uuid.UUID(str(value))).encode("utf-8")
-    if name == "string":
-        return str(value).encode("utf-8")
-    if name == "binary":
-        return bytes(value)
-    raise ValueError(f"no single-value serialization for type {name}")
-
-
-def decimal_bytes(unscaled: int) -> bytes:
-    """Java's ``BigInteger.toByteArray``: the shortest big-endian two's complement."""
-    magnitude = unscaled if unscaled >= 0 else ~unscaled
-    return unscaled.to_bytes(magnitude.bit_length() // 8 + 1, "big", signed=True)
-
-
-_EXACT: Final = decimal.Context(prec=200)
-
-
-def _unscaled(value: Any, scale: int) -> int:
-    return int(_EXACT.scaleb(decimal.Decimal(value), scale))
+    if isinstance(t, DecimalType) and not isinstance(value, decimal.Decimal):
+        value = decimal.Decimal(value)
+    return to_bytes(t, value)
 
 
 def theta_hash(data: bytes, seed: int = DEFAULT_SEED) -> int | None:
@@ -265,7 +236,7 @@ def arrow_theta_hashes(values: pa.Array, t: IcebergType, seed: int = DEFAULT_SEE
         raw = values.view(kind).to_numpy(zero_copy_only=False).astype(f"<{'f' if name == 'double' else 'i'}8")
         return short_theta_hashes(raw.view("<u8").astype(np.uint64), 8, seed)
     if isinstance(t, DecimalType):
-        items: Iterable[bytes] = (decimal_bytes(_unscaled(v, t.scale)) for v in values.to_pylist())
+        items: Iterable[bytes] = (decimal_bytes(decimal_to_unscaled(v, t.scale)) for v in values.to_pylist())
     elif name in _BYTES_TYPES or isinstance(t, FixedType):
         items = values.cast(pa.large_binary()).to_pylist()
     else:

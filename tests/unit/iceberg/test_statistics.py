@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 from tablekeeper.errors import CommitConflict, ConfigError, UnsupportedFeatureError
+from tablekeeper.iceberg.conversions import decimal_bytes
 from tablekeeper.iceberg.metadata import Snapshot, StatisticsFile, statistics_to_obj
 from tablekeeper.iceberg.puffin import PUFFIN_MAGIC, read_blob, read_puffin_footer, zstd_content_size
 from tablekeeper.iceberg.statistics import (
@@ -23,7 +24,6 @@ from tablekeeper.iceberg.statistics import (
     ThetaAccumulator,
     ThetaBlob,
     arrow_theta_hashes,
-    decimal_bytes,
     exact_sketch,
     merge_sketches,
     ndv,
