@@ -12,6 +12,7 @@ every conversion rule.
 from __future__ import annotations
 
 import io
+import itertools
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -26,6 +27,20 @@ _BLOCK_BYTES = 16_000 * 16
 
 class Unencodable(Exception):
     """A value this encoder does not handle: the caller falls back to fastavro."""
+
+
+class GeneratedSource:
+    """Lines of a Python function generated for one Avro schema, with fresh variable names."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names = itertools.count()
+
+    def var(self, stem: str) -> str:
+        return f"{stem}{next(self.names)}"
+
+    def emit(self, depth: int, line: str) -> None:
+        self.lines.append("    " * depth + line)
 
 
 def write_long(buf: bytearray, n: int) -> None:

@@ -14,13 +14,12 @@ it hand the manifest back to the dict form; a value of an unexpected Python type
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 from collections.abc import Callable, Mapping
 from struct import Struct
 from typing import Any
 
-from tablekeeper.iceberg.avro_encoder import Unencodable, optional, write_long
+from tablekeeper.iceberg.avro_encoder import GeneratedSource, Unencodable, optional, write_long
 from tablekeeper.iceberg.content import DATA, POSITION_DELETES, V1_BLOCK_SIZE, ManifestEntry
 
 _METRIC_MAPS = frozenset(
@@ -64,19 +63,7 @@ class _Unsupported(Exception):
     """The schema uses something this generator does not write: use the dict form."""
 
 
-class _Source:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.names = itertools.count()
-
-    def var(self, stem: str) -> str:
-        return f"{stem}{next(self.names)}"
-
-    def emit(self, depth: int, line: str) -> None:
-        self.lines.append("    " * depth + line)
-
-
-def _length_prefixed(src: _Source, depth: int, data: str) -> None:
+def _length_prefixed(src: GeneratedSource, depth: int, data: str) -> None:
     n = src.var("n")
     src.emit(depth, f"{n} = len({data})")
     src.emit(depth, f"if {n} < 64:")
@@ -86,7 +73,7 @@ def _length_prefixed(src: _Source, depth: int, data: str) -> None:
     src.emit(depth, f"buf += {data}")
 
 
-def _value(src: _Source, depth: int, schema: Any, expr: str) -> None:
+def _value(src: GeneratedSource, depth: int, schema: Any, expr: str) -> None:
     """Lines writing ``expr`` (evaluated once) as ``schema``."""
     union = optional(schema)
     if union is not None:
@@ -152,7 +139,7 @@ def _value(src: _Source, depth: int, schema: Any, expr: str) -> None:
         raise _Unsupported(schema)
 
 
-def _array(src: _Source, depth: int, schema: dict[str, Any], expr: str, is_map: bool) -> None:
+def _array(src: GeneratedSource, depth: int, schema: dict[str, Any], expr: str, is_map: bool) -> None:
     items = schema["items"]
     a = src.var("a")
     src.emit(depth, f"{a} = {expr}")
@@ -180,7 +167,7 @@ def _array(src: _Source, depth: int, schema: dict[str, Any], expr: str, is_map: 
     src.emit(depth, "append(0)")
 
 
-def _data_file(src: _Source, depth: int, schema: Any, f: str) -> None:
+def _data_file(src: GeneratedSource, depth: int, schema: Any, f: str) -> None:
     if not isinstance(schema, dict) or schema.get("type") != "record":
         raise _Unsupported(schema)
     for field in schema["fields"]:
@@ -219,7 +206,7 @@ def compile_entry_encoder(schema: Mapping[str, Any]) -> EntryEncoder | None:
 @functools.lru_cache(maxsize=64)
 def _compiled(schema_json: str) -> EntryEncoder | None:
     schema = json.loads(schema_json)
-    src = _Source()
+    src = GeneratedSource()
     src.emit(0, "def encode(buf, e):")
     src.emit(1, "append = buf.append")
     try:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import io
-import itertools
 import json
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -24,7 +23,7 @@ from typing import Any
 import fastavro
 
 from tablekeeper.errors import CorruptMetadataError
-from tablekeeper.iceberg.avro_encoder import write_long
+from tablekeeper.iceberg.avro_encoder import GeneratedSource, write_long
 from tablekeeper.iceberg.avro_schemas import manifest_entry_avro
 from tablekeeper.iceberg.content import ADDED, DATA, DELETED, EXISTING, MANIFEST_DATA, ManifestFile
 from tablekeeper.iceberg.conversions import native_to_value
@@ -70,19 +69,7 @@ def _canon(t: Any) -> Any:
     return _canon(kind)
 
 
-class _Source:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.names = itertools.count()
-
-    def var(self, stem: str) -> str:
-        return f"{stem}{next(self.names)}"
-
-    def emit(self, depth: int, line: str) -> None:
-        self.lines.append("    " * depth + line)
-
-
-def _read_long(src: _Source, d: int, target: str) -> None:
+def _read_long(src: GeneratedSource, d: int, target: str) -> None:
     # Most longs here (counts, lengths, union branches, field ids) fit one byte: no call for them.
     src.emit(d, f"{target} = b[p]")
     src.emit(d, f"if {target} < 128:")
@@ -91,14 +78,14 @@ def _read_long(src: _Source, d: int, target: str) -> None:
     src.emit(d + 1, f"{target}, p = rl(b, p)")
 
 
-def _skip_long(src: _Source, d: int) -> None:
+def _skip_long(src: GeneratedSource, d: int) -> None:
     src.emit(d, "if b[p] < 128:")
     src.emit(d + 1, "p += 1")
     src.emit(d, "else:")
     src.emit(d + 1, "p = sl(b, p)")
 
 
-def _skip(src: _Source, d: int, c: Any) -> None:
+def _skip(src: GeneratedSource, d: int, c: Any) -> None:
     """Code advancing ``p`` over one value of canonical type ``c``."""
     if c == "null":
         return
@@ -166,7 +153,7 @@ def _compile(canon_json: str) -> tuple[Scan, tuple[int, int, int, int]]:
     data_file = fields[4][1]
     if not (isinstance(data_file, tuple) and data_file[0] == "record"):
         raise _Unsupported("data_file")
-    src = _Source()
+    src = GeneratedSource()
     src.emit(0, "def scan(b, p):")
     _read_long(src, 1, "status")
     for name in ("sid", "seq", "fseq"):

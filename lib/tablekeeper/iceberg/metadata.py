@@ -207,6 +207,11 @@ class TableMetadata:
     def next_sequence_number(self) -> int:
         return self.last_sequence_number + 1 if self.format_version > 1 else 0
 
+    @property
+    def data_location(self) -> str:
+        """Where new data files go: ``write.data.path``, else ``<location>/data``."""
+        return (self.properties.get("write.data.path") or f"{self.location.rstrip('/')}/data").rstrip("/")
+
     def property_int(self, key: str, default: int) -> int:
         raw = self.properties.get(key)
         if raw is None:

@@ -66,7 +66,6 @@ log = logging.getLogger(__name__)
 
 JOB = "compact"
 COMPRESSION = "write.parquet.compression-codec"
-DATA_PATH = "write.data.path"
 _CODECS = {
     "zstd": "zstd",
     "snappy": "snappy",
@@ -163,10 +162,6 @@ def _group_json(o: _Outcome | FileGroup) -> dict[str, object]:
     return out
 
 
-def data_root(meta: TableMetadata) -> str:
-    return meta.properties.get(DATA_PATH) or f"{meta.location.rstrip('/')}/data"
-
-
 def _targets(
     group: FileGroup,
     meta: TableMetadata,
@@ -191,7 +186,7 @@ def _targets(
             else (-1, ())
         )
         by_scope.setdefault(scope, []).append(t)
-    root = data_root(meta)
+    root = meta.data_location
     out = []
     for (spec_id, _), tasks in by_scope.items():
         size = sum(t.size for t in tasks)
@@ -344,7 +339,7 @@ def run_compact(
         kind="stage",
         base_metadata=table.metadata_location,
         staged=(
-            Staged(data_root(meta), f"compact-{token}-", directories=True),
+            Staged(meta.data_location, f"compact-{token}-", directories=True),
             Staged(f"{meta.location.rstrip('/')}/metadata", token),  # a killed commit's manifests
         ),
         run_id=token,

@@ -80,7 +80,6 @@ from tablekeeper.tables.iceberg import live_files
 log = logging.getLogger(__name__)
 
 JOB = "rewrite-position-deletes"
-DATA_PATH = "write.data.path"
 _CODEC_PROPERTIES = ("write.delete.parquet.compression-codec", "write.parquet.compression-codec")
 # Spark's lz4 is Hadoop's framing, pyarrow's is not: only codecs both write alike.
 _CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "uncompressed": "none", "none": "none"}
@@ -122,10 +121,6 @@ class RewritePositionDeletesOptions:
         return DeletePlanOptions(
             target_file_size=target, min_input_files=self.min_input_files, rewrite_all=self.rewrite_all
         )
-
-
-def _data_root(meta: TableMetadata) -> str:
-    return (meta.properties.get(DATA_PATH) or f"{meta.location.rstrip('/')}/data").rstrip("/")
 
 
 def _codec(meta: TableMetadata) -> str:
@@ -367,7 +362,7 @@ def _run_once(
         return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
     metrics["resumed_journal"] = _finish_journals(catalog, identifier, table)
     token = uuid.uuid4().hex[:12]
-    root = _data_root(meta)
+    root = meta.data_location
     directory = f"{root}/{JOB}-{token}"
     codec = _codec(meta)
     plan_options = options.plan_options(dict(meta.properties))
