@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,8 +156,9 @@ def as_existing(entry: ManifestEntry) -> ManifestEntry:
     )
 
 
-def live_existing(entries: Iterable[ManifestEntry]) -> list[ManifestEntry]:
-    return [as_existing(e) for e in entries if e.is_live]
+def new_manifest_path(table_location: str, name_prefix: str, index: int) -> str:
+    """Where a rewrite writes its ``index``-th manifest (``name_prefix`` marks the run's files)."""
+    return f"{table_location.rstrip('/')}/metadata/{name_prefix}{uuid.uuid4()}-m{index}.avro"
 
 
 def split_evenly(items: Sequence[Any], parts: int) -> list[Sequence[Any]]:

@@ -257,23 +257,24 @@ def existing_entries(
     partition_type = spec.partition_type(schema)
     out_avro = manifest_entry_avro(format_version, partition_type)
     reader = open_avro(data, f"manifest {manifest.manifest_path}", blocks=True)
+    scan: Scan | None = None
+    branches: tuple[int, int, int, int] | None = None
     try:
-        same = _canon(reader.writer_schema) == _canon(out_avro)
+        canon = _canon(out_avro)
+        if _canon(reader.writer_schema) == canon:
+            scan, branches = _compile(json.dumps(canon[1]))
     except (_Unsupported, KeyError, TypeError, ValueError):
-        same = False  # the model reader reports a malformed schema in its own words
-    try:
-        scan, branches = _compile(json.dumps(_canon(out_avro)[1])) if same else (None, None)
-    except _Unsupported:
-        scan, branches = None, None
+        pass  # the model reader takes it (and reports a malformed schema in its own words)
     if scan is None or branches is None:
         encode = entry_encoder(format_version, spec, schema, manifest.content)
         for e in read_manifest(data, manifest, partition_type):
             if e.is_live:
                 yield encode(as_existing(e))
         return
-    part_schema = fastavro.parse_schema(_partition_avro(out_avro))
+    part_avro = _partition_avro(out_avro)
+    part_schema = fastavro.parse_schema(part_avro)
     types = [f.type for f in partition_type.fields]
-    names = [f["name"] for f in _partition_avro(out_avro)["fields"]]
+    names = [f["name"] for f in part_avro["fields"]]
     partitions: dict[bytes, tuple[Any, ...]] = {}
     sid_branch, seq_branch, fseq_branch, frid_branch = branches
     next_row = manifest.first_row_id

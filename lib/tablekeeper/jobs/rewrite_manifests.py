@@ -42,6 +42,7 @@ from tablekeeper.iceberg.manifest_rewrite import (
     DEFAULT_TARGET_MANIFEST_SIZE,
     ContentRewrite,
     ManifestRewritePlan,
+    new_manifest_path,
     partition_sort_key,
     plan_manifest_rewrite,
     split_evenly,
@@ -155,7 +156,7 @@ def _on_driver(
     keyed.sort(key=lambda kv: kv[0])
     out = []
     for index, run in enumerate(split_evenly(keyed, group.target_count)):
-        path = f"{meta.location.rstrip('/')}/metadata/{prefix}{uuid.uuid4()}-m{index}.avro"
+        path = new_manifest_path(meta.location, prefix, index)
         data, manifest = write_encoded_manifest(
             path,
             (e for _, e in run),

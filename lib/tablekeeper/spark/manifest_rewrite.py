@@ -9,7 +9,6 @@ manifests' list rows back and commits them; nothing here decides what to commit.
 from __future__ import annotations
 
 import bisect
-import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from tablekeeper.iceberg.content import EXISTING, ManifestFile
 from tablekeeper.iceberg.manifest import EncodedEntry, write_encoded_manifest
-from tablekeeper.iceberg.manifest_rewrite import partition_sort_key
+from tablekeeper.iceberg.manifest_rewrite import new_manifest_path, partition_sort_key
 from tablekeeper.iceberg.manifest_splice import existing_entries
 from tablekeeper.iceberg.partitioning import PartitionSpec
 from tablekeeper.iceberg.types import Schema
@@ -29,10 +28,6 @@ _TASKS_PER_CORE = 4
 _SAMPLED_MANIFESTS = 24
 # What crosses the shuffle per entry: record count, data sequence number, partition, Avro record.
 _Row = tuple[int, "int | None", tuple[Any, ...], bytes]
-
-
-def new_manifest_path(table_location: str, name_prefix: str, index: int) -> str:
-    return f"{table_location.rstrip('/')}/metadata/{name_prefix}{uuid.uuid4()}-m{index}.avro"
 
 
 def rewrite_on_executors(
