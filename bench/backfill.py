@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
 
-from bench.child import bench_catalogs, run_child
+from bench.child import alternate, bench_catalogs, summarize
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
@@ -126,31 +125,8 @@ def main() -> None:
         marker.write_text("ok")
     shape = f"v2 table, {args.files:,} data files in {args.manifests} manifests"
     print(f"backfill: table ready in {time.perf_counter() - t:.1f}s ({shape})", file=sys.stderr)
-    runs: list[dict[str, object]] = []
-    for rep in range(args.repeat):
-        for engine in ENGINES:
-            shutil.rmtree(work, ignore_errors=True)
-            shutil.copytree(saved, work)
-            r = run_child("bench.backfill", engine, "--work", str(work))
-            runs.append({**r, "engine": engine, "run": rep + 1})
-    results = []
-    for engine in ENGINES:
-        mine = [r for r in runs if r["engine"] == engine]
-        failed = next((r for r in mine if "error" in r), None)
-        if failed is not None:
-            results.append({"engine": engine, "error": failed["error"]})
-            continue
-        secs = sorted(float(r["seconds"]) for r in mine)  # type: ignore[arg-type]
-        results.append(
-            {
-                "engine": engine,
-                "seconds": statistics.median(secs),
-                "min_seconds": secs[0],
-                "max_seconds": secs[-1],
-                "next_row_id": mine[-1]["next_row_id"],
-                "format_version": mine[-1]["format_version"],
-            }
-        )
+    runs = alternate("bench.backfill", ENGINES, args.repeat, saved, work)
+    results = summarize(runs, ENGINES, ("next_row_id", "format_version"))
     print(f"\n(backfill-row-lineage) {shape}; median of {args.repeat} alternating runs\n")
     print(
         "{:<12} {:>9} {:>13} {:>12} {:>15}".format(

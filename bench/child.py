@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,3 +41,52 @@ def bench_catalogs(work: Path):  # type: ignore[no-untyped-def]
         "  b: {type: sql, uri: 'sqlite:///${warehouse}/catalog.db', warehouse: '${warehouse}/wh'}\n"
     )
     return parse_catalogs(text, work)
+
+
+Run = dict[str, object]
+
+
+def alternate(
+    module: str,
+    engines: Sequence[str],
+    repeat: int,
+    saved: Path,
+    work: Path,
+    check: Callable[[Run], Run] | None = None,
+) -> list[Run]:
+    """Each engine ``repeat`` times, alternating, each run in its own process on a fresh copy of
+    the ``saved`` table state; ``check`` may turn a run's result into an error."""
+    runs: list[Run] = []
+    for rep in range(repeat):
+        for engine in engines:
+            shutil.rmtree(work, ignore_errors=True)
+            shutil.copytree(saved, work)
+            r = run_child(module, engine, "--work", str(work))
+            if check is not None and "error" not in r:
+                r = check(r)
+            runs.append({**r, "engine": engine, "run": rep + 1})
+            print(f"  run {rep + 1} {engine}: {r}", file=sys.stderr)
+    return runs
+
+
+def summarize(runs: Sequence[Run], engines: Sequence[str], keep: Sequence[str]) -> list[Run]:
+    """Per engine: the median, least and greatest seconds (and median setup, when runs report
+    it) and ``keep`` from its last run; or the first error one of its runs had."""
+    results: list[Run] = []
+    for engine in engines:
+        mine = [r for r in runs if r["engine"] == engine]
+        failed = next((r for r in mine if "error" in r), None)
+        if failed is not None:
+            results.append({"engine": engine, "error": failed["error"]})
+            continue
+        secs = sorted(float(r["seconds"]) for r in mine)  # type: ignore[arg-type]
+        out: Run = {
+            "engine": engine,
+            "seconds": statistics.median(secs),
+            "min_seconds": secs[0],
+            "max_seconds": secs[-1],
+        }
+        if all("setup_seconds" in r for r in mine):
+            out["setup_seconds"] = statistics.median(float(r["setup_seconds"]) for r in mine)  # type: ignore[arg-type]
+        results.append(out | {k: mine[-1][k] for k in keep})
+    return results

@@ -18,12 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
 
-from bench.child import bench_catalogs, run_child
+from bench.child import alternate, bench_catalogs, summarize
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
@@ -148,32 +147,8 @@ def main() -> None:
         marker.write_text("ok")
     shape = f"v2 table, {args.files:,} data files in {args.manifests:,} manifests, {PARTITIONS} partitions"
     print(f"rewrite-manifests: table ready in {time.perf_counter() - t:.1f}s ({shape})", file=sys.stderr)
-    runs: list[dict[str, object]] = []
-    for rep in range(args.repeat):
-        for engine in ENGINES:
-            shutil.rmtree(work, ignore_errors=True)
-            shutil.copytree(saved, work)
-            r = run_child("bench.rewrite_manifests", engine, "--work", str(work))
-            runs.append({**r, "engine": engine, "run": rep + 1})
-            print(f"  run {rep + 1} {engine}: {r}", file=sys.stderr)
-    results = []
-    for engine in ENGINES:
-        mine = [r for r in runs if r["engine"] == engine]
-        failed = next((r for r in mine if "error" in r), None)
-        if failed is not None:
-            results.append({"engine": engine, "error": failed["error"]})
-            continue
-        secs = sorted(float(r["seconds"]) for r in mine)  # type: ignore[arg-type]
-        results.append(
-            {
-                "engine": engine,
-                "seconds": statistics.median(secs),
-                "min_seconds": secs[0],
-                "max_seconds": secs[-1],
-                "manifests_after": mine[-1]["manifests_after"],
-                "live_files": mine[-1]["live_files"],
-            }
-        )
+    runs = alternate("bench.rewrite_manifests", ENGINES, args.repeat, saved, work)
+    results = summarize(runs, ENGINES, ("manifests_after", "live_files"))
     print(f"\n(rewrite-manifests) {shape}; median of {args.repeat} alternating runs\n")
     print(
         "{:<12} {:>9} {:>13} {:>16} {:>11}".format(

@@ -26,12 +26,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
 
-from bench.child import bench_catalogs, run_child
+from bench.child import Run, alternate, bench_catalogs, summarize
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
@@ -213,36 +212,14 @@ def main() -> None:
     print(
         f"rewrite-position-deletes: table ready in {time.perf_counter() - t:.1f}s ({shape})", file=sys.stderr
     )
-    runs: list[dict[str, object]] = []
-    for rep in range(args.repeat):
-        for engine in ENGINES:
-            shutil.rmtree(work, ignore_errors=True)
-            shutil.copytree(saved, work)
-            r = run_child("bench.rewrite_position_deletes", engine, "--work", str(work))
-            if "error" not in r and (r["rows"], r["id_sum"]) != (expected["rows"], expected["id_sum"]):
-                r = {**r, "error": f"rows changed: {r['rows']} (sum {r['id_sum']}), expected {expected}"}
-            runs.append({**r, "engine": engine, "run": rep + 1})
-            print(f"  run {rep + 1} {engine}: {r}", file=sys.stderr)
-    results = []
-    for engine in ENGINES:
-        mine = [r for r in runs if r["engine"] == engine]
-        failed = next((r for r in mine if "error" in r), None)
-        if failed is not None:
-            results.append({"engine": engine, "error": failed["error"]})
-            continue
-        secs = sorted(float(r["seconds"]) for r in mine)  # type: ignore[arg-type]
-        results.append(
-            {
-                "engine": engine,
-                "seconds": statistics.median(secs),
-                "min_seconds": secs[0],
-                "max_seconds": secs[-1],
-                "setup_seconds": statistics.median(float(r["setup_seconds"]) for r in mine),  # type: ignore[arg-type]
-                "delete_files_before": mine[-1]["delete_files_before"],
-                "delete_files_after": mine[-1]["delete_files_after"],
-                "rows": mine[-1]["rows"],
-            }
-        )
+
+    def same_rows(r: Run) -> Run:
+        if (r["rows"], r["id_sum"]) != (expected["rows"], expected["id_sum"]):
+            return {**r, "error": f"rows changed: {r['rows']} (sum {r['id_sum']}), expected {expected}"}
+        return r
+
+    runs = alternate("bench.rewrite_position_deletes", ENGINES, args.repeat, saved, work, same_rows)
+    results = summarize(runs, ENGINES, ("delete_files_before", "delete_files_after", "rows"))
     print(f"\n(rewrite-position-deletes) {shape}; median of {args.repeat} alternating runs\n")
     print(
         "{:<12} {:>9} {:>13} {:>7} {:>15} {:>14} {:>11}".format(
