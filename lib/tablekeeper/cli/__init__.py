@@ -61,6 +61,10 @@ JOBS: dict[str, tuple[str, str]] = {
         "tablekeeper.jobs.rewrite_manifests",
         "regroup manifests by partition into target-size manifests; row ids and sequence numbers kept",
     ),
+    "health": (
+        "tablekeeper.jobs.health",
+        "which tables need which maintenance, and what each job would save (metadata only)",
+    ),
     "validate-conversion": (
         "tablekeeper.jobs.validate_conversion",
         "compare a converted table's rows with its Delta source's at the converted version",
@@ -250,7 +254,8 @@ def _run(args: argparse.Namespace) -> int:
     from tablekeeper.jobs.context import JobContext
 
     module = _job_module(JOBS[args.command][0])
-    table = getattr(args, "table", None) or args.target
+    # health over a catalog names no table: its failures name the catalog.
+    table = getattr(args, "table", None) or getattr(args, "target", None) or getattr(args, "catalog", None) or ""
 
     def run() -> JobResult:
         options = module.Options.from_args(args)
