@@ -14,6 +14,7 @@ from tablekeeper.errors import (
     CorruptMetadataError,
     FileNotFound,
     NotATableError,
+    UnsupportedFeatureError,
 )
 from tablekeeper.iceberg.metadata import TableMetadata, parse_table_metadata, table_metadata_to_bytes
 from tablekeeper.io import FileIO
@@ -115,6 +116,19 @@ class Catalog(ABC):
         if not location:
             raise ConfigError(f"catalog {self.name} gives no location for {identifier}: set its warehouse")
         return location
+
+    def list_namespaces(self) -> list[str]:
+        """Every namespace, dotted (health over a whole catalog)."""
+        raise UnsupportedFeatureError(f"catalog {self.name} cannot list its namespaces: name one")
+
+    def list_tables(self, namespace: str) -> list[str]:
+        """The identifiers of the Iceberg tables in ``namespace``, sorted."""
+        raise UnsupportedFeatureError(f"catalog {self.name} cannot list its tables: name them")
+
+    def delta_tables(self, namespace: str) -> list[str]:
+        """Locations of the Delta tables kept beside the namespace's Iceberg tables (a warehouse
+        directory can hold both); none where the catalog has no directory of its own."""
+        return []
 
     def load_if_exists(self, identifier: str) -> LoadedTable | None:
         """The table as it is now, or None when the catalog has no such table."""

@@ -16,6 +16,7 @@ from tablekeeper.settings import CATALOGS_FILE, conf_dir, default_warehouse, exp
 
 CatalogType = Literal["sql", "filesystem", "rest"]
 CATALOG_TYPES: tuple[CatalogType, ...] = ("sql", "filesystem", "rest")
+DEFAULT_LEDGER_TABLE = "tablekeeper.runs"
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,22 @@ class CatalogConfig:
 
 
 @dataclass(frozen=True)
+class LedgerConfig:
+    """The file's ``ledger:`` block: the table every run's result is appended to."""
+
+    catalog: str
+    table: str = DEFAULT_LEDGER_TABLE
+
+
+@dataclass(frozen=True)
 class CatalogsConfig:
     default: str
     catalogs: Mapping[str, CatalogConfig] = field(hash=False)
     # Catalogs whose values name an unset ${VAR}: an error only for a job that uses them.
     unusable: Mapping[str, str] = field(default_factory=dict, hash=False)
+    ledger: LedgerConfig | None = None
+    # A malformed ledger block: reported in each run's result, never failing the job itself.
+    ledger_error: str | None = None
 
     def get(self, name: str | None) -> CatalogConfig:
         key = name or self.default
@@ -102,7 +114,25 @@ def parse_catalogs(text: str, warehouse: Path, source: str = CATALOGS_FILE) -> C
     default = str(doc.get("default") or next(iter([*catalogs, *unusable]), ""))
     if (catalogs or unusable) and default not in catalogs and default not in unusable:
         raise ConfigError(f"{source}: default catalog {default!r} is not defined")
-    return CatalogsConfig(default=default, catalogs=catalogs, unusable=unusable)
+    ledger, ledger_error = _parse_ledger(doc.get("ledger"), source)
+    return CatalogsConfig(
+        default=default, catalogs=catalogs, unusable=unusable, ledger=ledger, ledger_error=ledger_error
+    )
+
+
+def _parse_ledger(value: object, source: str) -> tuple[LedgerConfig | None, str | None]:
+    if value is None:
+        return None, None
+    example = f"ledger: {{catalog: <name>, table: {DEFAULT_LEDGER_TABLE}}}"
+    if not isinstance(value, dict):
+        return None, f"{source}: 'ledger' must be a mapping like {example}"
+    unknown = sorted(str(k) for k in value if k not in ("catalog", "table"))
+    if unknown:
+        return None, f"{source}: ledger has unknown key(s) {', '.join(unknown)}: use {example}"
+    catalog, table = value.get("catalog"), value.get("table") or DEFAULT_LEDGER_TABLE
+    if not isinstance(catalog, str) or not catalog or not isinstance(table, str):
+        return None, f"{source}: ledger needs a catalog name (and optionally a table): use {example}"
+    return LedgerConfig(catalog=catalog, table=table), None
 
 
 def load_catalogs(path: Path | None = None, warehouse: Path | None = None) -> CatalogsConfig:

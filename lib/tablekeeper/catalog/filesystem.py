@@ -207,6 +207,34 @@ class FileSystemCatalog(Catalog):
     def table_exists(self, identifier: str) -> bool:
         return find_current_version(self.io, self.default_table_location(identifier)) is not None
 
+    def _children(self, location: str) -> list[str]:
+        return self.io.subdirectories(location)
+
+    def list_namespaces(self) -> list[str]:
+        """Directories of the warehouse that are not tables themselves (one level: HadoopCatalog's
+        nested namespaces are rare; name them with --namespace)."""
+        return [
+            c.rsplit("/", 1)[-1]
+            for c in self._children(self.warehouse)
+            if find_current_version(self.io, c) is None and not self.io.exists(f"{c}/_delta_log")
+        ]
+
+    def list_tables(self, namespace: str) -> list[str]:
+        base = "/".join((self.warehouse, *namespace.split(".")))
+        return [
+            f"{namespace}.{c.rsplit('/', 1)[-1]}"
+            for c in self._children(base)
+            if find_current_version(self.io, c)
+        ]
+
+    def delta_tables(self, namespace: str) -> list[str]:
+        base = "/".join((self.warehouse, *namespace.split(".")))
+        return [
+            c
+            for c in self._children(base)
+            if any(True for _ in self.io.list(f"{c}/_delta_log", recursive=False))
+        ]
+
     def commit(self, base: LoadedTable, new_metadata: TableMetadata) -> LoadedTable:
         return commit_path_table(base, new_metadata)
 

@@ -307,6 +307,29 @@ class RestCatalog(Catalog):
             )
         return self._loaded(identifier, reply)
 
+    def _pages(self, path: str, key: str) -> list[Any]:
+        """Every item of a listing, following the spec's page tokens."""
+        items: list[Any] = []
+        token: str | None = None
+        while True:
+            query = f"{path}?pageToken={urllib.parse.quote(token)}" if token else path
+            status, reply = self._ask("GET", query)
+            if status != 200 or not isinstance(reply, dict):
+                raise StorageError(
+                    f"catalog {self.name}: GET {path} answered {status} ({self._error(reply)})"
+                )
+            items.extend(reply.get(key) or [])
+            token = reply.get("next-page-token")
+            if not token:
+                return items
+
+    def list_namespaces(self) -> list[str]:
+        return sorted(".".join(ns) for ns in self._pages("namespaces", "namespaces"))
+
+    def list_tables(self, namespace: str) -> list[str]:
+        path = f"{self._namespace_path(tuple(namespace.split('.')))}/tables"
+        return sorted(".".join([*i["namespace"], i["name"]]) for i in self._pages(path, "identifiers"))
+
     def ensure_namespace(self, namespace: str) -> None:
         # Asked first: a principal may use a namespace it has no right to create.
         status, reply = self._ask("GET", self._namespace_path(tuple(namespace.split("."))))

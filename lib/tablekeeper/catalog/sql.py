@@ -106,6 +106,25 @@ class SqlCatalog(Catalog):
             )
         return LoadedTable(identifier, location, read_metadata(self.io, location), self.io)
 
+    def list_namespaces(self) -> list[str]:
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT table_namespace FROM iceberg_tables WHERE catalog_name = ? UNION "
+                "SELECT namespace FROM iceberg_namespace_properties WHERE catalog_name = ?",
+                (self.name, self.name),
+            ).fetchall()
+        return sorted({str(r[0]) for r in rows})
+
+    def list_tables(self, namespace: str) -> list[str]:
+        clause = "catalog_name = ? AND table_namespace = ?"
+        if self._typed:
+            clause += f" AND {_IS_TABLE}"
+        with self._connect() as conn:
+            rows = conn.execute(
+                f"SELECT table_name FROM iceberg_tables WHERE {clause}", (self.name, namespace)
+            ).fetchall()
+        return sorted(f"{namespace}.{r[0]}" for r in rows)
+
     def ensure_namespace(self, namespace: str) -> None:
         with self._connect() as conn:
             conn.execute(

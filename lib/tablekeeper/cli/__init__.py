@@ -255,7 +255,7 @@ def _run(args: argparse.Namespace) -> int:
 
     module = _job_module(JOBS[args.command][0])
     # health over a catalog names no table: its failures name the catalog.
-    table = getattr(args, "table", None) or getattr(args, "target", None) or getattr(args, "catalog", None) or ""
+    table = getattr(args, "table", None) or getattr(args, "target", None) or args.catalog or ""
 
     def run() -> JobResult:
         options = module.Options.from_args(args)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from tablekeeper.errors import ConfigError
 from tablekeeper.iceberg.content import POSITION_DELETES, DataFile, ManifestEntry
@@ -30,7 +31,8 @@ DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
 DEFAULT_MAX_GROUP_SIZE = 100 * 1024 * 1024 * 1024
 NO_DELETE_THRESHOLD = 2**31 - 1
 SPLIT_OVERHEAD = 5 * 1024
-_READABLE = frozenset({"PARQUET", "PUFFIN"})
+READABLE_FORMATS = frozenset({"PARQUET", "PUFFIN"})
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -191,36 +193,48 @@ def too_high_delete_ratio(task: FileTask, options: RewriteOptions) -> bool:
     return min(known, rows) / rows >= options.delete_ratio_threshold
 
 
-def _delete_issue(task: FileTask, options: RewriteOptions) -> bool:
+def delete_issue(task: FileTask, options: RewriteOptions) -> bool:
     return too_many_deletes(task, options) or too_high_delete_ratio(task, options)
 
 
-def _candidate(task: FileTask, options: RewriteOptions) -> bool:
+
+def _task_size(task: Any) -> int:
+    return int(task.size)
+
+
+def is_candidate(task: FileTask, options: RewriteOptions) -> bool:
     size = task.size
-    return size < options.min_file_size or size > options.max_file_size or _delete_issue(task, options)
+    return size < options.min_file_size or size > options.max_file_size or delete_issue(task, options)
 
 
-def _keep(tasks: list[FileTask], options: RewriteOptions) -> bool:
-    n, size = len(tasks), sum(t.size for t in tasks)
+def worth_rewriting(files: int, size: int, delete_issue: bool, options: RewriteOptions) -> bool:
+    """Whether a packed group of ``files`` files and ``size`` bytes is rewritten (health's
+    estimate applies the same rule to sizes alone)."""
     return (
-        (n > 1 and n >= options.min_input_files)
-        or (n > 1 and size > options.target_file_size)
+        (files > 1 and files >= options.min_input_files)
+        or (files > 1 and size > options.target_file_size)
         or size > options.max_file_size
-        or any(_delete_issue(t, options) for t in tasks)
+        or delete_issue
     )
 
 
-def pack(tasks: Iterable[FileTask], max_size: int) -> list[list[FileTask]]:
+def _keep(tasks: list[FileTask], options: RewriteOptions) -> bool:
+    issue = any(delete_issue(t, options) for t in tasks)
+    return worth_rewriting(len(tasks), sum(t.size for t in tasks), issue, options)
+
+
+def pack(tasks: Iterable[T], max_size: int, size: Callable[[T], int] = _task_size) -> list[list[T]]:
     """Next-fit in the given order: one open group; a task that does not fit starts the next."""
-    groups: list[list[FileTask]] = []
-    current: list[FileTask] = []
+    groups: list[list[T]] = []
+    current: list[T] = []
     weight = 0
     for t in tasks:
-        if current and weight + t.size > max_size:
+        w = size(t)
+        if current and weight + w > max_size:
             groups.append(current)
             current, weight = [], 0
         current.append(t)
-        weight += t.size
+        weight += w
     if current:
         groups.append(current)
     return groups
@@ -248,10 +262,10 @@ def plan_rewrite(
             entry.data_file.file_format.upper(),
             *(d.data_file.file_format.upper() for d in task.deletes.files),
         }
-        if not formats <= _READABLE:
+        if not formats <= READABLE_FORMATS:
             skipped += 1  # ORC and Avro files are left as they are
             continue
-        if not options.rewrite_all and not _candidate(task, options):
+        if not options.rewrite_all and not is_candidate(task, options):
             continue
         f = entry.data_file
         spec_id, partition = scope(f) if scope is not None else (f.spec_id, f.partition)

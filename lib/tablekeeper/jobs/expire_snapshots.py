@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -248,6 +248,39 @@ def _plan(
     doomed = engine.doomed(gone, kept, rules, only)
     engine.describe("files only the expired snapshots reach")
     return plan, kept_ids, kept, doomed
+
+
+@dataclass(frozen=True)
+class ExpirePreview:
+    """What a run with the table's own rules would expire and free (health's estimate)."""
+
+    expired_snapshots: int
+    retained_snapshots: int
+    files: Mapping[str, int]  # Iceberg's procedure output names -> count
+    bytes: int
+
+
+def preview(table: LoadedTable, now: int, spark: SparkSource = None) -> ExpirePreview:
+    """The plan of a dry run with every option at its default (the table's ``history.expire.*``);
+    metadata only when ``gc.enabled`` is false, as the job would have to be told."""
+    meta = table.metadata
+    options = ExpireSnapshotsOptions(
+        table=table.identifier, metadata_only=not meta.property_bool(GC_ENABLED, True)
+    )
+    policy = options.policy(now)
+    plan = plan_expiry(meta, policy)
+    if not plan.expired_snapshot_ids:
+        return ExpirePreview(0, len(meta.snapshots), {}, 0)
+    rules = PathRules()
+    engine = choose_engine(options.engine, meta, spark, JOB, rules, IndexCache())
+    plan, kept_ids, _, doomed = _plan(table, policy, options, engine, rules, now)
+    counts: dict[str, int] = {}
+    size = 0
+    for _, _, kind, length in doomed.rows():
+        name = METRIC_BY_KIND.get(kind, kind)
+        counts[name] = counts.get(name, 0) + 1
+        size += length
+    return ExpirePreview(len(plan.expired_snapshot_ids), len(kept_ids), counts, size)
 
 
 def _dry_run(

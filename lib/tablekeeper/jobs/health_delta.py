@@ -1,0 +1,168 @@
+"""health of one Delta table, from its log replayed through the last checkpoint.
+
+The estimates follow what delta-spark does when tablekeeper runs it: ``compact`` is OPTIMIZE
+(files under its minimum size, packed per partition in size order into bins of its maximum size;
+a bin of one file is left alone), ``remove-orphans`` is VACUUM (files removed longer ago than
+``delta.deletedFileRetentionDuration``), ``expire-snapshots`` is a checkpoint and log cleanup.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from tablekeeper.delta.snapshot import DeltaSnapshot
+from tablekeeper.delta.values import DEFAULT_RETENTION, RETENTION_PROPERTY, interval_hours
+from tablekeeper.iceberg.rewrite_plan import pack
+from tablekeeper.jobs.health_model import Recommendation, TableHealth, Thresholds, iso_ms
+from tablekeeper.tables.delta import Replay, load_snapshot
+
+# delta-spark's OPTIMIZE defaults (spark.databricks.delta.optimize.minFileSize / maxFileSize).
+OPTIMIZE_MIN_FILE_SIZE = 1024 * 1024 * 1024
+OPTIMIZE_MAX_FILE_SIZE = 1024 * 1024 * 1024
+_BOUNDS = (1 << 20, 16 << 20, 128 << 20, 512 << 20, OPTIMIZE_MIN_FILE_SIZE)
+
+
+def _partition(value: object) -> tuple[tuple[str, str | None], ...]:
+    # pyarrow gives a map column as a list of (key, value) pairs
+    pairs = value.items() if isinstance(value, dict) else (value or [])
+    return tuple(sorted((str(k), None if v is None else str(v)) for k, v in pairs))  # type: ignore[attr-defined]
+
+
+def _bins(files: pa.Table) -> tuple[int, int, int, int]:
+    """(files rewritten, their bytes, bins written, partitions) as OPTIMIZE packs them."""
+    by_part: dict[object, list[int]] = {}
+    for size, part in zip(
+        files.column("size").to_pylist(), files.column("partition_values").to_pylist(), strict=True
+    ):
+        if size is not None and size < OPTIMIZE_MIN_FILE_SIZE:
+            by_part.setdefault(_partition(part), []).append(int(size))
+    rewritten = size = bins = parts = 0
+    for sizes in by_part.values():
+        kept = [b for b in pack(sorted(sizes), OPTIMIZE_MAX_FILE_SIZE, int) if len(b) > 1]
+        if kept:
+            parts += 1
+        for b in kept:
+            rewritten += len(b)
+            size += sum(b)
+            bins += 1
+    return rewritten, size, bins, parts
+
+
+def _histogram(sizes: list[int]) -> list[dict[str, int | None]]:
+    counts = [[0, 0] for _ in range(len(_BOUNDS) + 1)]
+    for s in sizes:
+        i = next((i for i, b in enumerate(_BOUNDS) if s < b), len(_BOUNDS))
+        counts[i][0] += 1
+        counts[i][1] += s
+    rows: list[dict[str, int | None]] = []
+    low = 0
+    for i, (n, b) in enumerate(counts):
+        high = _BOUNDS[i] if i < len(_BOUNDS) else None
+        rows.append({"from_bytes": low, "below_bytes": high, "files": n, "bytes": b})
+        low = high or low
+    return rows
+
+
+def _records(stats: list[str | None]) -> int | None:
+    total = 0
+    for text in stats:
+        if not text:
+            return None
+        try:
+            total += int(json.loads(text)["numRecords"])
+        except (ValueError, KeyError, TypeError):
+            return None
+    return total
+
+
+def delta_health(
+    root: str, base: Thresholds, cli: Mapping[str, str], *, now_ms: int, replay: Replay | None = None
+) -> TableHealth:
+    snapshot = load_snapshot(root, replay=replay)
+    configuration = snapshot.metadata.configuration
+    thresholds = base.for_table(configuration, cli)
+    return _health(root, snapshot, thresholds, now_ms)
+
+
+def _health(root: str, snapshot: DeltaSnapshot, th: Thresholds, now_ms: int) -> TableHealth:
+    files = snapshot.files
+    sizes = [int(s or 0) for s in files.column("size").to_pylist()]
+    dvs = files.column("dv").to_pylist()
+    with_dv = [d for d in dvs if d]
+    records = _records(files.column("stats").to_pylist())
+    dv_rows = sum(int(d.get("cardinality") or 0) for d in with_dv)
+    retention = snapshot.metadata.configuration.get(RETENTION_PROPERTY, DEFAULT_RETENTION)
+    cutoff = now_ms - int(interval_hours(retention) * 3_600_000)
+    stones = snapshot.tombstones
+    stamps = stones.column("deletion_timestamp").to_pylist()
+    stone_sizes = stones.column("size").to_pylist()
+    expired = [(t, s) for t, s in zip(stamps, stone_sizes, strict=True) if t is not None and t < cutoff]
+    expired_bytes = sum(int(s or 0) for _, s in expired)
+    since_checkpoint = snapshot.version - (
+        snapshot.checkpoint_version if snapshot.checkpoint_version is not None else -1
+    )
+    rewritten, rewritten_bytes, bins, parts = _bins(files)
+    metrics: dict[str, Any] = {
+        "version": snapshot.version,
+        "data_files": len(sizes),
+        "data_bytes": sum(sizes),
+        "data_records": records,
+        "small_file_size": OPTIMIZE_MIN_FILE_SIZE,
+        "small_files": sum(1 for s in sizes if s < OPTIMIZE_MIN_FILE_SIZE),
+        "size_histogram": _histogram(sizes),
+        "files_with_deletion_vectors": len(with_dv),
+        "deletion_vector_rows": dv_rows,
+        "deleted_rows_share": round(dv_rows / records, 4) if records else None,
+        "tombstones": stones.num_rows,
+        "tombstone_bytes": sum(int(s or 0) for s in stone_sizes),
+        "tombstones_past_retention": len(expired),
+        "tombstone_bytes_past_retention": expired_bytes,
+        "deleted_file_retention": retention,
+        "commits_since_checkpoint": since_checkpoint,
+        "checkpoint_version": snapshot.checkpoint_version,
+        "last_commit_at": iso_ms(snapshot.timestamp_ms) if snapshot.timestamp_ms else None,
+    }
+    advice: list[Recommendation] = []
+    if rewritten >= max(2, th.compact_min_files):
+        after = len(sizes) - rewritten + bins
+        advice.append(
+            Recommendation(
+                "compact",
+                f"{rewritten} of {len(sizes)} files are under OPTIMIZE's "
+                f"{OPTIMIZE_MIN_FILE_SIZE}-byte minimum in {parts} partitions",
+                f"compact.min-files={th.compact_min_files}",
+                {
+                    "data_files_before": len(sizes),
+                    "data_files_after": after,
+                    "files_rewritten": rewritten,
+                    "bytes_rewritten": rewritten_bytes,
+                },
+                files_removed=len(sizes) - after,
+            )
+        )
+    if len(expired) >= max(1, th.remove_orphans_min_files):
+        advice.append(
+            Recommendation(
+                "remove-orphans",
+                f"{len(expired)} removed files are past {RETENTION_PROPERTY} ({retention}): "
+                "VACUUM deletes them",
+                f"remove-orphans.min-files={th.remove_orphans_min_files}",
+                {"files_deleted": len(expired), "bytes_freed": expired_bytes},
+                bytes_freed=expired_bytes,
+                files_removed=len(expired),
+            )
+        )
+    if since_checkpoint >= max(1, th.delta_max_commits_since_checkpoint):
+        advice.append(
+            Recommendation(
+                "expire-snapshots",
+                f"{since_checkpoint} commits since the last checkpoint: readers replay them all",
+                f"delta.max-commits-since-checkpoint={th.delta_max_commits_since_checkpoint}",
+                {"commits_since_checkpoint_before": since_checkpoint, "commits_since_checkpoint_after": 0},
+            )
+        )
+    return TableHealth(root, "delta", metrics, tuple(advice))
