@@ -119,6 +119,10 @@ class DeleteIndex:
             else:
                 raise CorruptMetadataError(f"{f.file_path} in a delete manifest has content {f.content}")
 
+    @property
+    def is_empty(self) -> bool:
+        return not (self._dvs or self._positions or self._equalities or self._global.entries)
+
     @classmethod
     def for_specs(cls, deletes: Iterable[ManifestEntry], spec_fields: Mapping[int, int]) -> DeleteIndex:
         """``spec_fields``: the number of partition fields of each spec id."""

@@ -9,12 +9,23 @@ executors) merge in manifest order, which keeps the packing order ``plan_rewrite
 
 from __future__ import annotations
 
+import zlib
 from array import array
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from tablekeeper.iceberg.content import DATA, EQUALITY_DELETES, POSITION_DELETES, ManifestEntry
+from tablekeeper.errors import CorruptMetadataError
+from tablekeeper.iceberg.content import (
+    DATA,
+    DELETED,
+    EQUALITY_DELETES,
+    POSITION_DELETES,
+    ManifestEntry,
+    ManifestFile,
+)
+from tablekeeper.iceberg.conversions import native_to_value
 from tablekeeper.iceberg.delete_index import AppliedDeletes
+from tablekeeper.iceberg.manifest import id_names, open_avro, record_type
 from tablekeeper.iceberg.partitioning import partition_key
 from tablekeeper.iceberg.rewrite_plan import (
     READABLE_FORMATS,
@@ -25,6 +36,7 @@ from tablekeeper.iceberg.rewrite_plan import (
     pack,
     worth_rewriting,
 )
+from tablekeeper.iceberg.types import StructType
 
 # Upper bounds of the size histogram as fractions of the target file size; the last two buckets
 # are the files compaction leaves alone (min..max) and the ones it splits (above max).
@@ -109,6 +121,70 @@ class Tally:
             if sizes is None:
                 sizes = self.candidates[key] = array("q")
             sizes.append(-size - 1 if delete_issue(task, options) else size)
+
+    def add_sizes(
+        self, manifest: bytes, source: ManifestFile, ptype: StructType, options: RewriteOptions
+    ) -> None:
+        """The live data files of one manifest, read for their sizes only: the path for tables
+        without delete files, where no file is taken for its deletes (a third of the full read)."""
+        reader = open_avro(manifest, f"manifest {source.manifest_path}")
+        top = id_names(reader.writer_schema)
+        df_schema = record_type(
+            next(f["type"] for f in reader.writer_schema["fields"] if f.get("field-id") == 2)
+        )
+        df = id_names(df_schema)
+        part_names = id_names(
+            record_type(next(f["type"] for f in df_schema["fields"] if f.get("field-id") == 102))
+        )
+        fields = [(pf.type, part_names.get(pf.id)) for pf in ptype.fields]
+        status_name, data_name, part_name = top[0], top[2], df[102]
+        content_name, format_name, size_name, records_name = df.get(134), df[101], df[104], df[103]
+        spec_id, low, high = source.partition_spec_id, options.min_file_size, options.max_file_size
+        bucket, bounds, histogram = self._bucket, self.bounds, self.histogram
+        small_by_partition, candidates, values = (
+            self.small_by_partition,
+            self.candidates,
+            self.partition_values,
+        )
+        try:
+            for rec in reader:
+                if rec[status_name] == DELETED:
+                    continue
+                raw = rec[data_name]
+                if content_name is not None and raw.get(content_name, DATA) != DATA:
+                    continue
+                size = raw[size_name]
+                part_rec = raw[part_name] or {}
+                partition = tuple(
+                    None if name is None else native_to_value(t, part_rec.get(name)) for t, name in fields
+                )
+                key: Scope = (spec_id, partition_key(partition))
+                self.data_files += 1
+                self.data_bytes += size
+                self.data_records += raw[records_name]
+                counts = histogram[bucket(size) if size < bounds[-1] else len(bounds)]
+                counts[0] += 1
+                counts[1] += size
+                if size < low:
+                    self.small_files += 1
+                    self.small_bytes += size
+                    small = small_by_partition.get(key)
+                    if small is None:
+                        small = small_by_partition[key] = [0, 0]
+                        values[key] = (spec_id, partition)
+                    small[0] += 1
+                    small[1] += size
+                if str(raw[format_name]).upper() not in READABLE_FORMATS:
+                    self.skipped_files += 1
+                elif size < low or size > high:
+                    sizes = candidates.get(key)
+                    if sizes is None:
+                        sizes = candidates[key] = array("q")
+                    sizes.append(size)
+        except (ValueError, EOFError, KeyError, TypeError, IndexError, UnicodeDecodeError, zlib.error) as err:
+            raise CorruptMetadataError(
+                f"manifest {source.manifest_path} is truncated or corrupt ({err.__class__.__name__})"
+            ) from err
 
     def add_delete(self, entry: ManifestEntry) -> None:
         f = entry.data_file

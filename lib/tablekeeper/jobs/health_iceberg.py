@@ -9,47 +9,47 @@ then does on the unchanged table.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.errors import TablekeeperError
-from tablekeeper.iceberg.content import MANIFEST_DATA, ManifestEntry, ManifestFile
+from tablekeeper.iceberg.content import MANIFEST_DATA, ManifestFile
 from tablekeeper.iceberg.delete_index import DeleteIndex
 from tablekeeper.iceberg.health import (
     CompactionEstimate,
     Tally,
     estimate_compaction,
-    histogram_bounds,
     histogram_rows,
     top_small_partitions,
 )
-from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.rewrite_plan import RewriteOptions
 from tablekeeper.jobs.compact_options import CompactOptions
 from tablekeeper.jobs.engines import SparkSource
 from tablekeeper.jobs.health_model import Recommendation, TableHealth, Thresholds, iso_ms
-from tablekeeper.tables.iceberg import load_manifests, read_entries
+from tablekeeper.tables.iceberg import iter_entries, load_manifests, tally_manifests
 
 log = logging.getLogger(__name__)
 
 # Reads the data manifests into one tally (on the driver, or on executors for a big table).
+# Below this many manifests a table is read on the driver even when a session is there.
+SPARK_MIN_MANIFESTS = 64
 TallyReader = Callable[[LoadedTable, Sequence[ManifestFile], DeleteIndex, RewriteOptions], Tally]
-
-
-def _live(io: Any, meta: TableMetadata, manifests: Sequence[ManifestFile]) -> Iterator[ManifestEntry]:
-    for manifest in manifests:
-        if manifest.has_live_files():
-            yield from (e for e in read_entries(io, meta, manifest) if e.is_live)
 
 
 def tally_on_driver(
     table: LoadedTable, manifests: Sequence[ManifestFile], index: DeleteIndex, options: RewriteOptions
 ) -> Tally:
-    tally = Tally(histogram_bounds(options))
-    for entry in _live(table.io, table.metadata, manifests):
-        tally.add_data(entry, index.for_data_file(entry), options)
-    return tally
+    return tally_manifests(table.io, table.metadata, manifests, index, options)
+
+
+def _reader(spark: SparkSource, manifests: int) -> TallyReader:
+    """Executors for a table of many manifests when a session is there; else this process."""
+    if manifests >= SPARK_MIN_MANIFESTS and spark is not None and not callable(spark):
+        from tablekeeper.spark.health import spark_tally
+
+        return spark_tally(spark)
+    return tally_on_driver
 
 
 def iceberg_health(
@@ -61,7 +61,7 @@ def iceberg_health(
     now_ms: int,
     list_files: bool = False,
     spark: SparkSource = None,
-    reader: TallyReader = tally_on_driver,
+    reader: TallyReader | None = None,
 ) -> TableHealth:
     table = catalog.require(identifier)
     meta = table.metadata
@@ -71,9 +71,10 @@ def iceberg_health(
     manifests = load_manifests(table.io, snapshot)
     data_manifests = [m for m in manifests if m.content == MANIFEST_DATA]
     delete_manifests = [m for m in manifests if m.content != MANIFEST_DATA]
-    deletes = list(_live(table.io, meta, delete_manifests))
+    deletes = list(iter_entries(table.io, meta, delete_manifests))
     index = DeleteIndex(deletes, frozenset(s.spec_id for s in meta.partition_specs if s.is_unpartitioned))
-    tally = reader(table, data_manifests, index, options)
+    read = reader or _reader(spark, len(data_manifests))
+    tally = read(table, data_manifests, index, options)
     for entry in deletes:
         tally.add_delete(entry)
     estimate = estimate_compaction(tally, options)

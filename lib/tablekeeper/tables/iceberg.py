@@ -5,13 +5,16 @@ Used by every job to plan and by the commit layer to carry manifests forward.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from tablekeeper.errors import CorruptMetadataError, FileNotFound, UnsupportedFeatureError
 from tablekeeper.iceberg.content import MANIFEST_DATA, ManifestEntry, ManifestFile
+from tablekeeper.iceberg.delete_index import DeleteIndex
+from tablekeeper.iceberg.health import Tally, histogram_bounds
 from tablekeeper.iceberg.manifest import read_manifest, read_manifest_list
 from tablekeeper.iceberg.metadata import Snapshot, TableMetadata
+from tablekeeper.iceberg.rewrite_plan import RewriteOptions
 from tablekeeper.io import FileIO
 
 
@@ -71,3 +74,32 @@ def live_files(io: FileIO, meta: TableMetadata, snapshot: Snapshot | None) -> Li
         target = data if manifest.content == MANIFEST_DATA else deletes
         target.extend(e for e in read_entries(io, meta, manifest) if e.is_live)
     return LiveFiles(tuple(data), tuple(deletes))
+
+
+def iter_entries(
+    io: FileIO, meta: TableMetadata, manifests: Sequence[ManifestFile]
+) -> Iterator[ManifestEntry]:
+    """The live entries of ``manifests``, manifest by manifest."""
+    for manifest in manifests:
+        if manifest.has_live_files():
+            yield from (e for e in read_entries(io, meta, manifest) if e.is_live)
+
+
+def tally_manifests(
+    io: FileIO,
+    meta: TableMetadata,
+    manifests: Sequence[ManifestFile],
+    index: DeleteIndex,
+    options: RewriteOptions,
+) -> Tally:
+    """One tally of the live data files of ``manifests`` (in this process)."""
+    tally = Tally(histogram_bounds(options))
+    if index.is_empty:
+        for manifest in manifests:
+            if manifest.has_live_files():
+                ptype = meta.spec(manifest.partition_spec_id).partition_type(meta.schema())
+                tally.add_sizes(read_manifest_bytes(io, manifest), manifest, ptype, options)
+        return tally
+    for entry in iter_entries(io, meta, manifests):
+        tally.add_data(entry, index.for_data_file(entry), options)
+    return tally
