@@ -26,6 +26,7 @@ from tablekeeper.iceberg.content import (
 from tablekeeper.iceberg.conversions import native_to_value
 from tablekeeper.iceberg.delete_index import AppliedDeletes
 from tablekeeper.iceberg.manifest import id_names, open_avro, record_type
+from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.partitioning import partition_key
 from tablekeeper.iceberg.rewrite_plan import (
     READABLE_FORMATS,
@@ -44,6 +45,19 @@ _FRACTIONS = (1 / 1024, 1 / 64, 1 / 8, 1 / 2)
 Scope = tuple[int, tuple[object, ...]]
 
 
+def new_tally(meta: TableMetadata, options: RewriteOptions) -> Tally:
+    """An empty tally of ``meta``'s files, grouping compaction candidates as compact does by
+    default: into the current spec's partitions."""
+    spec = meta.spec(meta.default_spec_id)
+    ids = [f.field_id for f in spec.fields]
+    coerce: dict[int, tuple[int | None, ...]] = {}
+    for other in meta.partition_specs:
+        if other.spec_id != spec.spec_id:
+            own = {pf.field_id: i for i, pf in enumerate(other.fields)}
+            coerce[other.spec_id] = tuple(own.get(i) for i in ids)
+    return Tally(histogram_bounds(options), spec.spec_id, coerce)
+
+
 def histogram_bounds(options: RewriteOptions) -> tuple[int, ...]:
     """Bucket upper bounds (exclusive) in bytes; the buckets past the last bound hold the rest."""
     fixed = [max(1, int(options.target_file_size * f)) for f in _FRACTIONS]
@@ -57,6 +71,7 @@ class Tally:
     __slots__ = (
         "bounds",
         "candidates",
+        "coerce",
         "data_bytes",
         "data_files",
         "data_records",
@@ -72,10 +87,20 @@ class Tally:
         "small_by_partition",
         "small_bytes",
         "small_files",
+        "target_spec",
     )
 
-    def __init__(self, bounds: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        bounds: tuple[int, ...],
+        target_spec: int = 0,
+        coerce: Mapping[int, tuple[int | None, ...]] | None = None,
+    ) -> None:
         self.bounds = bounds
+        self.target_spec = target_spec
+        # Spec id -> positions of the target spec's fields in that spec's tuples (compaction packs
+        # files of older specs with those of the partition they are rewritten into).
+        self.coerce = dict(coerce or {})
         self.data_files = self.data_bytes = self.data_records = 0
         self.small_files = self.small_bytes = self.skipped_files = 0
         self.histogram = [[0, 0] for _ in range(len(bounds) + 1)]  # [files, bytes] per bucket
@@ -85,6 +110,13 @@ class Tally:
         # Sizes of the files compaction takes, in entry order; negative: taken for its deletes.
         self.candidates: dict[Scope, array[int]] = {}
         self.partition_values: dict[Scope, tuple[int, tuple[object, ...]]] = {}
+
+    def _scope(self, spec_id: int, partition: tuple[object, ...], own: Scope) -> Scope:
+        positions = self.coerce.get(spec_id)
+        if positions is None:
+            return own
+        values = tuple(None if i is None else partition[i] for i in positions)
+        return (self.target_spec, partition_key(values))
 
     def _bucket(self, size: int) -> int:
         for i, bound in enumerate(self.bounds):
@@ -117,6 +149,7 @@ class Tally:
             return
         task = FileTask(entry, deletes)
         if is_candidate(task, options):
+            key = self._scope(f.spec_id, f.partition, key)
             sizes = self.candidates.get(key)
             if sizes is None:
                 sizes = self.candidates[key] = array("q")
@@ -177,6 +210,7 @@ class Tally:
                 if str(raw[format_name]).upper() not in READABLE_FORMATS:
                     self.skipped_files += 1
                 elif size < low or size > high:
+                    key = self._scope(spec_id, partition, key)
                     sizes = candidates.get(key)
                     if sizes is None:
                         sizes = candidates[key] = array("q")

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from tablekeeper.catalog.base import LoadedTable
 from tablekeeper.iceberg.content import ManifestFile
 from tablekeeper.iceberg.delete_index import DeleteIndex
-from tablekeeper.iceberg.health import Tally, histogram_bounds
+from tablekeeper.iceberg.health import Tally, new_tally
 from tablekeeper.iceberg.rewrite_plan import RewriteOptions
 from tablekeeper.io import FileIO
 from tablekeeper.tables.iceberg import tally_manifests
@@ -40,7 +40,7 @@ def spark_tally(
         sc = session.sparkContext
         sc.setJobDescription(f"health: {len(live)} manifests of {table.identifier}")
         slices = max(1, min(len(live), -(-len(live) // MANIFESTS_PER_TASK)))
-        tally = Tally(histogram_bounds(options))
+        tally = new_tally(meta, options)
         for part in sc.parallelize(live, slices).mapPartitions(one).collect():
             tally.merge(part)
         return tally

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from tablekeeper.errors import CorruptMetadataError, FileNotFound, UnsupportedFeatureError
 from tablekeeper.iceberg.content import MANIFEST_DATA, ManifestEntry, ManifestFile
 from tablekeeper.iceberg.delete_index import DeleteIndex
-from tablekeeper.iceberg.health import Tally, histogram_bounds
+from tablekeeper.iceberg.health import Tally, new_tally
 from tablekeeper.iceberg.manifest import read_manifest, read_manifest_list
 from tablekeeper.iceberg.metadata import Snapshot, TableMetadata
 from tablekeeper.iceberg.rewrite_plan import RewriteOptions
@@ -93,7 +93,7 @@ def tally_manifests(
     options: RewriteOptions,
 ) -> Tally:
     """One tally of the live data files of ``manifests`` (in this process)."""
-    tally = Tally(histogram_bounds(options))
+    tally = new_tally(meta, options)
     if index.is_empty:
         for manifest in manifests:
             if manifest.has_live_files():
