@@ -84,7 +84,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole command line. Only ``command``'s job module adds its options (a job module brings
     pyspark and its planning code, a third of a second each); None: every job's."""
-    from tablekeeper.jobs.context import add_table_arguments
+    from tablekeeper.jobs.context import add_ledger_arguments, add_table_arguments
 
     parser = _Parser(prog="tablekeeper", description=__doc__)
     parser.add_argument("--version", action="version", version=f"tablekeeper {__version__}")
@@ -119,11 +119,32 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     inspect.add_argument("--version", dest="delta_version", type=int, help="Delta: time travel to a version")
     inspect.add_argument("--timestamp-ms", type=int, help="Delta: time travel to a commit time (epoch ms)")
     inspect.add_argument("--json", action="store_true", help="print JSON (the only format; kept for scripts)")
+    history = sub.add_parser("history", help="recent runs from the ledger of runs, newest first")
+    history.add_argument("--table", help="only runs on this table (as the runs named it)")
+    history.add_argument("--job", help="only runs of this job, e.g. compact")
+    history.add_argument("--since", help="only runs started since: a duration back (7d, 12h) or an ISO time")
+    history.add_argument(
+        "--limit", type=_count, default=20, help="at most this many runs (default 20; 0: all)"
+    )
+    history.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (the default when stdout is not a terminal)",
+    )
+    add_ledger_arguments(history)
+    history.add_argument("--conf-file", help="catalog definitions (YAML); default conf/catalogs.yaml")
+    history.add_argument("--warehouse", help="local warehouse for ${warehouse} in the catalog file")
     for name, (module, help_text) in JOBS.items():
         job = sub.add_parser(name, help=help_text)
         if command is None or name == command:
             _job_module(module).add_arguments(job)
     return parser
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(text)
 
 
 def _job_module(path: str) -> JobModule:
@@ -150,6 +171,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return doctor.run(as_json=args.json, conf_file=Path(args.conf_file) if args.conf_file else None)
     if args.command == "inspect":
         return _inspect(args)
+    if args.command == "history":
+        from tablekeeper.cli import history
+
+        return history.run(args, _catalog_file(args))
     if args.command in JOBS:
         return _run(args)
     raise AssertionError(f"unhandled command {args.command}")
@@ -190,16 +215,21 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _catalogs(args: argparse.Namespace) -> CatalogsConfig:
+def _catalog_file(args: argparse.Namespace) -> CatalogsConfig:
     from pathlib import Path
 
     from tablekeeper.catalog.config import load_catalogs
+
+    conf_file, warehouse = getattr(args, "conf_file", None), getattr(args, "warehouse", None)
+    return load_catalogs(
+        Path(conf_file) if conf_file else None, Path(warehouse).resolve() if warehouse else None
+    )
+
+
+def _catalogs(args: argparse.Namespace) -> CatalogsConfig:
     from tablekeeper.io.storage import configure_storage
 
-    catalogs = load_catalogs(
-        Path(args.conf_file) if args.conf_file else None,
-        Path(args.warehouse).resolve() if args.warehouse else None,
-    )
+    catalogs = _catalog_file(args)
     # The job's catalog also says how to reach storage outside it (a Delta source, a path table).
     name = getattr(args, "catalog", None) or catalogs.default
     if name in catalogs.catalogs or name in catalogs.unusable:
@@ -230,10 +260,28 @@ def _run_job(args: argparse.Namespace, job: str, table: str, run: Callable[[], J
     except TablekeeperError as err:
         dry_run = bool(getattr(args, "dry_run", False))
         failed = clock.result(job, table, dry_run=dry_run, metrics=err.metrics)
-        _emit(replace(failed, status=err.status, error=err.message), args.result_file)
+        failed = replace(failed, status=err.status, error=err.message)
+        _emit(_recorded(args, failed, err.exit_code), args.result_file)
         raise
-    _emit(result, args.result_file)
+    _emit(_recorded(args, result, ExitCode.OK), args.result_file)
     return 0
+
+
+def _recorded(args: argparse.Namespace, result: JobResult, code: ExitCode) -> JobResult:
+    """The result, appended to the ledger of runs when one is configured, saying where it went.
+    A ledger that cannot be written changes neither the status nor the exit code."""
+    from dataclasses import replace
+
+    from tablekeeper.jobs.ledger import record_run
+
+    note = record_run(
+        result,
+        exit_code=int(code),
+        catalogs=lambda: _catalog_file(args),
+        catalog=getattr(args, "ledger_catalog", None),
+        table=getattr(args, "ledger_table", None),
+    )
+    return result if note is None else replace(result, ledger=note)
 
 
 def _spark_session(catalogs: CatalogsConfig) -> SparkSession:

@@ -197,7 +197,6 @@ def delete_issue(task: FileTask, options: RewriteOptions) -> bool:
     return too_many_deletes(task, options) or too_high_delete_ratio(task, options)
 
 
-
 def _task_size(task: Any) -> int:
     return int(task.size)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from tablekeeper.catalog import Catalog, catalog_for, looks_like_path, resolve_table
-from tablekeeper.catalog.config import CatalogsConfig
+from tablekeeper.catalog.config import DEFAULT_LEDGER_TABLE, CatalogsConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -93,6 +93,20 @@ def add_table_arguments(parser: argparse.ArgumentParser, *, flag: str = "--table
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
     parser.add_argument("--result-file", help="also write the JSON result to this file")
+    add_ledger_arguments(parser)
+
+
+def add_ledger_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the run's result is appended (the ledger of runs; also the catalog file's ``ledger:``)."""
+    parser.add_argument(
+        "--ledger-catalog",
+        help="append the result to the ledger table in this catalog (default: the catalog file's "
+        "ledger block; neither: no ledger)",
+    )
+    parser.add_argument(
+        "--ledger-table",
+        help=f"the ledger table (default: the catalog file's, else {DEFAULT_LEDGER_TABLE})",
+    )
 
 
 def add_engine_argument(parser: argparse.ArgumentParser) -> None:

@@ -30,6 +30,7 @@ from tablekeeper.errors import ConfigError, TablekeeperError
 from tablekeeper.jobs.context import (
     JobContext,
     add_engine_argument,
+    add_ledger_arguments,
     add_table_arguments,
     delta_root,
     positive,
@@ -317,6 +318,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="auto: a readable table before the JSON line when stdout is a terminal",
     )
     parser.add_argument("--result-file", help="also write the JSON result to this file")
+    add_ledger_arguments(parser)
     add_engine_argument(parser)
 
 

@@ -9,7 +9,10 @@ then does on the unchanged table.
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from tablekeeper.catalog.base import Catalog, LoadedTable
@@ -23,7 +26,9 @@ from tablekeeper.iceberg.health import (
     histogram_rows,
     top_small_partitions,
 )
+from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.rewrite_plan import RewriteOptions
+from tablekeeper.io import FileIO
 from tablekeeper.jobs.compact_options import CompactOptions
 from tablekeeper.jobs.engines import SparkSource
 from tablekeeper.jobs.health_model import Recommendation, TableHealth, Thresholds, iso_ms
@@ -32,7 +37,7 @@ from tablekeeper.tables.iceberg import iter_entries, load_manifests, tally_manif
 log = logging.getLogger(__name__)
 
 # Reads the data manifests into one tally (on the driver, or on executors for a big table).
-# Below this many manifests a table is read on the driver even when a session is there.
+# Below this many manifests a table is read in this process (more processes or tasks cost more).
 SPARK_MIN_MANIFESTS = 64
 TallyReader = Callable[[LoadedTable, Sequence[ManifestFile], DeleteIndex, RewriteOptions], Tally]
 
@@ -43,13 +48,44 @@ def tally_on_driver(
     return tally_manifests(table.io, table.metadata, manifests, index, options)
 
 
+def tally_in_processes(
+    table: LoadedTable, manifests: Sequence[ManifestFile], index: DeleteIndex, options: RewriteOptions
+) -> Tally:
+    """The manifests split into one contiguous slice per core, each read by its own process
+    (decoding Avro holds the GIL, so threads would take turns), merged back in order."""
+    live = [m for m in manifests if m.has_live_files()]
+    workers = max(1, min(os.cpu_count() or 1, len(live) // SPARK_MIN_MANIFESTS * 2 or 1))
+    if workers == 1:
+        return tally_on_driver(table, live, index, options)
+    step = -(-len(live) // workers)
+    slices = [live[i : i + step] for i in range(0, len(live), step)]
+    meta = table.metadata
+    # forkserver: a fork of a process that holds a JVM gateway or threads is not safe.
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(len(slices), mp_context=context) as pool:
+        parts = list(pool.map(_tally_slice, [(meta, part, index, options) for part in slices]))
+    tally = parts[0]
+    for part in parts[1:]:
+        tally.merge(part)
+    return tally
+
+
+def _tally_slice(args: tuple[TableMetadata, Sequence[ManifestFile], DeleteIndex, RewriteOptions]) -> Tally:
+    meta, manifests, index, options = args
+    io = FileIO.for_location(manifests[0].manifest_path)
+    return tally_manifests(io, meta, manifests, index, options)
+
+
 def _reader(spark: SparkSource, manifests: int) -> TallyReader:
-    """Executors for a table of many manifests when a session is there; else this process."""
-    if manifests >= SPARK_MIN_MANIFESTS and spark is not None and not callable(spark):
+    """Executors for a table of many manifests when a session is there, else one process per
+    core; a small table in this process."""
+    if manifests < SPARK_MIN_MANIFESTS:
+        return tally_on_driver
+    if spark is not None and not callable(spark):
         from tablekeeper.spark.health import spark_tally
 
         return spark_tally(spark)
-    return tally_on_driver
+    return tally_in_processes
 
 
 def iceberg_health(

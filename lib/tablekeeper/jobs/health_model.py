@@ -101,7 +101,10 @@ def _parse(name: str, text: str, key: str, where: str) -> Any:
                 raise ValueError(text)
             return lowered == "true"
         if "float" in str(kind):
-            return float(text)
+            share = float(text)
+            if not 0 <= share <= 1:  # also refuses nan
+                raise ValueError(text)
+            return share
         value = int(text)
         if value < 0:
             raise ValueError(text)

@@ -15,6 +15,24 @@ Status = Literal["ok", "dry_run", "refused", "failed"]
 
 
 @dataclass(frozen=True)
+class LedgerNote:
+    """Where a run's result was appended to the ledger of runs, or why it was not."""
+
+    table: str | None
+    written: bool
+    run_id: str | None = None
+    error: str | None = None
+
+    def to_obj(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"table": self.table, "written": self.written}
+        if self.run_id is not None:
+            body["run_id"] = self.run_id
+        if self.error is not None:
+            body["error"] = self.error
+        return body
+
+
+@dataclass(frozen=True)
 class JobResult:
     job: str
     table: str
@@ -26,6 +44,8 @@ class JobResult:
     files: Sequence[str] | None = None
     error: str | None = None
     tablekeeper_version: str = __version__
+    # Set after the run, once its result is in the ledger (or failed to get there).
+    ledger: LedgerNote | None = None
 
     def to_json(self) -> str:
         body: dict[str, Any] = {
@@ -44,6 +64,9 @@ class JobResult:
             duration_ms=self.duration_ms,
             tablekeeper_version=self.tablekeeper_version,
         )
+        # Last: the ledger row holds the result as it was before this note existed.
+        if self.ledger is not None:
+            body["ledger"] = self.ledger.to_obj()
         return json.dumps(body, default=str, separators=(",", ":"))
 
 

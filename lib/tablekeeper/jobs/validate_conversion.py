@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tablekeeper.errors import ConfigError, CountsDiffer
-from tablekeeper.jobs.context import JobContext, add_table_arguments
+from tablekeeper.jobs.context import JobContext, add_ledger_arguments, add_table_arguments
 from tablekeeper.jobs.result import JobClock, JobResult
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--snapshot-id", type=int, help="the Iceberg snapshot to read (default: current)")
     parser.add_argument("--result-file", help="also write the JSON result to this file")
+    add_ledger_arguments(parser)
 
 
 def count_rows(
