@@ -7,6 +7,11 @@ execute ... Error code is: N" plus the last lines of output, where Spark's shutd
 follow the reason; the result file (or the ``tablekeeper:`` line of the output, when the job died
 before it could write one) gives the reason itself. Exit codes 2 (usage), 3 (refused) and 5
 (commit state unknown) need a person, so they fail the task without retries.
+
+Given ``health_task_id``, a task first asks that task's result (``tablekeeper health``) whether its
+job is needed (tablekeeper_health.verdict). Not needed: the task logs health's measure, pushes it
+as XCom ``skipped`` ({job, table, reason}) and is skipped. Needed: it logs health's reason and
+expected effect, pushes the recommendation as XCom ``health`` and runs the job.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Context
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
-from tablekeeper_tables import HOME_ENV, Entry, TablesFileError, slug
+from airflow.sdk import Context, TriggerRule
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+from tablekeeper_health import describe, flatten, verdict
+from tablekeeper_tables import HEALTH_JOB, HOME_ENV, Entry, TablesFileError, slug
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +49,29 @@ class TablekeeperJobOperator(SparkSubmitOperator):
     """spark-submit of one tablekeeper job; returns the job's JSON result."""
 
     ui_color = "#dcefe3"
+    # The table is rendered like the arguments: a fleet's task gets it from its table group.
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "table")
 
-    def __init__(self, *, job: str, table: str, results_dir: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        job: str,
+        table: Any,
+        results_dir: str | None = None,
+        health_task_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.job = job
         self.table = table
         self.results_dir = results_dir
+        self.health_task_id = health_task_id
 
     def execute(self, context: Context) -> dict[str, Any]:
+        if self.health_task_id is not None:
+            self._gate(context)
+        self.application_args = flatten(self.application_args or [])
+        self.name = self.name or f"tablekeeper-{self.job}-{slug(str(self.table))}"
         directory = Path(self.results_dir or tempfile.gettempdir())
         directory.mkdir(parents=True, exist_ok=True)
         result_file = directory / f"tablekeeper-{slug(self.dag_id)}-{self.task_id}-{uuid.uuid4().hex}.json"
@@ -71,7 +92,23 @@ class TablekeeperJobOperator(SparkSubmitOperator):
         self.log.info(
             "%s %s %s: %s", self.job, self.table, result.get("status"), json.dumps(result.get("metrics"))
         )
+        if self.job == HEALTH_JOB:
+            for line in describe(result):
+                self.log.info("%s", line)
         return result
+
+    def _gate(self, context: Context) -> None:
+        """Skip the job unless health, run before it, recommended it (or could not judge it)."""
+        ti = context["ti"]
+        decision = verdict(ti.xcom_pull(task_ids=self.health_task_id), self.job, str(self.table))
+        self.log.info("%s", decision.message)
+        if not decision.run:
+            ti.xcom_push(
+                key="skipped", value={"job": self.job, "table": self.table, "reason": decision.message}
+            )
+            raise AirflowSkipException(decision.message)
+        if decision.recommendation is not None:
+            ti.xcom_push(key="health", value={"table": self.table, **decision.recommendation})
 
     def _failure(self, err: AirflowException, result: Mapping[str, Any] | None) -> AirflowException:
         text = str(err)
@@ -91,15 +128,19 @@ class TablekeeperJobOperator(SparkSubmitOperator):
 def job_task(
     *,
     job: str,
-    table: str,
-    args: Sequence[str],
+    table: Any,
+    args: Sequence[Any],
     entry: Entry,
     task_id: str | None = None,
     application: str | None = None,
+    health_task_id: str | None = None,
+    trigger_rule: TriggerRule = TriggerRule.ALL_SUCCESS,
+    **extra: Any,
 ) -> TablekeeperJobOperator:
-    """The task for one job of a table or migration: ``jobs/<job>.py`` unless another application
-    is named, task id the job's name in snake case. ``args`` may hold Jinja (the operator renders
-    ``application_args``)."""
+    """The task for one job of a table, migration or fleet: ``jobs/<job>.py`` unless another
+    application is named, task id the job's name in snake case. ``args`` may hold Jinja (the
+    operator renders ``application_args``), and ``table`` and ``args`` a fleet's mapped argument;
+    ``health_task_id`` gates the job on that task's health result (see the module docstring)."""
     script = job.replace("-", "_")
     application = application or f"{entry.submit.jobs_dir}/{script}.py"
     if "://" not in application and not Path(application).is_file():
@@ -112,9 +153,13 @@ def job_task(
         application=application,
         application_args=list(args),
         results_dir=entry.submit.results_dir,
-        name=f"tablekeeper-{job}-{slug(table)}",
+        # A fleet's table is known when the task runs, which names the application then.
+        name=f"tablekeeper-{job}-{slug(table)}" if isinstance(table, str) else None,
+        health_task_id=health_task_id,
+        trigger_rule=trigger_rule,
         **entry.submit.operator_args,
         **{key: value for key, value in optional.items() if value is not None},  # else Airflow's defaults
+        **extra,
     )
 
 

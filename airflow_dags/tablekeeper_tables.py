@@ -12,7 +12,7 @@ import datetime as dt
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,18 @@ MAINTENANCE_JOBS = (
 # Jobs for Iceberg tables only.
 ICEBERG_ONLY_JOBS = ("rewrite-position-deletes", "rewrite-manifests", "backfill-row-lineage", "compute-stats")
 CONVERT_JOB = "convert-delta"
+HEALTH_JOB = "health"
+# The jobs `tablekeeper health` can recommend (remove-orphans on Iceberg only with --list-files,
+# backfill-row-lineage only with --v3-readiness); it never judges compute-stats, so a table's DAG
+# always runs that and a fleet, which runs only what health recommends, cannot list it.
+HEALTH_ASSESSED_JOBS = (
+    "compact",
+    "rewrite-position-deletes",
+    "rewrite-manifests",
+    "expire-snapshots",
+    "remove-orphans",
+    "backfill-row-lineage",
+)
 # Options the DAGs set themselves: from the table's own keys, or per run (--result-file).
 RESERVED_OPTIONS = frozenset({"table", "catalog", "conf-file", "result-file", "source", "target", "mode"})
 # SparkSubmitOperator arguments a `submit` section may set, as the operator names them.
@@ -84,6 +96,7 @@ TABLE_KEYS = frozenset(
         "pool",
         "tags",
         "jobs",
+        "health",
         "submit",
     }
 )
@@ -104,11 +117,33 @@ MIGRATION_KEYS = frozenset(
         "submit",
     }
 )
-DEFAULT_KEYS = frozenset(
-    {"catalog", "catalog_file", "schedule", "start_date", "retries", "pool", "tags", "jobs"}
+FLEET_KEYS = frozenset(
+    {
+        "namespace",
+        "tables",
+        "limit",
+        "name",
+        "catalog",
+        "catalog_file",
+        "schedule",
+        "start_date",
+        "retries",
+        "pool",
+        "tags",
+        "jobs",
+        "health",
+        "submit",
+    }
 )
+DEFAULT_KEYS = frozenset(
+    {"catalog", "catalog_file", "schedule", "start_date", "retries", "pool", "tags", "jobs", "health"}
+)
+HEALTH_KEYS = frozenset({"enabled", "thresholds", "list_files", "always_run"})
+# A fleet is health's choice by nature: only its thresholds can be set.
+FLEET_HEALTH_KEYS = frozenset({"thresholds"})
 DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 _OPTION_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
+_THRESHOLD_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 _VARIABLE = re.compile(r"\$\{(\w+)\}")
 
 
@@ -141,11 +176,26 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class HealthGate:
+    """Whether a table's DAG asks ``tablekeeper health`` first and runs only the jobs it recommends."""
+
+    enabled: bool = True
+    # health's --threshold KEY=VALUE (the README's "health" section lists the keys).
+    thresholds: Mapping[str, str] = field(default_factory=dict)
+    # health lists an Iceberg table's files (--list-files), so remove-orphans is gated as well.
+    list_files: bool = False
+    # Jobs that run whatever health says: health judges by the table's own properties (e.g.
+    # history.expire.*), not by a job's options (expire-snapshots' older-than).
+    always_run: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class MaintainedTable(Entry):
     table: str
     format: str
     # Job -> its options, in MAINTENANCE_JOBS order.
     jobs: Mapping[str, Mapping[str, Any]]
+    health: HealthGate = field(default_factory=HealthGate)
 
 
 @dataclass(frozen=True)
@@ -157,9 +207,25 @@ class Migration(Entry):
 
 
 @dataclass(frozen=True)
+class Fleet(Entry):
+    """The tables of a catalog namespace, maintained as ``tablekeeper health`` ranks them."""
+
+    namespace: str
+    table_glob: str | None  # the file's `tables`: health's --tables
+    limit: int | None
+    # Job -> its options, in MAINTENANCE_JOBS order; only HEALTH_ASSESSED_JOBS.
+    jobs: Mapping[str, Mapping[str, Any]]
+    thresholds: Mapping[str, str]
+    # Tables of the same catalog that have their own maintenance DAG or are a migration's target:
+    # the fleet leaves them alone, else two DAGs could work on one table at once.
+    exclude: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class TablesFile:
     tables: tuple[MaintainedTable, ...] = ()
     migrations: tuple[Migration, ...] = ()
+    fleets: tuple[Fleet, ...] = ()
 
 
 def project_home() -> Path:
@@ -187,7 +253,7 @@ def load_tables(path: Path | None = None, home: Path | None = None) -> TablesFil
         raise TablesFileError(f"{path} is not valid YAML: {err}") from err
     where = str(path)
     _mapping(doc, where)
-    _known(doc, {"submit", "defaults", "tables", "migrations"}, where)
+    _known(doc, {"submit", "defaults", "tables", "migrations", "fleets"}, where)
     variables = {"home": str(home)}
     submit = _expand(_mapping(doc.get("submit") or {}, f"{where}: submit"), variables)
     _known(submit, SUBMIT_KEYS | TABLEKEEPER_SUBMIT_KEYS, f"{where}: submit")
@@ -208,13 +274,51 @@ def load_tables(path: Path | None = None, home: Path | None = None) -> TablesFil
 
     tables: tuple[MaintainedTable, ...] = entries("tables", _table)
     migrations: tuple[Migration, ...] = entries("migrations", _migration)
-    for kind, names in (("tables", [t.name for t in tables]), ("migrations", [m.name for m in migrations])):
+    fleets: tuple[Fleet, ...] = entries("fleets", _fleet)
+    for kind, names in (
+        ("tables", [t.name for t in tables]),
+        ("migrations", [m.name for m in migrations]),
+        ("fleets", [f.name for f in fleets]),
+    ):
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise TablesFileError(
                 f"{where}: {kind} named {', '.join(twice)} more than once: set 'name' apart"
             )
-    return TablesFile(tables=tables, migrations=migrations)
+    _no_overlap(fleets, where)
+    fleets = tuple(replace(f, exclude=_claimed(f, tables, migrations)) for f in fleets)
+    return TablesFile(tables=tables, migrations=migrations, fleets=fleets)
+
+
+def _no_overlap(fleets: Sequence[Fleet], where: str) -> None:
+    """Two fleets of one namespace would run jobs on its tables at once unless their globs part
+    them; the same glob, or none, surely does not."""
+    seen: dict[tuple[str | None, str | None, str], list[Fleet]] = {}
+    for fleet in fleets:
+        seen.setdefault((fleet.catalog, fleet.catalog_file, fleet.namespace), []).append(fleet)
+    for (_, _, namespace), same in seen.items():
+        globs = [f.table_glob for f in same]
+        if len(same) > 1 and (None in globs or len(set(globs)) < len(globs)):
+            raise TablesFileError(
+                f"{where}: fleets {', '.join(f.name for f in same)} both maintain namespace {namespace}: "
+                "give each its own `tables` glob, matching tables apart"
+            )
+
+
+def table_key(name: str) -> str:
+    """A table's name as health's fleet results and the tables file can both give it: a Delta
+    path with or without ``file:`` and a trailing slash is one table."""
+    return re.sub(r"^file:(//)?", "", name).rstrip("/")
+
+
+def _claimed(
+    fleet: Fleet, tables: Sequence[MaintainedTable], migrations: Sequence[Migration]
+) -> tuple[str, ...]:
+    """The tables of the fleet's catalog another DAG of the file writes."""
+    same = (fleet.catalog, fleet.catalog_file)
+    names = [t.table for t in tables if t.format == "delta" or (t.catalog, t.catalog_file) == same]
+    names += [m.target for m in migrations if (m.catalog, m.catalog_file) == same]
+    return tuple(sorted({table_key(n) for n in names}))
 
 
 def option_args(options: Mapping[str, Any]) -> list[str]:
@@ -273,7 +377,7 @@ def _table(
         raise TablesFileError(f"{where}: {iceberg_only[0]} is for Iceberg tables, not delta")
     if not jobs:
         raise TablesFileError(f"{where}: no jobs: list at least one of {', '.join(MAINTENANCE_JOBS)}")
-    merged = {**defaults, **entry}
+    merged = {k: v for k, v in {**defaults, **entry}.items() if k != "health"}
     if fmt == "delta":
         merged["catalog"] = None  # a path, no catalog
     return MaintainedTable(
@@ -281,7 +385,111 @@ def _table(
         table=table,
         format=fmt,
         jobs=jobs,
+        health=_health(defaults.get("health"), entry.get("health"), where),
     )
+
+
+def _fleet(
+    entry: dict[str, Any], defaults: Mapping[str, Any], submit: Mapping[str, Any], home: Path, where: str
+) -> Fleet:
+    _known(entry, FLEET_KEYS, where)
+    namespace = _required_str(entry, "namespace", where)
+    # The defaults' jobs are a table's; a fleet lists its own (compute-stats, say, cannot be one).
+    inherited = {k: v for k, v in defaults.items() if k not in ("jobs", "health")}
+    merged = {**inherited, **entry}
+    jobs = _jobs({}, entry.get("jobs") or {}, where)
+    unassessed = [j for j in jobs if j not in HEALTH_ASSESSED_JOBS]
+    if unassessed:
+        raise TablesFileError(
+            f"{where}: health never recommends {unassessed[0]}, so a fleet would never run it: "
+            "give such tables their own entry in `tables`"
+        )
+    if not jobs:
+        raise TablesFileError(f"{where}: no jobs: list at least one of {', '.join(HEALTH_ASSESSED_JOBS)}")
+    own_health = entry.get("health")
+    if own_health is not None and not isinstance(own_health, dict):
+        raise TablesFileError(f"{where}: a fleet always asks health: its health may only set thresholds")
+    _known(own_health or {}, FLEET_HEALTH_KEYS, f"{where}: health")
+    # The defaults' thresholds hold for fleets too; their gate settings are about tables' DAGs.
+    default_health = defaults.get("health")
+    thresholds = {
+        **_thresholds(
+            default_health.get("thresholds") if isinstance(default_health, dict) else None,
+            f"{where}: defaults.health",
+        ),
+        **_thresholds((own_health or {}).get("thresholds"), f"{where}: health"),
+    }
+    limit = _optional_int(entry, "limit", where)
+    if limit == 0:
+        raise TablesFileError(f"{where}: 'limit' must be at least 1 (leave it out for every table)")
+    fields = _entry(merged, str(entry.get("name") or slug(namespace)), submit, home, where)
+    if not fields["pool"]:
+        raise TablesFileError(
+            f"{where}: a fleet needs a pool, whose slots bound how many jobs run at once "
+            '(airflow pools set <pool> 4 "..."; then pool: <pool>)'
+        )
+    return Fleet(
+        **fields,
+        namespace=namespace,
+        table_glob=_optional_str(entry, "tables", where),
+        limit=limit,
+        jobs=jobs,
+        thresholds=thresholds,
+    )
+
+
+def _health(default: Any, own: Any, where: str) -> HealthGate:
+    """The table's health gate: its `health` over the defaults' (true/false, or a mapping whose
+    thresholds merge key by key)."""
+    layers = [
+        _health_layer(default, f"{where}: defaults.health"),
+        _health_layer(own, f"{where}: health"),
+    ]
+    merged: dict[str, Any] = {}
+    thresholds: dict[str, str] = {}
+    for name, layer in layers:
+        thresholds.update(_thresholds(layer.get("thresholds"), name))
+        merged.update((k, v) for k, v in layer.items() if k != "thresholds")
+    for key in ("enabled", "list_files"):
+        if not isinstance(merged.get(key, False), bool):
+            raise TablesFileError(f"{where}: health.{key} must be true or false")
+    always = _sequence(merged.get("always_run") or [], f"{where}: health.always_run")
+    unknown = [str(j) for j in always if j not in MAINTENANCE_JOBS]
+    if unknown:
+        raise TablesFileError(
+            f"{where}: health.always_run: unknown job {unknown[0]!r}: use {', '.join(MAINTENANCE_JOBS)}"
+        )
+    return HealthGate(
+        enabled=merged.get("enabled", True),
+        thresholds=thresholds,
+        list_files=merged.get("list_files", False),
+        always_run=tuple(str(j) for j in always),
+    )
+
+
+def _health_layer(value: Any, where: str) -> tuple[str, dict[str, Any]]:
+    if value is None:
+        return where, {}
+    if isinstance(value, bool):
+        return where, {"enabled": value}
+    layer = _mapping(value, where)
+    _known(layer, HEALTH_KEYS, where)
+    return where, layer
+
+
+def _thresholds(value: Any, where: str) -> dict[str, str]:
+    """health's thresholds as its command line takes them: KEY -> VALUE text."""
+    out: dict[str, str] = {}
+    for key, raw in _mapping(value or {}, f"{where}.thresholds").items():
+        if not isinstance(key, str) or not _THRESHOLD_NAME.match(key):
+            raise TablesFileError(
+                f"{where}.thresholds: {key!r} is not a threshold name: write it as health's "
+                "--threshold takes it (compact.min-files: 10)"
+            )
+        if isinstance(raw, (dict, list)) or raw is None:
+            raise TablesFileError(f"{where}.thresholds: {key} must be one value")
+        out[key] = str(raw).lower() if isinstance(raw, bool) else str(raw)
+    return out
 
 
 def _migration(
@@ -289,7 +497,7 @@ def _migration(
 ) -> Migration:
     _known(entry, MIGRATION_KEYS, where)
     # A migration runs when asked, or on its own schedule: never on the maintenance default one.
-    inherited = {k: v for k, v in defaults.items() if k not in ("schedule", "jobs")}
+    inherited = {k: v for k, v in defaults.items() if k not in ("schedule", "jobs", "health")}
     merged = {**inherited, **entry}
     options = _options(entry.get("options") or {}, f"{where}: options")
     validate = merged.get("validate", True)

@@ -169,7 +169,9 @@ def run_engine(engine: str, work: Path, case: str) -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--case", choices=["fleet", "big", "both"], default="both")
     parser.add_argument("--files", type=int, default=1_000_000, help="big: data files")
     parser.add_argument("--manifests", type=int, default=1_000, help="big: manifests")
@@ -203,8 +205,11 @@ def main() -> None:
         runs = alternate("bench.health", engines, args.repeat, saved, work)
         results = summarize(runs, engines, ("tables", "data_files", "small_files", "driver_peak_mib"))
         print(f"\n(health, {case}) {shape}; median of {args.repeat} alternating runs\n")
-        print("{:<20} {:>9} {:>8} {:>12} {:>12} {:>16}".format(
-            "engine", "seconds", "tables", "data files", "small files", "driver peak MiB"))
+        print(
+            "{:<20} {:>9} {:>8} {:>12} {:>12} {:>16}".format(
+                "engine", "seconds", "tables", "data files", "small files", "driver peak MiB"
+            )
+        )
         for r in results:
             if "error" in r:
                 print(f"{r['engine']!s:<20} failed: {r['error']}")

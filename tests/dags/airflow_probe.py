@@ -6,7 +6,8 @@ what the DAG tests assert on as JSON.
 For each tables file (set as $TABLEKEEPER_TABLES): every .py file of the DAG folder imported on its
 own with every warning recorded, then the folder through Airflow's BundleDagBag (import errors, the
 warnings it captured), and per DAG its settings and per task its class, edges and the operator's
-arguments, templated fields rendered for a fixed logical date and a canned convert-delta XCom.
+arguments, templated fields rendered for a fixed logical date, canned convert-delta and health
+XComs and, for a fleet's mapped table group, its first instance of the plan those make.
 """
 
 from __future__ import annotations
@@ -22,13 +23,45 @@ from typing import Any
 DAGS = Path(__file__).resolve().parent.parent.parent / "airflow_dags"
 DS = "2026-01-02"
 CONVERT_RESULT = {"job": "convert-delta", "status": "ok", "metrics": {"delta_version": 4, "snapshot_id": 77}}
+# A fleet's health: one table needing compaction, one needing nothing.
+HEALTH_RESULT = {
+    "job": "health",
+    "table": "local.sales",
+    "status": "ok",
+    "tables": [
+        {
+            "table": "sales.orders",
+            "format": "iceberg",
+            "metrics": {"data_files": 12, "small_files": 12},
+            "recommendations": [
+                {"job": "compact", "reason": "12 of 12 small", "threshold": "compact.min-files=5"}
+            ],
+        },
+        {"table": "sales.refunds", "format": "iceberg", "metrics": {}, "recommendations": []},
+    ],
+}
 
 
 class CannedTaskInstance:
-    """What templates see as ``ti``: XComs of the tasks they name."""
+    """What templates see as ``ti``: XComs of the tasks they name, as the first instance of a
+    mapped task (a fleet's table group) sees them; the fleet's plan is its own plan task's answer
+    to the canned health result."""
+
+    map_index = 0
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
 
     def xcom_pull(self, task_ids: str | None = None, key: str = "return_value", **_: Any) -> Any:
-        return CONVERT_RESULT if task_ids == "convert_delta" and key == "return_value" else None
+        if key != "return_value":
+            return None
+        if task_ids == "convert_delta":
+            return CONVERT_RESULT
+        if task_ids == "health":
+            return HEALTH_RESULT
+        if task_ids == "plan":
+            return self.task.dag.get_task("plan").python_callable(HEALTH_RESULT)
+        return None
 
 
 def import_each_file() -> dict[str, dict[str, Any]]:
@@ -57,19 +90,30 @@ def import_each_file() -> dict[str, dict[str, Any]]:
 
 
 def describe_task(task: Any) -> dict[str, Any]:
-    raw_args = list(task.application_args or [])
-    task.render_template_fields({"ds": DS, "ti": CannedTaskInstance()})
-    return {
+    from tablekeeper_health import flatten  # beside the DAG files, on sys.path once they are imported
+
+    common = {
         "classes": [cls.__name__ for cls in type(task).__mro__],
         "upstream": sorted(task.upstream_task_ids),
         "downstream": sorted(task.downstream_task_ids),
         "pool": task.pool,
+        "trigger_rule": getattr(task.trigger_rule, "value", task.trigger_rule),
+        "mapped_group": group.group_id if (group := task.get_closest_mapped_task_group()) else None,
+    }
+    if not hasattr(task, "application_args"):  # a Python task (a fleet's plan)
+        return {**common, "job": None}
+    raw_args = [a if isinstance(a, str) else repr(a) for a in task.application_args or []]
+    task.render_template_fields({"ds": DS, "ti": CannedTaskInstance(task)})
+    return {
+        **common,
         "retries": task.retries,
+        "health_task_id": getattr(task, "health_task_id", None),
         "job": getattr(task, "job", None),
         "table": getattr(task, "table", None),
         "application": task.application,
         "raw_args": raw_args,
-        "args": task.application_args,
+        # As the operator submits them: a fleet's table arguments spliced in.
+        "args": flatten(task.application_args or []),
         "conf": task.conf,
         "env_vars": task.env_vars,
         "packages": task.packages,

@@ -138,3 +138,22 @@ def xcom_results(home: Path, dag_id: str) -> dict[str, Any]:
             "SELECT task_id, value FROM xcom WHERE dag_id = ? AND key = 'return_value'", (dag_id,)
         ).fetchall()
     return {task_id: json.loads(value) for task_id, value in rows}
+
+
+def mapped_task_states(home: Path, dag_id: str) -> dict[tuple[str, int], tuple[str | None, str | None]]:
+    """Per (task, map index): its state and the label of its mapped instance (-1, None: unmapped)."""
+    with sqlite3.connect(home / "airflow.db") as db:
+        rows = db.execute(
+            "SELECT task_id, map_index, state, rendered_map_index FROM task_instance WHERE dag_id = ?",
+            (dag_id,),
+        ).fetchall()
+    return {(task_id, index): (state, label) for task_id, index, state, label in rows}
+
+
+def xcoms(home: Path, dag_id: str, key: str) -> dict[tuple[str, int], Any]:
+    """Per (task, map index): its XCom under ``key``."""
+    with sqlite3.connect(home / "airflow.db") as db:
+        rows = db.execute(
+            "SELECT task_id, map_index, value FROM xcom WHERE dag_id = ? AND key = ?", (dag_id, key)
+        ).fetchall()
+    return {(task_id, index): json.loads(value) for task_id, index, value in rows}

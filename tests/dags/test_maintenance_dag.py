@@ -1,12 +1,15 @@
-"""The maintenance DAG under `airflow dags test`, its jobs spark-submitted to local Spark: a table of
-small files and old snapshots comes out compacted and expired, with its orphan gone and every
-job's result in XCom; a job that fails fails its task with the job's own one-line reason."""
+"""The maintenance DAG under `airflow dags test`, its jobs spark-submitted to local Spark, behind the
+health gate: a table of small files, expirable snapshots and an orphan gets every job health
+recommends, comes out compacted and expired, with its orphan gone and every job's result in XCom;
+a healthy table's jobs are skipped with health's reason (compute-stats, which health does not
+judge, still runs after them); a job that fails (here health itself) fails its task with the job's
+own one-line reason and stops the chain."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tests.dags.conftest import DagTest, local_tables, task_states, xcom_results
+from tests.dags.conftest import DagTest, local_tables, task_states, xcom_results, xcoms
 from tests.support.spark_submit import (
     ROWS_PER_FILE,
     iceberg_table_of_small_files,
@@ -19,15 +22,22 @@ JOBS = {"compact": {}, "expire-snapshots": {"older-than": "0s", "retain-last": 1
 FILES = 6
 
 
-def test_maintenance_dag_compacts_expires_and_removes_orphans(
+def test_maintenance_dag_runs_what_health_recommends_compacting_expiring_and_removing_orphans(
     tmp_path: Path, dags_test: DagTest, airflow_home: Path
 ) -> None:
     warehouse = tmp_path / "warehouse"
     before = iceberg_table_of_small_files(warehouse, "db.events", files=FILES)
+    # health judges expiry by the table's own rules, as the job's older-than 0s asks here.
+    with before.transaction() as tx:
+        tx.set_properties({"history.expire.max-snapshot-age-ms": "0"})
     old_files = live_data_files(before)
     orphan = orphan_path(before)
     tables = local_tables(
-        tmp_path / "tables.yaml", warehouse, {"jobs": JOBS}, tables=[{"table": "db.events"}]
+        tmp_path / "tables.yaml",
+        warehouse,
+        {"jobs": JOBS},
+        # list_files: health lists the table for orphans, so remove-orphans is gated too.
+        tables=[{"table": "db.events", "health": {"list_files": True}}],
     )
     dag_id = "tablekeeper_maintenance__db_events"
 
@@ -35,16 +45,32 @@ def test_maintenance_dag_compacts_expires_and_removes_orphans(
 
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
     assert task_states(airflow_home, dag_id) == {
+        "health": "success",
         "compact": "success",
         "expire_snapshots": "success",
         "remove_orphans": "success",
     }
     results = xcom_results(airflow_home, dag_id)
     assert {task: (r["job"], r["table"], r["status"]) for task, r in results.items()} == {
+        "health": ("health", "db.events", "ok"),
         "compact": ("compact", "db.events", "ok"),
         "expire_snapshots": ("expire-snapshots", "db.events", "ok"),
         "remove_orphans": ("remove-orphans", "db.events", "ok"),
     }
+    [health] = results["health"]["tables"]
+    assert [r["job"] for r in health["recommendations"]] == ["compact", "expire-snapshots", "remove-orphans"]
+    # Each job that ran carries health's recommendation, and nothing was skipped.
+    recommended = xcoms(airflow_home, dag_id, "health")
+    assert {task: r["job"] for (task, _), r in recommended.items()} == {
+        "compact": "compact",
+        "expire_snapshots": "expire-snapshots",
+        "remove_orphans": "remove-orphans",
+    }
+    assert recommended[("compact", -1)]["expected"]["data_files_after"] == 1
+    assert xcoms(airflow_home, dag_id, "skipped") == {}
+    output = proc.stdout + proc.stderr
+    assert "health recommends compact for db.events: 6 of 6 data files are below" in output, output[-5000:]
+
     assert results["compact"]["metrics"]["rewritten_data_files_count"] == FILES
     assert results["compact"]["metrics"]["added_data_files_count"] == 1
     # The appends' snapshots and the files only they reached: all but the compaction's snapshot.
@@ -61,7 +87,66 @@ def test_maintenance_dag_compacts_expires_and_removes_orphans(
     assert not any(Path(f.removeprefix("file://")).exists() for f in old_files)
 
 
-def test_a_failing_job_fails_its_task_with_the_jobs_reason(
+def test_a_healthy_tables_jobs_are_skipped_with_healths_reason(
+    tmp_path: Path, dags_test: DagTest, airflow_home: Path
+) -> None:
+    warehouse = tmp_path / "warehouse"
+    before = iceberg_table_of_small_files(warehouse, "db.quiet", files=1)
+    jobs = {
+        "compact": {},
+        "rewrite-manifests": {},
+        "expire-snapshots": {"older-than": "5d"},
+        "compute-stats": {},
+    }
+    tables = local_tables(
+        tmp_path / "tables.yaml",
+        warehouse,
+        {"jobs": jobs, "health": {"thresholds": {"compact.min-files": 2}}},
+        tables=[{"table": "db.quiet"}],
+    )
+    dag_id = "tablekeeper_maintenance__db_quiet"
+
+    proc = dags_test(dag_id, tables)
+
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
+    # A skipped job does not skip the next one: compute-stats, which health does not judge, runs.
+    assert task_states(airflow_home, dag_id) == {
+        "health": "success",
+        "compact": "skipped",
+        "rewrite_manifests": "skipped",
+        "expire_snapshots": "skipped",
+        "compute_stats": "success",
+    }
+    results = xcom_results(airflow_home, dag_id)
+    assert sorted(results) == ["compute_stats", "health"]
+    [health] = results["health"]["tables"]
+    assert (health["table"], health["recommendations"]) == ("db.quiet", [])
+    skipped = {task: s for (task, _), s in xcoms(airflow_home, dag_id, "skipped").items()}
+    assert {task: (s["job"], s["table"]) for task, s in skipped.items()} == {
+        "compact": ("compact", "db.quiet"),
+        "rewrite_manifests": ("rewrite-manifests", "db.quiet"),
+        "expire_snapshots": ("expire-snapshots", "db.quiet"),
+    }
+    reasons = {task: s["reason"] for task, s in skipped.items()}
+    assert reasons["compact"].startswith(
+        "health: compact not needed for db.quiet: 1 of 1 data files are small (under "
+    )
+    assert "compact.min-files" in reasons["compact"]
+    assert reasons["rewrite_manifests"].startswith(
+        "health: rewrite-manifests not needed for db.quiet: 1 data manifests ("
+    )
+    assert reasons["expire_snapshots"].startswith(
+        "health: expire-snapshots not needed for db.quiet: 0 of 1 snapshots are past the table's "
+        "history.expire rules ("
+    )
+    output = proc.stdout + proc.stderr
+    assert all(reason in output for reason in reasons.values()), output[-5000:]
+    # Nothing was rewritten.
+    after = sql_catalog(warehouse).load_table("db.quiet")
+    assert live_data_files(after) == live_data_files(before)
+
+
+def test_a_failing_job_fails_its_task_with_the_jobs_reason_and_stops_the_chain(
     tmp_path: Path, dags_test: DagTest, airflow_home: Path
 ) -> None:
     warehouse = tmp_path / "warehouse"
@@ -74,13 +159,15 @@ def test_a_failing_job_fails_its_task_with_the_jobs_reason(
     proc = dags_test(dag_id, tables)
 
     assert proc.returncode != 0
+    # health is the first job; the jobs after it (trigger rule none_failed) do not run either.
     assert task_states(airflow_home, dag_id) == {
-        "compact": "failed",
+        "health": "failed",
+        "compact": "upstream_failed",
         "expire_snapshots": "upstream_failed",
         "remove_orphans": "upstream_failed",
     }
     output = proc.stdout + proc.stderr
-    reason = "compact db.missing failed (exit 2): table db.missing not found in catalog local"
+    reason = "health db.missing failed (exit 2): table db.missing not found in catalog local"
     assert reason in output, output[-5000:]
     # Exit 2 is a usage error: the task fails for good instead of waiting for a retry.
     assert "AirflowFailException: " + reason in output

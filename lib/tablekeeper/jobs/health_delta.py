@@ -165,4 +165,6 @@ def _health(root: str, snapshot: DeltaSnapshot, th: Thresholds, now_ms: int) -> 
                 {"commits_since_checkpoint_before": since_checkpoint, "commits_since_checkpoint_after": 0},
             )
         )
-    return TableHealth(root, "delta", metrics, tuple(advice))
+    return TableHealth(
+        root, "delta", metrics, tuple(advice), thresholds=th.as_keys(snapshot.metadata.configuration)
+    )

@@ -169,7 +169,9 @@ def iceberg_health(
         )
     if notes:
         metrics["notes"] = notes
-    return TableHealth(identifier, "iceberg", metrics, tuple(advice))
+    return TableHealth(
+        identifier, "iceberg", metrics, tuple(advice), thresholds=thresholds.as_keys(meta.properties)
+    )
 
 
 def _size(table: LoadedTable) -> int | None:

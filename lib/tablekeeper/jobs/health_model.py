@@ -50,6 +50,12 @@ class Thresholds:
         """KEY (as in --threshold KEY=VALUE) -> field name."""
         return {_key(f.name): f.name for f in dataclasses.fields(cls)}
 
+    def as_keys(self, properties: Mapping[str, str]) -> dict[str, Any]:
+        """KEY -> the value in effect for a table with these properties (for the result)."""
+        out = {key: getattr(self, name) for key, name in self.keys().items()}
+        out["rewrite-manifests.min-manifests"] = self.min_manifests(properties)
+        return out
+
     def override(self, values: Mapping[str, str], where: str) -> Thresholds:
         """These thresholds with ``values`` (KEY -> text) applied; an unknown key is an error."""
         known = self.keys()
@@ -160,6 +166,7 @@ class TableHealth:
     metrics: Mapping[str, Any] = field(default_factory=dict, hash=False)
     recommendations: tuple[Recommendation, ...] = ()
     error: str | None = None  # a table of a fleet that could not be read (the others still are)
+    thresholds: Mapping[str, Any] = field(default_factory=dict, hash=False)  # KEY -> value in effect
 
     @property
     def bytes_freed(self) -> int:
@@ -175,6 +182,7 @@ class TableHealth:
             "format": self.format,
             "metrics": dict(self.metrics),
             "recommendations": [r.to_json() for r in self.recommendations],
+            "thresholds": dict(self.thresholds),
             "expected_bytes_freed": self.bytes_freed,
             "expected_files_removed": self.files_removed,
         }
