@@ -16,7 +16,8 @@ from pathlib import Path
 
 from airflow.sdk import DAG
 from tablekeeper_submit import job_task, table_args
-from tablekeeper_tables import CONVERT_JOB, Migration, load_tables, option_args
+from tablekeeper_tables import CONVERT_JOB, Migration, load_tables
+from tablekeeper_values import option_args
 
 DAG_PREFIX = "tablekeeper_delta_migration__"
 VALIDATION_APP = Path(__file__).resolve().parent / "validate_conversion.py"

@@ -34,7 +34,8 @@ from typing import Any
 from airflow.sdk import DAG, TriggerRule, chain, task, task_group
 from tablekeeper_health import HEALTH_TASK, fleet_plan, gated_jobs, health_args
 from tablekeeper_submit import job_task
-from tablekeeper_tables import HEALTH_JOB, Fleet, HealthGate, load_tables, option_args
+from tablekeeper_tables import HEALTH_JOB, Fleet, HealthGate, load_tables
+from tablekeeper_values import option_args
 
 DAG_PREFIX = "tablekeeper_fleet__"
 PLAN_TASK = "plan"

@@ -37,7 +37,8 @@ from __future__ import annotations
 from airflow.sdk import DAG, TriggerRule, chain
 from tablekeeper_health import HEALTH_TASK, gated_jobs, health_args
 from tablekeeper_submit import TablekeeperJobOperator, job_task, table_args
-from tablekeeper_tables import HEALTH_JOB, MaintainedTable, load_tables, option_args
+from tablekeeper_tables import HEALTH_JOB, MaintainedTable, load_tables
+from tablekeeper_values import option_args
 
 DAG_PREFIX = "tablekeeper_maintenance__"
 

@@ -29,7 +29,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Context, TriggerRule
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 from tablekeeper_health import describe, flatten, verdict
-from tablekeeper_tables import HEALTH_JOB, HOME_ENV, Entry, TablesFileError, slug
+from tablekeeper_tables import HEALTH_JOB, HOME_ENV, Entry
+from tablekeeper_values import TablesFileError, slug
 
 log = logging.getLogger(__name__)
 

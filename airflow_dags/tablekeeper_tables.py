@@ -17,6 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from tablekeeper_values import (
+    TablesFileError,
+    expand,
+    known,
+    mapping,
+    optional_int,
+    optional_str,
+    required_str,
+    sequence,
+    slug,
+    start_date,
+)
 
 TABLES_ENV = "TABLEKEEPER_TABLES"
 HOME_ENV = "TABLEKEEPER_HOME"
@@ -141,14 +153,8 @@ DEFAULT_KEYS = frozenset(
 HEALTH_KEYS = frozenset({"enabled", "thresholds", "list_files", "always_run"})
 # A fleet is health's choice by nature: only its thresholds can be set.
 FLEET_HEALTH_KEYS = frozenset({"thresholds"})
-DEFAULT_START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 _OPTION_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 _THRESHOLD_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
-_VARIABLE = re.compile(r"\$\{(\w+)\}")
-
-
-class TablesFileError(ValueError):
-    """The tables file is wrong; the message names the file and the key."""
 
 
 @dataclass(frozen=True)
@@ -252,24 +258,24 @@ def load_tables(path: Path | None = None, home: Path | None = None) -> TablesFil
     except yaml.YAMLError as err:
         raise TablesFileError(f"{path} is not valid YAML: {err}") from err
     where = str(path)
-    _mapping(doc, where)
-    _known(doc, {"submit", "defaults", "tables", "migrations", "fleets"}, where)
+    mapping(doc, where)
+    known(doc, {"submit", "defaults", "tables", "migrations", "fleets"}, where)
     variables = {"home": str(home)}
-    submit = _expand(_mapping(doc.get("submit") or {}, f"{where}: submit"), variables)
-    _known(submit, SUBMIT_KEYS | TABLEKEEPER_SUBMIT_KEYS, f"{where}: submit")
-    defaults = _expand(_mapping(doc.get("defaults") or {}, f"{where}: defaults"), variables)
-    _known(defaults, DEFAULT_KEYS, f"{where}: defaults")
+    submit = expand(mapping(doc.get("submit") or {}, f"{where}: submit"), variables)
+    known(submit, SUBMIT_KEYS | TABLEKEEPER_SUBMIT_KEYS, f"{where}: submit")
+    defaults = expand(mapping(doc.get("defaults") or {}, f"{where}: defaults"), variables)
+    known(defaults, DEFAULT_KEYS, f"{where}: defaults")
 
     def entries(kind: str, build: Callable[..., Any]) -> tuple[Any, ...]:
         return tuple(
             build(
-                _expand(_mapping(entry, f"{where}: {kind}[{i}]"), variables),
+                expand(mapping(entry, f"{where}: {kind}[{i}]"), variables),
                 defaults,
                 submit,
                 home,
                 f"{where}: {kind}[{i}]",
             )
-            for i, entry in enumerate(_sequence(doc.get(kind) or [], f"{where}: {kind}"))
+            for i, entry in enumerate(sequence(doc.get(kind) or [], f"{where}: {kind}"))
         )
 
     tables: tuple[MaintainedTable, ...] = entries("tables", _table)
@@ -321,23 +327,6 @@ def _claimed(
     return tuple(sorted({table_key(n) for n in names}))
 
 
-def option_args(options: Mapping[str, Any]) -> list[str]:
-    """Job options as argv: ``key: value`` -> ``--key value``, ``true`` -> ``--key``, lists repeat."""
-    args: list[str] = []
-    for key, value in options.items():
-        flag = f"--{key}"
-        if value is True:
-            args.append(flag)
-        elif value is None or value is False:
-            continue
-        elif isinstance(value, list):
-            for item in value:
-                args += [flag, str(item)]
-        else:
-            args += [flag, str(value)]
-    return args
-
-
 def jar_coordinates(home: Path) -> str:
     """The ``--packages`` value: the coordinates of conf/jars.txt's delta, iceberg and jdbc roles
     (not the bench jars, the test servers, or S3A, which clusters bring or add themselves)."""
@@ -356,16 +345,11 @@ def jar_coordinates(home: Path) -> str:
     return ",".join(coordinates)
 
 
-def slug(text: str) -> str:
-    """A DAG-id-safe form of a table name or path: ``db.events`` -> ``db_events``."""
-    return re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_")
-
-
 def _table(
     entry: dict[str, Any], defaults: Mapping[str, Any], submit: Mapping[str, Any], home: Path, where: str
 ) -> MaintainedTable:
-    _known(entry, TABLE_KEYS, where)
-    table = _required_str(entry, "table", where)
+    known(entry, TABLE_KEYS, where)
+    table = required_str(entry, "table", where)
     fmt = entry.get("format", "iceberg")
     if fmt not in ("iceberg", "delta"):
         raise TablesFileError(f"{where}: format {fmt!r}: use iceberg or delta")
@@ -392,8 +376,8 @@ def _table(
 def _fleet(
     entry: dict[str, Any], defaults: Mapping[str, Any], submit: Mapping[str, Any], home: Path, where: str
 ) -> Fleet:
-    _known(entry, FLEET_KEYS, where)
-    namespace = _required_str(entry, "namespace", where)
+    known(entry, FLEET_KEYS, where)
+    namespace = required_str(entry, "namespace", where)
     # The defaults' jobs are a table's; a fleet lists its own (compute-stats, say, cannot be one).
     inherited = {k: v for k, v in defaults.items() if k not in ("jobs", "health")}
     merged = {**inherited, **entry}
@@ -409,7 +393,7 @@ def _fleet(
     own_health = entry.get("health")
     if own_health is not None and not isinstance(own_health, dict):
         raise TablesFileError(f"{where}: a fleet always asks health: its health may only set thresholds")
-    _known(own_health or {}, FLEET_HEALTH_KEYS, f"{where}: health")
+    known(own_health or {}, FLEET_HEALTH_KEYS, f"{where}: health")
     # The defaults' thresholds hold for fleets too; their gate settings are about tables' DAGs.
     default_health = defaults.get("health")
     thresholds = {
@@ -419,7 +403,7 @@ def _fleet(
         ),
         **_thresholds((own_health or {}).get("thresholds"), f"{where}: health"),
     }
-    limit = _optional_int(entry, "limit", where)
+    limit = optional_int(entry, "limit", where)
     if limit == 0:
         raise TablesFileError(f"{where}: 'limit' must be at least 1 (leave it out for every table)")
     fields = _entry(merged, str(entry.get("name") or slug(namespace)), submit, home, where)
@@ -431,7 +415,7 @@ def _fleet(
     return Fleet(
         **fields,
         namespace=namespace,
-        table_glob=_optional_str(entry, "tables", where),
+        table_glob=optional_str(entry, "tables", where),
         limit=limit,
         jobs=jobs,
         thresholds=thresholds,
@@ -453,7 +437,7 @@ def _health(default: Any, own: Any, where: str) -> HealthGate:
     for key in ("enabled", "list_files"):
         if not isinstance(merged.get(key, False), bool):
             raise TablesFileError(f"{where}: health.{key} must be true or false")
-    always = _sequence(merged.get("always_run") or [], f"{where}: health.always_run")
+    always = sequence(merged.get("always_run") or [], f"{where}: health.always_run")
     unknown = [str(j) for j in always if j not in MAINTENANCE_JOBS]
     if unknown:
         raise TablesFileError(
@@ -472,15 +456,15 @@ def _health_layer(value: Any, where: str) -> tuple[str, dict[str, Any]]:
         return where, {}
     if isinstance(value, bool):
         return where, {"enabled": value}
-    layer = _mapping(value, where)
-    _known(layer, HEALTH_KEYS, where)
+    layer = mapping(value, where)
+    known(layer, HEALTH_KEYS, where)
     return where, layer
 
 
 def _thresholds(value: Any, where: str) -> dict[str, str]:
     """health's thresholds as its command line takes them: KEY -> VALUE text."""
     out: dict[str, str] = {}
-    for key, raw in _mapping(value or {}, f"{where}.thresholds").items():
+    for key, raw in mapping(value or {}, f"{where}.thresholds").items():
         if not isinstance(key, str) or not _THRESHOLD_NAME.match(key):
             raise TablesFileError(
                 f"{where}.thresholds: {key!r} is not a threshold name: write it as health's "
@@ -495,7 +479,7 @@ def _thresholds(value: Any, where: str) -> dict[str, str]:
 def _migration(
     entry: dict[str, Any], defaults: Mapping[str, Any], submit: Mapping[str, Any], home: Path, where: str
 ) -> Migration:
-    _known(entry, MIGRATION_KEYS, where)
+    known(entry, MIGRATION_KEYS, where)
     # A migration runs when asked, or on its own schedule: never on the maintenance default one.
     inherited = {k: v for k, v in defaults.items() if k not in ("schedule", "jobs", "health")}
     merged = {**inherited, **entry}
@@ -503,10 +487,10 @@ def _migration(
     validate = merged.get("validate", True)
     if not isinstance(validate, bool):
         raise TablesFileError(f"{where}: validate must be true or false")
-    target = _required_str(entry, "target", where)
+    target = required_str(entry, "target", where)
     return Migration(
         **_entry(merged, str(entry.get("name") or slug(target)), submit, home, where),
-        source=_required_str(entry, "source", where),
+        source=required_str(entry, "source", where),
         target=target,
         options=options,
         validate=validate,
@@ -519,13 +503,13 @@ def _entry(
     """The Entry fields of a table or migration whose keys were merged over the defaults."""
     return {
         "name": name,
-        "catalog": _optional_str(merged, "catalog", where),
-        "catalog_file": _optional_str(merged, "catalog_file", where),
-        "schedule": _optional_str(merged, "schedule", where),
-        "start_date": _start_date(merged.get("start_date"), where),
-        "retries": _optional_int(merged, "retries", where),
-        "pool": _optional_str(merged, "pool", where),
-        "tags": tuple(str(t) for t in _sequence(merged.get("tags") or [], f"{where}: tags")),
+        "catalog": optional_str(merged, "catalog", where),
+        "catalog_file": optional_str(merged, "catalog_file", where),
+        "schedule": optional_str(merged, "schedule", where),
+        "start_date": start_date(merged.get("start_date"), where),
+        "retries": optional_int(merged, "retries", where),
+        "pool": optional_str(merged, "pool", where),
+        "tags": tuple(str(t) for t in sequence(merged.get("tags") or [], f"{where}: tags")),
         "submit": _submit(submit, merged.get("submit"), home, where),
     }
 
@@ -534,8 +518,8 @@ def _jobs(defaults: Any, own: Any, where: str) -> dict[str, Mapping[str, Any]]:
     """Per job, the table's options over the defaults'. ``job:`` alone runs it with no options;
     ``job: false`` drops it (a default job the table does not want)."""
     layers = (
-        ("defaults.jobs", _mapping(defaults, f"{where}: defaults.jobs")),
-        ("jobs", _mapping(own, f"{where}: jobs")),
+        ("defaults.jobs", mapping(defaults, f"{where}: defaults.jobs")),
+        ("jobs", mapping(own, f"{where}: jobs")),
     )
     for _, layer in layers:
         for job in layer:
@@ -555,7 +539,7 @@ def _jobs(defaults: Any, own: Any, where: str) -> dict[str, Mapping[str, Any]]:
 
 
 def _options(options: Any, where: str) -> dict[str, Any]:
-    options = _mapping(options, where)
+    options = mapping(options, where)
     for key, value in options.items():
         if not isinstance(key, str) or not _OPTION_NAME.match(key):
             raise TablesFileError(
@@ -572,15 +556,15 @@ def _options(options: Any, where: str) -> dict[str, Any]:
 
 def _submit(base: Mapping[str, Any], own: Any, home: Path, where: str) -> Submit:
     merged = dict(base)
-    for key, value in _mapping(own or {}, f"{where}: submit").items():
+    for key, value in mapping(own or {}, f"{where}: submit").items():
         if key in MERGED_SUBMIT_KEYS and isinstance(value, dict):
-            merged[key] = {**_mapping(merged.get(key) or {}, f"submit.{key}"), **value}
+            merged[key] = {**mapping(merged.get(key) or {}, f"submit.{key}"), **value}
         else:
             merged[key] = value
-    _known(merged, SUBMIT_KEYS | TABLEKEEPER_SUBMIT_KEYS, f"{where}: submit")
+    known(merged, SUBMIT_KEYS | TABLEKEEPER_SUBMIT_KEYS, f"{where}: submit")
     for key in MERGED_SUBMIT_KEYS:
         merged[key] = {
-            str(k): str(v) for k, v in _mapping(merged.get(key) or {}, f"{where}: submit.{key}").items()
+            str(k): str(v) for k, v in mapping(merged.get(key) or {}, f"{where}: submit.{key}").items()
         }
     if "packages" not in merged:
         merged["packages"] = jar_coordinates(home)
@@ -596,72 +580,3 @@ def _submit(base: Mapping[str, Any], own: Any, home: Path, where: str) -> Submit
     return Submit(
         operator_args=merged, jobs_dir=jobs_dir, results_dir=str(results_dir) if results_dir else None
     )
-
-
-def _start_date(value: Any, where: str) -> dt.datetime:
-    if value is None:
-        return DEFAULT_START
-    if isinstance(value, str):
-        try:
-            value = dt.datetime.fromisoformat(value)
-        except ValueError:
-            raise TablesFileError(f"{where}: start_date {value!r} is not a date (2024-01-01)") from None
-    if isinstance(value, dt.datetime):
-        return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
-    if isinstance(value, dt.date):
-        return dt.datetime(value.year, value.month, value.day, tzinfo=dt.timezone.utc)
-    raise TablesFileError(f"{where}: start_date {value!r} is not a date (2024-01-01)")
-
-
-def _expand(value: Any, variables: Mapping[str, str]) -> Any:
-    """``${home}`` in any string becomes the tablekeeper checkout (as ``${warehouse}`` in catalogs.yaml)."""
-    if isinstance(value, str):
-        return _VARIABLE.sub(lambda m: variables.get(m.group(1), m.group(0)), value)
-    if isinstance(value, list):
-        return [_expand(v, variables) for v in value]
-    if isinstance(value, dict):
-        return {k: _expand(v, variables) for k, v in value.items()}
-    return value
-
-
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise TablesFileError(f"{where}: expected a mapping, got {type(value).__name__}")
-    return value
-
-
-def _sequence(value: Any, where: str) -> Sequence[Any]:
-    if not isinstance(value, list):
-        raise TablesFileError(f"{where}: expected a list, got {type(value).__name__}")
-    return value
-
-
-def _known(entry: Mapping[str, Any], keys: frozenset[str] | set[str], where: str) -> None:
-    unknown = sorted(str(k) for k in entry if k not in keys)
-    if unknown:
-        raise TablesFileError(f"{where}: unknown key {', '.join(unknown)} (known: {', '.join(sorted(keys))})")
-
-
-def _required_str(entry: Mapping[str, Any], key: str, where: str) -> str:
-    value = entry.get(key)
-    if not isinstance(value, str) or not value:
-        raise TablesFileError(f"{where}: '{key}' is required")
-    return value
-
-
-def _optional_str(entry: Mapping[str, Any], key: str, where: str) -> str | None:
-    value = entry.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise TablesFileError(f"{where}: '{key}' must be a string")
-    return value
-
-
-def _optional_int(entry: Mapping[str, Any], key: str, where: str) -> int | None:
-    value = entry.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TablesFileError(f"{where}: '{key}' must be a whole number >= 0")
-    return value
