@@ -9,6 +9,7 @@ executors) merge in manifest order, which keeps the packing order ``plan_rewrite
 
 from __future__ import annotations
 
+import math
 import zlib
 from array import array
 from collections.abc import Iterable, Mapping
@@ -328,6 +329,8 @@ def top_small_partitions(
 
 
 def _plain(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN or infinity
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, bytes):

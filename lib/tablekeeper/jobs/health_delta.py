@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -17,12 +18,16 @@ import pyarrow as pa
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.values import DEFAULT_RETENTION, RETENTION_PROPERTY, interval_hours
 from tablekeeper.iceberg.rewrite_plan import pack
+from tablekeeper.io import FileIO
 from tablekeeper.jobs.health_model import Recommendation, TableHealth, Thresholds, iso_ms
 from tablekeeper.tables.delta import Replay, load_snapshot
 
 # delta-spark's OPTIMIZE defaults (spark.databricks.delta.optimize.minFileSize / maxFileSize).
 OPTIMIZE_MIN_FILE_SIZE = 1024 * 1024 * 1024
 OPTIMIZE_MAX_FILE_SIZE = 1024 * 1024 * 1024
+# Above this many removed files past retention, one listing of the table beats a look at each.
+EXISTS_CHECKS = 2_000
+EXISTS_THREADS = 8
 _BOUNDS = (1 << 20, 16 << 20, 128 << 20, 512 << 20, OPTIMIZE_MIN_FILE_SIZE)
 
 
@@ -67,6 +72,20 @@ def _histogram(sizes: list[int]) -> list[dict[str, int | None]]:
     return rows
 
 
+def _still_there(root: str, candidates: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The removed files that still exist: one listing of the table for many, a look each for
+    a few (a tombstone's path is all the log says; VACUUM decides by what is there)."""
+    if not candidates:
+        return []
+    io = FileIO.for_location(root)
+    if len(candidates) > EXISTS_CHECKS:
+        present = {i.location for i in io.list(root)}
+        return [c for c in candidates if c[0] in present]
+    with ThreadPoolExecutor(EXISTS_THREADS) as pool:
+        found = list(pool.map(lambda c: io.exists(c[0]), candidates))
+    return [c for c, there in zip(candidates, found, strict=True) if there]
+
+
 def _records(stats: list[str | None]) -> int | None:
     total = 0
     for text in stats:
@@ -100,8 +119,16 @@ def _health(root: str, snapshot: DeltaSnapshot, th: Thresholds, now_ms: int) -> 
     stones = snapshot.tombstones
     stamps = stones.column("deletion_timestamp").to_pylist()
     stone_sizes = stones.column("size").to_pylist()
-    expired = [(t, s) for t, s in zip(stamps, stone_sizes, strict=True) if t is not None and t < cutoff]
-    expired_bytes = sum(int(s or 0) for _, s in expired)
+    live = set(files.column("absolute_path").to_pylist())
+    # A remove whose path is still live only swapped its deletion vector; a removed file VACUUM
+    # already deleted stays in the log until a checkpoint drops it: neither is VACUUM's to delete.
+    past = [
+        (p, int(s or 0))
+        for p, t, s in zip(stones.column("absolute_path").to_pylist(), stamps, stone_sizes, strict=True)
+        if t is not None and t < cutoff and p not in live
+    ]
+    expired = _still_there(snapshot.root, past)
+    expired_bytes = sum(size for _, size in expired)
     since_checkpoint = snapshot.version - (
         snapshot.checkpoint_version if snapshot.checkpoint_version is not None else -1
     )

@@ -155,7 +155,28 @@ def _bins(tasks: Sequence[FileTask], count: int) -> list[tuple[list[FileTask], i
             size = 0
         bins[-1].append(t)
         size += t.size
-    return [(b, max(1, round(sum(t.size for t in b) / ideal))) for b in bins]
+    return list(zip(bins, _files_per_run([sum(t.size for t in b) for b in bins], ideal, count), strict=True))
+
+
+def _files_per_run(sizes: Sequence[int], ideal: float, count: int) -> list[int]:
+    """Output files per run summing to ``count`` (what the plan and health promise): each run's
+    share of ``count`` by its bytes, at least one, the remainders going to the largest fractions
+    (there are never more runs than ``count``)."""
+    shares = [size / ideal for size in sizes]
+    files = [max(1, int(share)) for share in shares]
+    extra = max(1, count) - sum(files)
+    while extra != 0:
+        if extra > 0:
+            i = max(range(len(files)), key=lambda j: shares[j] - files[j])
+            files[i] += 1
+        else:
+            fewer = [j for j in range(len(files)) if files[j] > 1]
+            if not fewer:
+                break
+            i = min(fewer, key=lambda j: shares[j] - files[j])
+            files[i] -= 1
+        extra += -1 if extra > 0 else 1
+    return files
 
 
 def make_input(meta: TableMetadata, job: Job, t: FileTask) -> _Input:

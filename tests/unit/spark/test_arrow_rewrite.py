@@ -39,6 +39,16 @@ def test_the_last_run_takes_the_rest() -> None:
     assert [files for _, files in shape] == [1, 1] and sum(len(b) for b, _ in shape) == 2000
 
 
+def test_the_runs_write_as_many_files_as_planned() -> None:
+    # Runs of 2, 2 and 4 equal files: rounding each run on its own gave 1 + 1 + 2 files.
+    assert sum(files for _, files in _shape([10] * 8, 3)) == 3
+    for count in range(1, 12):
+        for sizes in ([10] * 11, [1, 50, 3, 3, 90, 7, 7, 7, 40, 2, 2], [170, 5, 5, 5, 5, 5, 5, 170]):
+            shape = _shape(sizes, count)
+            assert sum(files for _, files in shape) == max(count, len(shape))
+            assert all(files >= 1 for _, files in shape)
+
+
 def test_even_inputs_split_evenly() -> None:
     assert _shape([10] * 8, 2) == [([10] * 4, 1), ([10] * 4, 1)]
     assert _shape([10] * 3, 1) == [([10] * 3, 1)]
