@@ -116,6 +116,7 @@ bench: setup ## run the benchmarks (prints tables, writes bench/out/*.json)
 	$(PY) -m bench.backfill $(BACKFILL_ARGS)
 	$(PY) -m bench.rewrite_manifests $(REWRITE_MANIFESTS_ARGS)
 	$(PY) -m bench.rewrite_position_deletes $(REWRITE_POSITION_DELETES_ARGS)
+	$(PY) -m bench.health $(HEALTH_ARGS)
 
 soak: setup ## kill destructive jobs 200 times at random phases while Iceberg Spark appends (bench/soak.py)
 	$(PY) -m bench.soak $(SOAK_ARGS)
