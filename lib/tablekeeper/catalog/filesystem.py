@@ -208,7 +208,7 @@ class FileSystemCatalog(Catalog):
         return find_current_version(self.io, self.default_table_location(identifier)) is not None
 
     def _children(self, location: str) -> list[str]:
-        return self.io.subdirectories(location)
+        return sorted(self.io.list_dir(location)[1])
 
     def list_namespaces(self) -> list[str]:
         """Directories of the warehouse that are not tables themselves (one level: HadoopCatalog's

@@ -511,14 +511,6 @@ class FileIO:
 
     # -- listing ---------------------------------------------------------------------------------
 
-    def subdirectories(self, location: str) -> list[str]:
-        """The directories directly under ``location``, spelled like it; none when it is missing."""
-        base = self.fs_path(location).rstrip("/") or "/"
-        with _translate(location, "list"):
-            infos = self._fs.get_file_info(pafs.FileSelector(base, recursive=False, allow_not_found=True))
-        stem = strip_trailing_slash(location)
-        return sorted(f"{stem}/{i.base_name}" for i in infos if i.type == pafs.FileType.Directory)
-
     def list(self, prefix_location: str, recursive: bool = True) -> Iterator[FileInfo]:
         """Files (not directories) under a directory location, spelled like ``prefix_location``.
 
