@@ -19,7 +19,8 @@ from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.values import DEFAULT_RETENTION, RETENTION_PROPERTY, interval_hours
 from tablekeeper.iceberg.rewrite_plan import pack
 from tablekeeper.io import FileIO
-from tablekeeper.jobs.health_model import Recommendation, TableHealth, Thresholds, iso_ms
+from tablekeeper.jobs.health_model import Recommendation, TableHealth, Thresholds
+from tablekeeper.jobs.result import iso_ms
 from tablekeeper.tables.delta import Replay, load_snapshot
 
 # delta-spark's OPTIMIZE defaults (spark.databricks.delta.optimize.minFileSize / maxFileSize).

@@ -31,7 +31,8 @@ from tablekeeper.iceberg.rewrite_plan import RewriteOptions
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.compact_options import CompactOptions
 from tablekeeper.jobs.engines import SparkSource
-from tablekeeper.jobs.health_model import Recommendation, TableHealth, Thresholds, iso_ms
+from tablekeeper.jobs.health_model import Recommendation, TableHealth, Thresholds
+from tablekeeper.jobs.result import iso_ms
 from tablekeeper.tables.iceberg import iter_entries, load_manifests, tally_manifests
 
 log = logging.getLogger(__name__)

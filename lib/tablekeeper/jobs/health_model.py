@@ -10,7 +10,6 @@ default.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,14 +116,6 @@ def _parse(name: str, text: str, key: str, where: str) -> Any:
         return value
     except ValueError:
         raise ConfigError(f"health threshold {key}={text!r} in {where} is not a valid {kind}") from None
-
-
-def iso_ms(epoch_ms: int) -> str:
-    return (
-        dt.datetime.fromtimestamp(epoch_ms / 1000, dt.timezone.utc)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
 
 
 def parse_threshold_args(items: list[str] | None) -> dict[str, str]:

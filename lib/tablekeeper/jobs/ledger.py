@@ -47,7 +47,7 @@ from tablekeeper.iceberg.transforms import parse_transform
 from tablekeeper.iceberg.types import BOOLEAN, INT, LONG, STRING, TIMESTAMPTZ, NestedField, Schema
 from tablekeeper.iceberg.updates import new_table_metadata
 from tablekeeper.io.storage import configure_storage, storage_properties
-from tablekeeper.jobs.result import JobResult, LedgerNote
+from tablekeeper.jobs.result import EPOCH, JobResult, LedgerNote, iso_utc
 from tablekeeper.redact import redact
 from tablekeeper.tables.iceberg import load_manifests, read_entries
 
@@ -105,7 +105,7 @@ _FIRST_OF: Mapping[str, tuple[str, ...]] = {
     "bytes_freed": ("bytes_freed",),
 }
 _DELETED_KIND = re.compile(r"^deleted_[a-z_]+_count$")
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
 _READ_THREADS = 8
 
 
@@ -203,12 +203,11 @@ def iso_to_micros(text: str) -> int:
     parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return (parsed - _EPOCH) // dt.timedelta(microseconds=1)
+    return (parsed - EPOCH) // dt.timedelta(microseconds=1)
 
 
 def micros_to_iso(micros: int) -> str:
-    moment = _EPOCH + dt.timedelta(microseconds=micros)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_utc(EPOCH + dt.timedelta(microseconds=micros))
 
 
 # -- where the ledger is -------------------------------------------------------------------------

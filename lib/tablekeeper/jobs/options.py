@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tablekeeper.errors import ConfigError
+from tablekeeper.jobs.result import EPOCH
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d|w)\s*$", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 # Anything above this many digits is read as epoch milliseconds, not a year.
 _EPOCH_DIGITS = 9
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def parse_older_than(text: str, now_ms: int) -> int:
@@ -35,7 +35,7 @@ def parse_older_than(text: str, now_ms: int) -> int:
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return (parsed - _EPOCH) // dt.timedelta(milliseconds=1)  # exact: float seconds can lose a ms
+    return (parsed - EPOCH) // dt.timedelta(milliseconds=1)  # exact: float seconds can lose a ms
 
 
 def write_file_list(location: str, paths: Sequence[str]) -> None:

@@ -70,8 +70,20 @@ class JobResult:
         return json.dumps(body, default=str, separators=(",", ":"))
 
 
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def iso_utc(moment: dt.datetime) -> str:
+    """The one way results spell a time: ISO-8601 in UTC, to the millisecond, with a Z."""
+    return moment.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def utc_now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso_utc(dt.datetime.now(dt.timezone.utc))
+
+
+def iso_ms(epoch_ms: int) -> str:
+    return iso_utc(EPOCH + dt.timedelta(milliseconds=epoch_ms))
 
 
 @dataclass(frozen=True)
