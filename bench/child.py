@@ -90,3 +90,24 @@ def summarize(runs: Sequence[Run], engines: Sequence[str], keep: Sequence[str]) 
             out["setup_seconds"] = statistics.median(float(r["setup_seconds"]) for r in mine)  # type: ignore[arg-type]
         results.append(out | {k: mine[-1][k] for k in keep})
     return results
+
+
+def metadata_file(location: str, index: int, partition: int):  # type: ignore[no-untyped-def]
+    """A data file of a metadata-only bench table (no engine opens it): partition ``p`` and a
+    long ``v`` up to ``index``, with counts and bounds as writers keep them."""
+    from tablekeeper.iceberg.content import DATA, DataFile
+
+    p = partition.to_bytes(8, "little")
+    return DataFile(
+        DATA,
+        f"{location}/data/p={partition}/f-{index:08d}.parquet",
+        "PARQUET",
+        (partition,),
+        100,
+        4096,
+        column_sizes={1: 40, 2: 800},
+        value_counts={1: 100, 2: 100},
+        null_value_counts={1: 0, 2: 0},
+        lower_bounds={1: p, 2: (0).to_bytes(8, "little")},
+        upper_bounds={1: p, 2: index.to_bytes(8, "little")},
+    )

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.child import alternate, bench_catalogs, summarize
+from bench.child import alternate, bench_catalogs, metadata_file, summarize
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
@@ -47,25 +47,8 @@ def _catalogs(work: Path):  # type: ignore[no-untyped-def]
 
 def _append(committer, location: str, first: int, count: int, partitions: int) -> None:  # type: ignore[no-untyped-def]
     from tablekeeper.commit.producer import SnapshotChange
-    from tablekeeper.iceberg.content import DATA, DataFile
 
-    low = (0).to_bytes(8, "little")
-    added = tuple(
-        DataFile(
-            DATA,
-            f"{location}/data/p={i % partitions}/f-{i:08d}.parquet",
-            "PARQUET",
-            (i % partitions,),
-            100,
-            4096,
-            column_sizes={1: 40, 2: 800},
-            value_counts={1: 100, 2: 100},
-            null_value_counts={1: 0, 2: 0},
-            lower_bounds={1: (i % partitions).to_bytes(8, "little"), 2: low},
-            upper_bounds={1: (i % partitions).to_bytes(8, "little"), 2: i.to_bytes(8, "little")},
-        )
-        for i in range(first, first + count)
-    )
+    added = tuple(metadata_file(location, i, i % partitions) for i in range(first, first + count))
     committer.commit_snapshot(SnapshotChange("append", added_files=added))
 
 

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.child import alternate, bench_catalogs, summarize
+from bench.child import alternate, bench_catalogs, metadata_file, summarize
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
@@ -39,7 +39,6 @@ def build(work: Path, files: int, manifests: int) -> None:
     from tablekeeper.catalog import catalog_for
     from tablekeeper.commit.producer import SnapshotChange
     from tablekeeper.commit.transaction import Committer
-    from tablekeeper.iceberg.content import DATA, DataFile
     from tablekeeper.iceberg.partitioning import PartitionField, PartitionSpec
     from tablekeeper.iceberg.types import LONG, NestedField, Schema
     from tablekeeper.iceberg.updates import new_table_metadata
@@ -60,28 +59,8 @@ def build(work: Path, files: int, manifests: int) -> None:
     catalog.create_table(TABLE, meta)
     committer = Committer(catalog, TABLE)
     per = max(1, files // manifests)
-    low = (0).to_bytes(8, "little")
     for m in range(manifests):
-        # Metadata only: neither engine opens a data file. Counts and bounds as writers keep them.
-        added = tuple(
-            DataFile(
-                DATA,
-                f"{location}/data/p={i % PARTITIONS}/f-{m * per + i:08d}.parquet",
-                "PARQUET",
-                (i % PARTITIONS,),
-                100,
-                4096,
-                column_sizes={1: 40, 2: 800},
-                value_counts={1: 100, 2: 100},
-                null_value_counts={1: 0, 2: 0},
-                lower_bounds={1: (i % PARTITIONS).to_bytes(8, "little"), 2: low},
-                upper_bounds={
-                    1: (i % PARTITIONS).to_bytes(8, "little"),
-                    2: (m * per + i).to_bytes(8, "little"),
-                },
-            )
-            for i in range(per)
-        )
+        added = tuple(metadata_file(location, m * per + i, i % PARTITIONS) for i in range(per))
         committer.commit_snapshot(SnapshotChange("append", added_files=added))
 
 
