@@ -224,6 +224,10 @@ def timestamp_upper_bound(max_micros: int) -> int:
 # How long Delta keeps a removed file before VACUUM may delete it.
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 DEFAULT_RETENTION = "interval 1 week"
+# delta-spark's OPTIMIZE defaults (spark.databricks.delta.optimize.minFileSize / maxFileSize):
+# smaller files are compacted, into bins of at most the maximum.
+OPTIMIZE_MIN_FILE_SIZE = 1024 * 1024 * 1024
+OPTIMIZE_MAX_FILE_SIZE = 1024 * 1024 * 1024
 _UNIT_HOURS = {
     "week": 168.0,
     "day": 24.0,

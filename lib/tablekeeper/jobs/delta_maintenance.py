@@ -14,7 +14,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from tablekeeper.delta.values import DEFAULT_RETENTION, RETENTION_PROPERTY, interval_hours
+from tablekeeper.delta.values import (
+    DEFAULT_RETENTION,
+    OPTIMIZE_MIN_FILE_SIZE,
+    RETENTION_PROPERTY,
+    interval_hours,
+)
 from tablekeeper.errors import SafetyRefusal, TablekeeperError, UnsupportedFeatureError
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.options import parse_older_than, write_file_list
@@ -177,10 +182,6 @@ def run_log_cleanup(path: str, spark: SparkSession, *, dry_run: bool) -> JobResu
             "deleted_log_files_sample": removed[:100],
         }
     return clock.result("expire-snapshots", path, dry_run=dry_run, metrics=metrics)
-
-
-# delta-spark's own default (spark.databricks.delta.optimize.minFileSize): smaller files are compacted.
-OPTIMIZE_MIN_FILE_SIZE = 1024 * 1024 * 1024
 
 
 def _optimize_candidates(path: str, zorder: bool) -> tuple[int, int, int, int]:

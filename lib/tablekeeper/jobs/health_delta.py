@@ -16,16 +16,19 @@ from typing import Any
 import pyarrow as pa
 
 from tablekeeper.delta.snapshot import DeltaSnapshot
-from tablekeeper.delta.values import DEFAULT_RETENTION, RETENTION_PROPERTY, interval_hours
+from tablekeeper.delta.values import (
+    DEFAULT_RETENTION,
+    OPTIMIZE_MAX_FILE_SIZE,
+    OPTIMIZE_MIN_FILE_SIZE,
+    RETENTION_PROPERTY,
+    interval_hours,
+)
 from tablekeeper.iceberg.rewrite_plan import pack
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.health_model import Recommendation, TableHealth, Thresholds
 from tablekeeper.jobs.result import iso_ms
 from tablekeeper.tables.delta import Replay, load_snapshot
 
-# delta-spark's OPTIMIZE defaults (spark.databricks.delta.optimize.minFileSize / maxFileSize).
-OPTIMIZE_MIN_FILE_SIZE = 1024 * 1024 * 1024
-OPTIMIZE_MAX_FILE_SIZE = 1024 * 1024 * 1024
 # Above this many removed files past retention, one listing of the table beats a look at each.
 EXISTS_CHECKS = 2_000
 EXISTS_THREADS = 8
