@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.object_store import S3_BUCKET, S3Endpoint, run_s3proxy
+from tests.support.rest_catalog_server import REST_WAREHOUSE, RestCatalogServer, run_rest_catalog
+
 # Engines turn timestamps into local datetimes; pin the zone so comparisons mean the same everywhere.
 os.environ["TZ"] = "UTC"
 time.tzset()
@@ -68,3 +71,24 @@ def delta_table_copy(tmp_path: Path) -> Iterator[object]:
         return target
 
     yield copy
+
+
+# Servers the interop and cluster tests talk to over loopback. Each starts on first request and
+# lives for the session, so a run that never asks for one pays nothing.
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    """An in-memory S3 store with the bucket ``warehouse`` created."""
+    with run_s3proxy(tmp_path_factory.mktemp("s3proxy")) as s3:
+        s3.create_bucket(S3_BUCKET)
+        yield s3
+
+
+@pytest.fixture(scope="session")
+def rest_server(
+    tmp_path_factory: pytest.TempPathFactory, s3_server: S3Endpoint
+) -> Iterator[RestCatalogServer]:
+    """Iceberg's REST catalog server, its warehouse at s3://warehouse/rest in ``s3_server``."""
+    with run_rest_catalog(tmp_path_factory.mktemp("rest-catalog"), s3_server, REST_WAREHOUSE) as server:
+        yield server

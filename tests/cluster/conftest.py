@@ -8,10 +8,12 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.spark_cluster import StandaloneCluster
+from tests.support.spark_submit import build_package
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    build_package()  # dist/tablekeeper.zip, which every submit ships, is this checkout's code
     standalone = StandaloneCluster(tmp_path_factory.mktemp("spark-standalone"))
     try:
         yield standalone.start()

@@ -1,142 +1,90 @@
-"""Jobs submitted to a Spark standalone cluster (a master and two one-core workers on loopback, see
-tests/support/spark_cluster.py) as README "Running on a cluster" says: the script, the zip through
---py-files, the runtime jars (conf/jars.txt's delta, iceberg and jdbc roles) through --jars, the
-README's confs, and the catalog file named by the job's --conf-file.
+"""Every job submitted to a Spark standalone cluster (a master and two one-core workers on loopback)
+as README "Running on a cluster" says, on local tables: see tests/support/cluster_submit.py for what
+each submit ships and what it keeps from reaching the executors implicitly.
 
-Nothing reaches the executors implicitly: the submit runs from a directory that is not the checkout,
-with no TABLEKEEPER_*, SPARK_* or PYSPARK_* variables, and the executors' Python
-(spark.pyspark.python) holds tablekeeper's dependencies but not tablekeeper itself (the .venv has it
-as an editable install; the wrapper below runs it without site, so that install is not on its
-path): tasks import tablekeeper from the submitted zip or fail. The event log and the workers' work
-directories show that both workers' executors ran tasks."""
+Tables are written by Iceberg Spark (the shared local session) into the session's warehouse, and
+read back by it after each job: the reference engine judges the result, the event log of each
+submit says which executors did the work."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sysconfig
+import time
 from pathlib import Path
 from typing import Any
 
-from tablekeeper.settings import PACKAGE_ROLES, jar_specs, jars_dir
-from tablekeeper.spark.session import DELTA_CATALOG, DELTA_EXTENSION, ICEBERG_EXTENSION
-from tests.support.spark_cluster import HOST, LEAN_JVM, StandaloneCluster
+import pytest
+
+from tests.conftest import FS_CATALOG, SQL_CATALOG
+from tests.support.cluster_submit import Submission
+from tests.support.spark_cluster import StandaloneCluster
 from tests.support.spark_submit import (
     REPO_ROOT,
     ROWS_PER_FILE,
-    VENV_BIN,
-    build_package,
+    delta_table_in_versions,
     iceberg_table_of_small_files,
-    last_json_line,
     live_data_files,
     sql_catalog,
 )
 
+pytestmark = pytest.mark.spark
+
 FILES = 12
 OUTPUT_FILES = 4  # one group, cut into this many bins: one Spark task each
+WEEK_AGO = time.time() - 7 * 86_400
 
 
-def executor_python(directory: Path) -> Path:
-    """The venv's interpreter and its site-packages without site's .pth files (the editable
-    tablekeeper install among them): the README's "Python holding tablekeeper's dependencies"."""
-    wrapper = directory / "executor-python"
-    site_packages = sysconfig.get_paths()["purelib"]
-    wrapper.write_text(
-        "#!/bin/sh\n"
-        f'PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{site_packages}" exec {VENV_BIN / "python"} -S "$@"\n'
+@pytest.fixture(scope="module")
+def conf_file(warehouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The catalogs of the shared session (tests/conftest.py), as a cluster job's --conf-file."""
+    path = tmp_path_factory.mktemp("cluster-conf") / "catalogs.yaml"
+    path.write_text(
+        f"default: {SQL_CATALOG}\ncatalogs:\n"
+        f"  {SQL_CATALOG}:\n    type: sql\n    uri: sqlite:///{warehouse}/catalog.db\n"
+        f"    warehouse: {warehouse}/sql\n"
+        f"  {FS_CATALOG}:\n    type: filesystem\n    warehouse: {warehouse}/files\n"
     )
-    wrapper.chmod(0o755)
-    probe = subprocess.run(
-        [str(wrapper), "-c", "import pyarrow, pyspark\nimport tablekeeper"],
-        env={"PATH": os.environ["PATH"]},
-        capture_output=True,
-        text=True,
-        check=False,
+    return path
+
+
+def rows(spark: Any, table: str) -> list[tuple[Any, ...]]:
+    spark.sql(f"REFRESH TABLE {table}")
+    return sorted(tuple(r) for r in spark.table(table).collect())
+
+
+def appended(spark: Any, table: str, commits: int, *, partitioned: bool = False, props: str = "") -> str:
+    """``tk.db.<table>`` written by Iceberg Spark in ``commits`` appends of 10 rows each."""
+    name = f"{SQL_CATALOG}.db.{table}"
+    spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+    spark.sql(
+        f"CREATE TABLE {name} (id BIGINT, cat STRING) USING iceberg "
+        + ("PARTITIONED BY (cat) " if partitioned else "")
+        + f"TBLPROPERTIES ('format-version'='2'{props})"
     )
-    assert probe.returncode != 0 and "No module named 'tablekeeper'" in probe.stderr, probe.stderr
-    return wrapper
+    for i in range(commits):
+        ids = f"range({i * 10}, {(i + 1) * 10})"
+        spark.sql(
+            f"INSERT INTO {name} SELECT id, IF(id % 2 = 0, 'a', 'b') AS cat FROM {ids}"
+            + (" ORDER BY cat" if partitioned else "")
+        )
+    return name
 
 
-def submit_env() -> dict[str, str]:
-    """The caller's environment without anything tablekeeper or Spark would read from it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TABLEKEEPER_", "SPARK_", "PYSPARK_"))}
-    env.update(
-        PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
-        VIRTUAL_ENV=str(VENV_BIN.parent),
-        SPARK_SUBMIT_OPTS=LEAN_JVM,  # the driver JVM: test economy, not the command's business
+def session_catalog(warehouse: Path) -> Any:
+    """PyIceberg on the shared session's sql catalog (same sqlite file, same catalog name)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    return SqlCatalog(
+        SQL_CATALOG, uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}/sql"
     )
-    return env
 
 
-def submit(
-    cluster: StandaloneCluster, workdir: Path, events: Path, script: str, *args: str
-) -> tuple[dict[str, Any], str]:
-    """spark-submit in client mode from ``workdir``: the job's JSON result and Spark's log."""
-    jars = [jars_dir() / s.file_name for s in jar_specs() if s.role in PACKAGE_ROLES]
-    cmd = [
-        str(VENV_BIN / "spark-submit"),
-        *("--master", cluster.url, "--deploy-mode", "client"),
-        *("--jars", ",".join(str(j) for j in jars)),
-        *("--conf", f"spark.sql.extensions={DELTA_EXTENSION},{ICEBERG_EXTENSION}"),
-        *("--conf", f"spark.sql.catalog.spark_catalog={DELTA_CATALOG}"),
-        *("--conf", "spark.sql.session.timeZone=UTC"),
-        *("--conf", f"spark.pyspark.python={executor_python(workdir)}"),
-        *("--conf", f"spark.pyspark.driver.python={VENV_BIN / 'python'}"),
-        # Loopback, small executors, and the cluster's: not the test machine's.
-        *("--conf", f"spark.driver.host={HOST}", "--conf", f"spark.driver.bindAddress={HOST}"),
-        *("--conf", "spark.executor.memory=512m", "--conf", "spark.ui.enabled=false"),
-        *("--conf", f"spark.executor.extraJavaOptions={LEAN_JVM}"),
-        # No task before both executors registered: each one gets the first offer.
-        *("--conf", "spark.scheduler.minRegisteredResourcesRatio=1.0"),
-        *("--conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=60s"),
-        *("--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir={events.as_uri()}"),
-        # One plain JSON-lines file per application (Spark 4 rolls and zstd-compresses by default).
-        *("--conf", "spark.eventLog.rolling.enabled=false", "--conf", "spark.eventLog.compress=false"),
-        *("--py-files", str(REPO_ROOT / "dist" / "tablekeeper.zip")),
-        str(REPO_ROOT / "jobs" / script),
-        *args,
-    ]
-    proc = subprocess.run(
-        cmd, cwd=workdir, env=submit_env(), capture_output=True, text=True, timeout=300, check=False
-    )
-    assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    result = last_json_line(proc.stdout)
-    assert result["status"] == "ok", result
-    return result, proc.stderr
+def table_location(spark: Any, name: str) -> Path:
+    detail = spark.sql(f"SELECT file_path FROM {name}.files LIMIT 1").collect()[0][0]
+    return Path(detail.removeprefix("file:")).parent.parent
 
 
-def task_executors(events: Path) -> dict[str, dict[str, int]]:
-    """Per application in the event log: tasks ended successfully, by executor id."""
-    apps: dict[str, dict[str, int]] = {}
-    for log in events.iterdir():
-        if log.name.startswith("."):  # a checksum file Hadoop's local filesystem may write
-            continue
-        counts = apps.setdefault(log.name.removesuffix(".inprogress"), {})
-        for line in log.read_text().splitlines():
-            event = json.loads(line)
-            if event["Event"] == "SparkListenerTaskEnd" and event["Task End Reason"]["Reason"] == "Success":
-                executor = event["Task Info"]["Executor ID"]
-                assert event["Task Info"]["Host"] == HOST
-                counts[executor] = counts.get(executor, 0) + 1
-    return apps
-
-
-def assert_both_workers_ran_tasks(cluster: StandaloneCluster, events: Path) -> None:
-    """The one application in ``events`` ran tasks on two executors, each on its own worker (one
-    core each, so one executor each): that worker's work directory holds <app id>/<executor id>."""
-    (app, by_executor), *others = task_executors(events).items()
-    assert not others
-    assert len(by_executor) == 2, by_executor
-    for worker in cluster.workers:
-        launched = [p.name for p in (worker.work_dir / app).iterdir()]
-        assert len(launched) == 1 and launched[0] in by_executor, (worker.name, launched, by_executor)
-
-
-def test_compact_and_expire_on_standalone_cluster_run_on_both_workers(
-    cluster: StandaloneCluster, tmp_path: Path
-) -> None:
-    build_package()
+def test_compact_and_expire_run_on_both_workers(cluster: StandaloneCluster, tmp_path: Path) -> None:
     warehouse = tmp_path / "warehouse"
     table = iceberg_table_of_small_files(warehouse, "db.events", files=FILES)
     catalog_file = tmp_path / "catalogs.yaml"
@@ -144,46 +92,158 @@ def test_compact_and_expire_on_standalone_cluster_run_on_both_workers(
         "default: local\ncatalogs:\n  local:\n    type: sql\n"
         f"    uri: sqlite:///{warehouse}/catalog.db\n    warehouse: {warehouse}/sql\n"
     )
-    workdir = tmp_path / "submit"
-    workdir.mkdir()
-    events = tmp_path / "events"
-    (events / "compact").mkdir(parents=True)
-    (events / "expire").mkdir()
-
     originals = live_data_files(table)
     total = sum(task.file.file_size_in_bytes for task in table.scan().plan_files())
-    compacted, log = submit(
-        cluster,
-        workdir,
-        events / "compact",
+    compacted = Submission.under(cluster, tmp_path, "compact").run(
         "compact.py",
         *("--table", "db.events", "--conf-file", str(catalog_file)),
         *("--target-file-size", str(total // OUTPUT_FILES)),
     )
-    assert f"{REPO_ROOT}/dist/tablekeeper.zip/tablekeeper/" in log  # the driver ran the zip's code
-    metrics = compacted["metrics"]
-    assert metrics["rewritten_data_files_count"] == FILES, compacted
-    assert metrics["failed_data_files_count"] == 0, compacted
-    assert metrics["added_data_files_count"] >= 2, compacted
+    assert f"{REPO_ROOT}/dist/tablekeeper.zip/tablekeeper/" in compacted.log  # the driver ran the zip's code
+    metrics = compacted.metrics
+    assert metrics["rewritten_data_files_count"] == FILES, compacted.result
+    assert metrics["failed_data_files_count"] == 0, compacted.result
+    assert metrics["added_data_files_count"] >= 2, compacted.result
     after = sql_catalog(warehouse).load_table("db.events")
     assert len(live_data_files(after)) == metrics["added_data_files_count"]
     ids = sorted(after.scan().to_arrow().column("id").to_pylist())
     assert ids == list(range(FILES * ROWS_PER_FILE))
-
-    assert_both_workers_ran_tasks(cluster, events / "compact")
+    compacted.assert_both_workers_ran_tasks()
 
     # Expiring on Spark: the files of the expired snapshots found and deleted by executor tasks.
-    expired, _ = submit(
-        cluster,
-        workdir,
-        events / "expire",
+    expired = Submission.under(cluster, tmp_path, "expire").run(
         "expire_snapshots.py",
         *("--table", "db.events", "--conf-file", str(catalog_file)),
         *("--older-than", "0s", "--engine", "spark"),
     )
-    assert expired["metrics"]["engine"] == "spark", expired
-    assert len(expired["metrics"]["expired_snapshot_ids"]) == FILES, expired
-    assert expired["metrics"]["deleted_data_files_count"] == FILES, expired
+    assert expired.metrics["engine"] == "spark", expired.result
+    assert len(expired.metrics["expired_snapshot_ids"]) == FILES, expired.result
+    assert expired.metrics["deleted_data_files_count"] == FILES, expired.result
     assert len(sql_catalog(warehouse).load_table("db.events").snapshots()) == 1
     assert not any(Path(f.removeprefix("file://")).exists() for f in originals)
-    assert_both_workers_ran_tasks(cluster, events / "expire")
+    expired.assert_both_workers_ran_tasks()
+
+
+def test_convert_delta_with_packages_and_the_catalog_file_shipped_by_files(
+    cluster: StandaloneCluster, spark: Any, conf_file: Path, tmp_path: Path
+) -> None:
+    """The README's YARN form in client mode: --packages resolved by spark-submit, the catalog file
+    shipped with --files and named by its base name (the driver's working directory has no such
+    file), the executors writing the manifests."""
+    source = tmp_path / "delta" / "orders"
+    delta_table_in_versions(source, 6)
+    from deltalake import DeltaTable
+
+    expected = sorted(tuple(r.values()) for r in DeltaTable(str(source)).to_pyarrow_table().to_pylist())
+    converted = Submission.under(cluster, tmp_path, "convert").run(
+        "convert_delta.py",
+        *("--source", str(source), "--target", "db.cluster_orders", "--engine", "spark"),
+        *("--conf-file", conf_file.name),
+        packages=True,
+        files=[conf_file],
+    )
+    assert converted.metrics["delta_version"] == 5, converted.result
+    assert converted.metrics["data_files"] == 6, converted.result
+    assert rows(spark, f"{SQL_CATALOG}.db.cluster_orders") == expected
+    assert converted.tasks().succeeded, "no executor wrote a manifest"
+
+
+def test_remove_orphans_on_executors(
+    cluster: StandaloneCluster, spark: Any, conf_file: Path, tmp_path: Path
+) -> None:
+    name = appended(spark, "cluster_orphans", 6)
+    before = rows(spark, name)
+    location = table_location(spark, name)
+    orphans = [location / "data" / f"left-by-a-failed-write-{i}.parquet" for i in range(5)]
+    for orphan in orphans:
+        orphan.write_bytes(b"not referenced")
+        os.utime(orphan, (WEEK_AGO, WEEK_AGO))
+    removed = Submission.under(cluster, tmp_path, "orphans").run(
+        "remove_orphans.py",
+        *("--table", "db.cluster_orphans", "--conf-file", str(conf_file), "--engine", "spark"),
+    )
+    assert removed.metrics["engine"] == "spark", removed.result
+    assert removed.metrics["orphan_file_count"] == len(orphans), removed.result
+    assert not any(o.exists() for o in orphans)
+    assert rows(spark, name) == before  # every referenced file still there
+    removed.assert_both_workers_ran_tasks()
+
+
+def test_rewrite_manifests_on_executors(
+    cluster: StandaloneCluster, spark: Any, conf_file: Path, tmp_path: Path
+) -> None:
+    name = appended(spark, "cluster_manifests", 8, partitioned=True)
+    before = rows(spark, name)
+    rewritten = Submission.under(cluster, tmp_path, "manifests").run(
+        "rewrite_manifests.py",
+        *("--table", "db.cluster_manifests", "--conf-file", str(conf_file), "--engine", "spark"),
+    )
+    metrics = rewritten.metrics
+    assert metrics["rewritten_manifests_count"] == 8, rewritten.result
+    assert metrics["added_manifests_count"] < 8, rewritten.result
+    spark.sql(f"REFRESH TABLE {name}")
+    assert (
+        spark.sql(f"SELECT count(*) FROM {name}.manifests").collect()[0][0]
+        == metrics["added_manifests_count"]
+    )
+    assert rows(spark, name) == before
+    rewritten.assert_both_workers_ran_tasks()
+
+
+def test_rewrite_position_deletes_on_executors(
+    cluster: StandaloneCluster, spark: Any, conf_file: Path, tmp_path: Path
+) -> None:
+    props = ", 'write.delete.mode'='merge-on-read', 'write.delete.granularity'='file'"
+    name = appended(spark, "cluster_deletes", 4, partitioned=True, props=props)
+    for k in range(3):
+        spark.sql(f"DELETE FROM {name} WHERE id % 7 = {k}")
+    before = rows(spark, name)
+    deletes = spark.sql(f"SELECT count(*) FROM {name}.delete_files").collect()[0][0]
+    rewritten = Submission.under(cluster, tmp_path, "deletes").run(
+        "rewrite_position_deletes.py",
+        *("--table", "db.cluster_deletes", "--conf-file", str(conf_file), "--rewrite-all"),
+    )
+    metrics = rewritten.metrics
+    assert metrics["rewritten_delete_files_count"] == deletes, rewritten.result
+    assert metrics["added_delete_files_count"] == 2, rewritten.result  # one per partition
+    assert rows(spark, name) == before
+    assert spark.sql(f"SELECT count(*) FROM {name}.delete_files").collect()[0][0] == 2
+    rewritten.assert_both_workers_ran_tasks()
+
+
+def test_compute_stats_backfill_and_health(
+    cluster: StandaloneCluster, spark: Any, warehouse: Path, conf_file: Path, tmp_path: Path
+) -> None:
+    """The jobs left: statistics computed by executor tasks, the v3 upgrade (metadata only, on the
+    driver) and health over a namespace, one table per executor task."""
+    name = appended(spark, "cluster_stats", 6)
+    before = rows(spark, name)
+    stats = Submission.under(cluster, tmp_path, "stats").run(
+        "compute_stats.py", *("--table", "db.cluster_stats", "--conf-file", str(conf_file))
+    )
+    assert stats.metrics["ndv"] == {"id": 60, "cat": 2}, stats.result
+    # PyIceberg reads the statistics file the table now points at, and its theta sketch blobs.
+    reloaded = session_catalog(warehouse).load_table("db.cluster_stats")
+    (registered,) = reloaded.metadata.statistics
+    assert registered.statistics_path == stats.metrics["statistics_file"]
+    assert registered.snapshot_id == reloaded.metadata.current_snapshot_id
+    assert {b.type for b in registered.blob_metadata} == {"apache-datasketches-theta-v1"}
+    stats.assert_both_workers_ran_tasks()
+
+    backfilled = Submission.under(cluster, tmp_path, "backfill").run(
+        "backfill_row_lineage.py", *("--table", "db.cluster_stats", "--conf-file", str(conf_file))
+    )
+    assert backfilled.result["job"] == "backfill-row-lineage"
+    spark.sql(f"REFRESH TABLE {name}")
+    lineage = spark.sql(f"SELECT _row_id FROM {name}").collect()
+    assert len({r[0] for r in lineage}) == len(before) and None not in {r[0] for r in lineage}
+    assert rows(spark, name) == before
+
+    health = Submission.under(cluster, tmp_path, "health").run(
+        "health.py",
+        *("--catalog", SQL_CATALOG, "--namespace", "db", "--tables", "cluster_*"),
+        *("--conf-file", str(conf_file), "--engine", "spark"),
+    )
+    judged = {t["table"] for t in health.result["tables"]}
+    assert {"db.cluster_stats", "db.cluster_manifests"} <= judged, health.result
+    health.assert_both_workers_ran_tasks()

@@ -14,9 +14,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
 
-from tests.interop.conftest import REST_WAREHOUSE, S3_BUCKET
-from tests.support.object_store import S3Endpoint
-from tests.support.rest_catalog_server import RestCatalogServer
+from tests.support.object_store import S3_BUCKET, S3Endpoint
+from tests.support.rest_catalog_server import REST_WAREHOUSE, RestCatalogServer
 
 # Over S3's 1,000-key page, so listing and bulk delete must follow continuation.
 OBJECTS = 1_200

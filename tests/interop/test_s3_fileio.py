@@ -26,10 +26,9 @@ from tablekeeper.iceberg.types import LONG, STRING, NestedField, Schema
 from tablekeeper.iceberg.updates import new_table_metadata
 from tablekeeper.io import FileIO
 from tablekeeper.io.storage import configure_storage
-from tests.interop.conftest import REST_WAREHOUSE, S3_BUCKET
 from tests.support.iceberg_writer import write_rows
-from tests.support.object_store import S3Endpoint
-from tests.support.rest_catalog_server import RestCatalogServer
+from tests.support.object_store import S3_BUCKET, S3Endpoint
+from tests.support.rest_catalog_server import REST_WAREHOUSE, RestCatalogServer
 
 SCHEMA = Schema(0, (NestedField(1, "id", LONG, True), NestedField(2, "name", STRING)))
 

@@ -28,11 +28,10 @@ from tablekeeper.catalog.spark_conf import iceberg_catalog_conf
 from tablekeeper.cli import main
 from tablekeeper.commit import Committer, SnapshotChange
 from tablekeeper.io.storage import configure_storage
-from tests.interop.conftest import REST_WAREHOUSE, S3_BUCKET
 from tests.interop.test_concurrent_commits import RETRY_PROPS, collect, start_workers
 from tests.support.iceberg_writer import write_rows
-from tests.support.object_store import S3Endpoint
-from tests.support.rest_catalog_server import RestCatalogServer
+from tests.support.object_store import S3_BUCKET, S3Endpoint
+from tests.support.rest_catalog_server import REST_WAREHOUSE, RestCatalogServer
 
 pytestmark = pytest.mark.spark
 

@@ -20,6 +20,8 @@ import pyarrow.fs as pafs
 from tablekeeper.settings import role_jar_paths
 
 LOOPBACK = "127.0.0.1"
+# The bucket the session's S3 server is created with (tests/conftest.py).
+S3_BUCKET = "warehouse"
 # Small heap, serial GC and C1 only: these servers handle a few requests per test, and on a
 # 2-core runner a JVM tuned for throughput spends its start-up compiling rather than serving.
 JVM_FLAGS = ("-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")

@@ -15,6 +15,7 @@ from pathlib import Path
 from tablekeeper.settings import role_jar_paths
 from tests.support.object_store import (
     LOOPBACK,
+    S3_BUCKET,
     S3Endpoint,
     free_loopback_port,
     log_tail,
@@ -25,6 +26,8 @@ from tests.support.object_store import (
 
 MAIN_CLASS = "org.apache.iceberg.rest.RESTCatalogServer"
 REST_START_TIMEOUT_S = 90.0
+# Where the session's REST catalog server keeps its tables (tests/conftest.py).
+REST_WAREHOUSE = f"s3://{S3_BUCKET}/rest"
 
 
 @dataclass(frozen=True)

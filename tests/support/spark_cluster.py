@@ -103,19 +103,35 @@ class StandaloneCluster:
             ],
         )
         for i in range(self.workers_wanted):
-            name = f"worker{i}"
-            proc = self._spawn(
-                name,
-                [
-                    "org.apache.spark.deploy.worker.Worker",
-                    *("--host", HOST, "--port", str(free_port()), "--webui-port", str(free_port())),
-                    *("--cores", "1", "--memory", "1g", "--work-dir", str(self.root / name / "work")),
-                    self.url,
-                ],
-            )
-            self.workers.append(Worker(name, self.root / name / "work", self.root / name / "local", proc))
+            self.workers.append(self._start_worker(f"worker{i}"))
         self._wait_alive(timeout)
         return self
+
+    def _start_worker(self, name: str) -> Worker:
+        proc = self._spawn(
+            name,
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                *("--host", HOST, "--port", str(free_port()), "--webui-port", str(free_port())),
+                *("--cores", "1", "--memory", "1g", "--work-dir", str(self.root / name / "work")),
+                self.url,
+            ],
+        )
+        return Worker(name, self.root / name / "work", self.root / name / "local", proc)
+
+    def kill_worker(self, worker: Worker) -> None:
+        """SIGKILL the worker and everything it started (its executors and their Python workers),
+        as a machine lost would: no goodbye to the master or the driver."""
+        _signal_group(worker.proc, signal.SIGKILL)
+        worker.proc.wait(timeout=15)
+
+    def replace_worker(self, worker: Worker, timeout: float = 90) -> Worker:
+        """A new worker in the place of a dead one (same directories): the cluster is whole again."""
+        assert worker.proc.poll() is not None, f"{worker.name} is still running"
+        fresh = self._start_worker(worker.name)
+        self.workers[self.workers.index(worker)] = fresh
+        self._wait_alive(timeout)
+        return fresh
 
     def _wait_alive(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -221,9 +221,12 @@ def _catalog_file(args: argparse.Namespace) -> CatalogsConfig:
     from tablekeeper.catalog.config import load_catalogs
 
     conf_file, warehouse = getattr(args, "conf_file", None), getattr(args, "warehouse", None)
-    return load_catalogs(
-        Path(conf_file) if conf_file else None, Path(warehouse).resolve() if warehouse else None
-    )
+    path = Path(conf_file) if conf_file else None
+    if path is not None and not path.is_absolute() and not path.exists() and len(path.parts) == 1:
+        from tablekeeper.spark.session import submitted_file
+
+        path = submitted_file(path.name) or path
+    return load_catalogs(path, Path(warehouse).resolve() if warehouse else None)
 
 
 def _catalogs(args: argparse.Namespace) -> CatalogsConfig:

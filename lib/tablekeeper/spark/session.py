@@ -138,6 +138,32 @@ def submitted_session() -> SparkSession | None:
     return active
 
 
+def submitted_file(name: str) -> Path | None:
+    """The local file spark-submit's ``--files`` named ``name``, under spark-submit only.
+
+    A driver in the cluster (``--deploy-mode cluster``) finds ``--files`` in its working directory;
+    a client-mode driver does not, so the same command and ``--conf-file <name>`` would fail there.
+    The submit's ``spark.files`` is in its JVM before any SparkContext exists: reading it costs no
+    session. Remote entries (hdfs://, s3a://) are left to the cluster-mode case.
+    """
+    if SUBMIT_GATEWAY_ENV not in os.environ:
+        return None
+    from pyspark import SparkContext
+
+    SparkContext._ensure_initialized()
+    jvm = SparkContext._jvm
+    assert jvm is not None
+    listed = jvm.java.lang.System.getProperty("spark.files") or ""
+    for entry in str(listed).split(","):
+        local = entry.strip().removeprefix("file:")
+        if "://" in local or not local:
+            continue
+        candidate = Path(local)
+        if candidate.name == name and candidate.is_file():
+            return candidate
+    return None
+
+
 def get_spark(
     app_name: str = "tablekeeper",
     catalogs: CatalogsConfig | None = None,
