@@ -84,21 +84,27 @@ def table_location(spark: Any, name: str) -> Path:
     return Path(detail.removeprefix("file:")).parent.parent
 
 
-def test_compact_and_expire_run_on_both_workers(cluster: StandaloneCluster, tmp_path: Path) -> None:
+def test_readme_standalone_line_then_expire_run_on_both_workers(
+    cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    """README's standalone block as written (compact; the catalog file by --files), then
+    expire-snapshots with --engine spark."""
     warehouse = tmp_path / "warehouse"
     table = iceberg_table_of_small_files(warehouse, "db.events", files=FILES)
-    catalog_file = tmp_path / "catalogs.yaml"
+    total = sum(task.file.file_size_in_bytes for task in table.scan().plan_files())
+    # The README's line takes the table's target size: one group cut into OUTPUT_FILES bins.
+    with table.transaction() as tx:
+        tx.set_properties({"write.target-file-size-bytes": str(total // OUTPUT_FILES)})
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    catalog_file = conf_dir / "catalogs.yaml"
     catalog_file.write_text(
         "default: local\ncatalogs:\n  local:\n    type: sql\n"
         f"    uri: sqlite:///{warehouse}/catalog.db\n    warehouse: {warehouse}/sql\n"
     )
     originals = live_data_files(table)
-    total = sum(task.file.file_size_in_bytes for task in table.scan().plan_files())
-    compacted = Submission.under(cluster, tmp_path, "compact").run(
-        "compact.py",
-        *("--table", "db.events", "--conf-file", str(catalog_file)),
-        *("--target-file-size", str(total // OUTPUT_FILES)),
-    )
+    submission = Submission.under(cluster, tmp_path, "compact")
+    compacted = submission.run_shell(submission.readme_command(catalog_file))
     assert f"{REPO_ROOT}/dist/tablekeeper.zip/tablekeeper/" in compacted.log  # the driver ran the zip's code
     metrics = compacted.metrics
     assert metrics["rewritten_data_files_count"] == FILES, compacted.result

@@ -114,12 +114,28 @@ def test_compact_expire_and_remove_orphans_on_the_bucket_run_on_both_workers(
     lake_conf: Path,
     tmp_path: Path,
 ) -> None:
-    """A table PyIceberg wrote into the bucket, one file per append: compacted, its old snapshots
-    expired and its orphans removed, each by executor tasks reading, writing and deleting objects."""
+    """A table PyIceberg wrote into the bucket, one file and one manifest per append: its manifests
+    rewritten, its statistics computed, then compacted, its old snapshots expired and its orphans
+    removed, each by executor tasks reading, writing and deleting objects."""
     table = pyiceberg_appended(s3_server, rest_server, "db.cluster_appended", VERSIONS)
     originals = {t.file.file_path for t in table.scan().plan_files()}
     common = ("--table", "db.cluster_appended", "--conf-file", str(lake_conf))
     jars = runtime_jars(S3_ROLE)
+
+    manifests = Submission.under(cluster, tmp_path, "manifests").run(
+        "rewrite_manifests.py", *common, "--engine", "spark", jars=jars
+    )
+    assert manifests.metrics["rewritten_manifests_count"] == VERSIONS, manifests.result
+    assert manifests.metrics["added_manifests_count"] == 1, manifests.result
+    table = pyiceberg_table(s3_server, rest_server, "db.cluster_appended")
+    assert len(table.current_snapshot().manifests(table.io)) == 1
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == EXPECTED
+    manifests.assert_both_workers_ran_tasks()
+
+    stats = Submission.under(cluster, tmp_path, "stats").run("compute_stats.py", *common, jars=jars)
+    assert stats.metrics["ndv"] == {"id": len(EXPECTED)}, stats.result
+    (registered,) = pyiceberg_table(s3_server, rest_server, "db.cluster_appended").metadata.statistics
+    assert registered.statistics_path == stats.metrics["statistics_file"]
 
     compacted = Submission.under(cluster, tmp_path, "compact").run(
         "compact.py", *common, *("--target-file-size", "2048", "--min-input-files", "2"), jars=jars

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sysconfig
 from collections.abc import Sequence
@@ -27,6 +29,7 @@ from tests.support.spark_cluster import HOST, LEAN_JVM, StandaloneCluster
 from tests.support.spark_submit import REPO_ROOT, VENV_BIN, last_json_line
 
 S3_ROLE = "s3"
+README_MARKER = "<!-- run as written by tests/cluster/test_cluster_jobs.py"
 
 
 def runtime_jars(*roles: str) -> list[Path]:
@@ -107,8 +110,24 @@ class Submission:
             "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
             "spark.sql.session.timeZone": "UTC",
             "spark.pyspark.python": str(executor_python(self.workdir)),
+            **self.test_settings(),
+            **(conf or {}),
+        }
+        return [
+            str(VENV_BIN / "spark-submit"),
+            *("--master", self.cluster.url, "--deploy-mode", "client"),
+            *shipped,
+            *(a for key, value in settings.items() for a in ("--conf", f"{key}={value}")),
+            *(["--files", ",".join(str(f) for f in files)] if files else []),
+            *("--py-files", str(REPO_ROOT / "dist" / "tablekeeper.zip")),
+            str(REPO_ROOT / "jobs" / script),
+            *args,
+        ]
+
+    def test_settings(self) -> dict[str, str]:
+        """What these tests add to the README's command: loopback, small executors, an event log."""
+        return {
             "spark.pyspark.driver.python": str(VENV_BIN / "python"),
-            # Loopback, small executors, and the cluster's: not the test machine's.
             "spark.driver.host": HOST,
             "spark.driver.bindAddress": HOST,
             "spark.executor.memory": "512m",
@@ -122,18 +141,45 @@ class Submission:
             # One plain JSON-lines file per application (Spark 4 rolls and zstd-compresses by default).
             "spark.eventLog.rolling.enabled": "false",
             "spark.eventLog.compress": "false",
-            **(conf or {}),
         }
-        return [
-            str(VENV_BIN / "spark-submit"),
-            *("--master", self.cluster.url, "--deploy-mode", "client"),
-            *shipped,
-            *(a for key, value in settings.items() for a in ("--conf", f"{key}={value}")),
-            *(["--files", ",".join(str(f) for f in files)] if files else []),
-            *("--py-files", str(REPO_ROOT / "dist" / "tablekeeper.zip")),
-            str(REPO_ROOT / "jobs" / script),
-            *args,
-        ]
+
+    def readme_command(self, catalog_file: Path) -> str:
+        """README's standalone block as bash runs it: its placeholders filled in, the checkout's
+        relative paths made absolute (the submit runs elsewhere), this test's settings added."""
+        text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+        assert README_MARKER in text, "README lost the standalone cluster block"
+        match = re.search(r"```\n(.*?)\n```", text.split(README_MARKER, 1)[1], re.S)
+        assert match is not None
+        lines = match.group(1).splitlines()
+        filled = {
+            "spark://<master-host>:7077": self.cluster.url,
+            "<executors' python>": str(executor_python(self.workdir)),
+            "<dir>/catalogs.yaml": str(catalog_file),
+            " conf/": f" {REPO_ROOT}/conf/",
+            "=conf/": f"={REPO_ROOT}/conf/",
+            " dist/": f" {REPO_ROOT}/dist/",
+            "  jobs/": f"  {REPO_ROOT}/jobs/",
+        }
+        for placeholder, value in filled.items():
+            assert any(placeholder in line for line in lines), placeholder
+            lines = [line.replace(placeholder, value) for line in lines]
+        extra = [f"  --conf {shlex.quote(f'{k}={v}')} \\" for k, v in self.test_settings().items()]
+        return "\n".join([*lines[:-1], *extra, lines[-1]])
+
+    def run_shell(self, command: str) -> Submitted:
+        proc = subprocess.run(
+            ["bash", "-c", command],
+            cwd=self.workdir,
+            env=submit_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == 0, f"{command}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        result = last_json_line(proc.stdout)
+        assert result["status"] == "ok", result
+        return Submitted(result, proc.stderr, self)
 
     def run(self, script: str, *args: str, **options: Any) -> Submitted:
         """Submit and wait; the job must end ``ok``."""
