@@ -170,7 +170,10 @@ def test_migration_with_optimize_and_vacuum(spark, catalogs, tmp_path: Path) -> 
     target = f"{NS}.orders"
     catalog = _catalog(catalogs)
     delta = DeltaRows(spark, source)
-    retention = "interval 2 seconds"
+    # Long enough that the run right after OPTIMIZE is within it on a busy 2-core runner (two
+    # seconds were not), short enough to wait out.
+    retention_s = 10
+    retention = f"interval {retention_s} seconds"
     _orders(
         spark,
         source,
@@ -197,10 +200,11 @@ def test_migration_with_optimize_and_vacuum(spark, catalogs, tmp_path: Path) -> 
 
     # OPTIMIZE removes every small file; within the retention nothing is at risk yet.
     spark.sql(f"OPTIMIZE delta.`{source}`")  # v3
+    optimized_by = time.time()  # the removes' deletionTimestamp is at most this
     assert delta.take() == 3
     first = sync()
     assert first["expired_for_vacuum"] is None and first["verified"]["versions_verified"] == 1
-    time.sleep(2.5)
+    time.sleep(max(0.0, optimized_by + retention_s + 0.5 - time.time()))
     # Past the retention, a scheduled run (with nothing new to convert) expires the snapshots
     # that reference the removed files, before VACUUM can break them.
     second = sync()

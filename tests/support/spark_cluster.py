@@ -42,6 +42,7 @@ class Worker:
 class StandaloneCluster:
     root: Path
     workers_wanted: int = 2
+    worker_memory: str = "1g"  # what each worker offers its executor
     port: int = 0
     webui_port: int = 0
     master: subprocess.Popen[bytes] | None = None
@@ -113,7 +114,8 @@ class StandaloneCluster:
             [
                 "org.apache.spark.deploy.worker.Worker",
                 *("--host", HOST, "--port", str(free_port()), "--webui-port", str(free_port())),
-                *("--cores", "1", "--memory", "1g", "--work-dir", str(self.root / name / "work")),
+                *("--cores", "1", "--memory", self.worker_memory),
+                *("--work-dir", str(self.root / name / "work")),
                 self.url,
             ],
         )
