@@ -22,7 +22,7 @@ JAR_LINES = $(shell awk '!/^[[:space:]]*\#/ && NF >= 2 {print $$1 "=" $$2}' conf
 MVN_DEPENDENCY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars package test test-unit lint format demo bench soak clean
+.PHONY: help setup jars package test test-unit lint format demo bench bench-scale soak clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -117,6 +117,14 @@ bench: setup ## run the benchmarks (prints tables, writes bench/out/*.json)
 	$(PY) -m bench.rewrite_manifests $(REWRITE_MANIFESTS_ARGS)
 	$(PY) -m bench.rewrite_position_deletes $(REWRITE_POSITION_DELETES_ARGS)
 	$(PY) -m bench.health $(HEALTH_ARGS)
+
+# The scale benchmark's charts need matplotlib, which nothing else does: the bench extra.
+$(VENV)/.bench-installed: pyproject.toml | $(VENV)/.installed
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[bench]'
+	@touch $@
+
+bench-scale: setup $(VENV)/.bench-installed ## 10x scaling of convert-delta, expire-snapshots, remove-orphans; charts in bench/results/ (hours)
+	$(PY) -m bench.scale $(SCALE_ARGS)
 
 soak: setup ## kill destructive jobs 200 times at random phases while Iceberg Spark appends (bench/soak.py)
 	$(PY) -m bench.soak $(SOAK_ARGS)

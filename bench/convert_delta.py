@@ -114,18 +114,19 @@ def _catalogs(work: Path):  # type: ignore[no-untyped-def]
     return parse_catalogs(text, work)
 
 
-def _spark(catalogs, with_reference: bool):  # type: ignore[no-untyped-def]
+def _spark(catalogs, with_reference: bool, conf: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
     from tablekeeper.settings import BENCH_ROLE, jar_specs, jars_dir
     from tablekeeper.spark.session import get_spark, local_jar_paths
 
     jars = [str(p) for p in local_jar_paths()]
     if with_reference:
         jars += [str(jars_dir() / s.file_name) for s in jar_specs(include_bench=True) if s.role == BENCH_ROLE]
-    return get_spark("bench-convert", catalogs=catalogs, conf={"spark.jars": ",".join(jars)})
+    return get_spark("bench-convert", catalogs=catalogs, conf={"spark.jars": ",".join(jars), **(conf or {})})
 
 
-def run_engine(engine: str, table: str, work: Path) -> dict[str, object]:
-    """Runs inside the child process: one conversion into a fresh catalog under ``work``."""
+def run_engine(engine: str, table: str, work: Path, conf: dict[str, str] | None = None) -> dict[str, object]:
+    """Runs inside the child process: one conversion into a fresh catalog under ``work``; ``conf``
+    adds to the session's settings."""
     shutil.rmtree(work, ignore_errors=True)
     catalogs = _catalogs(work)
     started = time.perf_counter()
@@ -138,7 +139,7 @@ def run_engine(engine: str, table: str, work: Path) -> dict[str, object]:
         mode, verify = TK_ENGINES[engine]
         spark = None
         if mode == "spark":
-            spark = _spark(catalogs, with_reference=False)
+            spark = _spark(catalogs, with_reference=False, conf=conf)
             setup = time.perf_counter() - started
         options = ConvertDeltaOptions(
             source=table, target=target, engine=mode, format_version=2, verify=verify
@@ -146,7 +147,7 @@ def run_engine(engine: str, table: str, work: Path) -> dict[str, object]:
         result = run_convert(options, catalog_for(catalogs.get("b")), spark)
         files = int(result.metrics["data_files"])  # type: ignore[call-overload]
     elif engine == "iceberg-delta-lake":
-        spark = _spark(catalogs, with_reference=True)
+        spark = _spark(catalogs, with_reference=True, conf=conf)
         jvm = spark.sparkContext._jvm
         catalog = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession, "b")
         spark.sql("CREATE NAMESPACE IF NOT EXISTS b.bench")

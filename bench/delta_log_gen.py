@@ -58,52 +58,88 @@ def _add(i: int) -> dict[str, object]:
     }
 
 
-def write_checkpoint(log_dir: Path, version: int, files: int) -> None:
-    add_type = pa.struct(
-        [
-            ("path", pa.string()),
-            ("partitionValues", STR_MAP),
-            ("size", pa.int64()),
-            ("modificationTime", pa.int64()),
-            ("dataChange", pa.bool_()),
-            ("stats", pa.string()),
-            ("tags", STR_MAP),
-        ]
-    )
-    protocol_type = pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])
-    meta_type = pa.struct(
-        [
-            ("id", pa.string()),
-            ("format", pa.struct([("provider", pa.string()), ("options", STR_MAP)])),
-            ("schemaString", pa.string()),
-            ("partitionColumns", pa.list_(pa.string())),
-            ("configuration", STR_MAP),
-            ("createdTime", pa.int64()),
-        ]
-    )
-    n = files + 2
-    ids = range(files)
+# Rows per checkpoint row group, and per chunk built in memory: a 10M-file log is written a
+# row group at a time, so generating it never holds more than one chunk of Python objects.
+ROWS_PER_GROUP = 100_000
+ADD_TYPE = pa.struct(
+    [
+        ("path", pa.string()),
+        ("partitionValues", STR_MAP),
+        ("size", pa.int64()),
+        ("modificationTime", pa.int64()),
+        ("dataChange", pa.bool_()),
+        ("stats", pa.string()),
+        ("tags", STR_MAP),
+    ]
+)
+PROTOCOL_TYPE = pa.struct([("minReaderVersion", pa.int32()), ("minWriterVersion", pa.int32())])
+META_TYPE = pa.struct(
+    [
+        ("id", pa.string()),
+        ("format", pa.struct([("provider", pa.string()), ("options", STR_MAP)])),
+        ("schemaString", pa.string()),
+        ("partitionColumns", pa.list_(pa.string())),
+        ("configuration", STR_MAP),
+        ("createdTime", pa.int64()),
+    ]
+)
+CHECKPOINT_SCHEMA = pa.schema([("add", ADD_TYPE), ("protocol", PROTOCOL_TYPE), ("metaData", META_TYPE)])
+
+
+def _checkpoint_chunk(ids: range, lead: int) -> pa.Table:
+    """Checkpoint rows for the adds ``ids``, after ``lead`` rows that hold protocol and metaData
+    (only the first chunk has them)."""
+    pad = [None] * lead
+    n = lead + len(ids)
     adds = pa.StructArray.from_arrays(
         [
-            pa.array([None, None, *(_path(i) for i in ids)], pa.string()),
-            pa.array([None, None, *([("part", str(i % 100))] for i in ids)], STR_MAP),
-            pa.array([None, None, *(1_048_576 + i % 1000 for i in ids)], pa.int64()),
-            pa.array([None, None, *(1_700_000_000_000 + i for i in ids)], pa.int64()),
-            pa.array([None, None, *([False] * files)], pa.bool_()),
-            pa.array([None, None, *(_stats(i) for i in ids)], pa.string()),
+            pa.array([*pad, *(_path(i) for i in ids)], pa.string()),
+            pa.array([*pad, *([("part", str(i % 100))] for i in ids)], STR_MAP),
+            pa.array([*pad, *(1_048_576 + i % 1000 for i in ids)], pa.int64()),
+            pa.array([*pad, *(1_700_000_000_000 + i for i in ids)], pa.int64()),
+            pa.array([*pad, *([False] * len(ids))], pa.bool_()),
+            pa.array([*pad, *(_stats(i) for i in ids)], pa.string()),
             pa.nulls(n, STR_MAP),
         ],
-        fields=list(add_type),
-        mask=pa.array([True, True, *([False] * files)]),
+        fields=list(ADD_TYPE),
+        mask=pa.array([*([True] * lead), *([False] * len(ids))]),
     )
-    protocol = pa.array([PROTOCOL, *([None] * (n - 1))], protocol_type)
+    protocol = [PROTOCOL] if lead else []
     meta = dict(METADATA)
     meta["format"] = {"provider": "parquet", "options": []}
     meta["configuration"] = []
-    metadata = pa.array([None, meta, *([None] * (n - 2))], meta_type)
-    table = pa.table({"add": adds, "protocol": protocol, "metaData": metadata})
-    pq.write_table(table, log_dir / f"{version:020d}.checkpoint.parquet", row_group_size=100_000)
-    (log_dir / "_last_checkpoint").write_text(json.dumps({"version": version, "size": n}))
+    metadata = [None, meta] if lead else []
+    return pa.table(
+        {
+            "add": adds,
+            "protocol": pa.array([*protocol, *([None] * (n - len(protocol)))], PROTOCOL_TYPE),
+            "metaData": pa.array([*metadata, *([None] * (n - len(metadata)))], META_TYPE),
+        },
+        schema=CHECKPOINT_SCHEMA,
+    )
+
+
+def write_checkpoint(log_dir: Path, version: int, files: int) -> None:
+    # Chunks end where the row groups do, so the file is the one a single write would make.
+    lead = 2
+    with pq.ParquetWriter(log_dir / f"{version:020d}.checkpoint.parquet", CHECKPOINT_SCHEMA) as writer:
+        start = 0
+        while True:
+            stop = min(files, start + ROWS_PER_GROUP - lead)
+            writer.write_table(_checkpoint_chunk(range(start, stop), lead), row_group_size=ROWS_PER_GROUP)
+            start, lead = stop, 0
+            if start >= files:
+                break
+    (log_dir / "_last_checkpoint").write_text(json.dumps({"version": version, "size": files + 2}))
+
+
+def _write_adds(path: Path, header: dict[str, object], files: int) -> None:
+    """A commit of ``header`` and ``files`` adds, written a chunk of lines at a time."""
+    with path.open("w") as out:
+        out.write(json.dumps(header) + "\n")
+        for start in range(0, files, ROWS_PER_GROUP):
+            chunk = range(start, min(files, start + ROWS_PER_GROUP))
+            out.write("\n".join(json.dumps({"add": _add(i)}) for i in chunk) + "\n")
 
 
 def generate(root: Path, files: int = 1_000_000, commits: int = 100, swap: int = 1000) -> Path:
@@ -116,12 +152,8 @@ def generate(root: Path, files: int = 1_000_000, commits: int = 100, swap: int =
     first = [{"commitInfo": {"timestamp": 1_700_000_000_000, "operation": "CREATE TABLE"}}]
     first += [{"protocol": PROTOCOL}, {"metaData": METADATA}]
     (log_dir / f"{0:020d}.json").write_text("\n".join(json.dumps(a) for a in first) + "\n")
-    (log_dir / f"{1:020d}.json").write_text(
-        json.dumps({"commitInfo": {"timestamp": 1_700_000_000_001, "operation": "WRITE"}})
-        + "\n"
-        + "\n".join(json.dumps({"add": _add(i)}) for i in range(files))
-        + "\n"
-    )
+    commit_info = {"commitInfo": {"timestamp": 1_700_000_000_001, "operation": "WRITE"}}
+    _write_adds(log_dir / f"{1:020d}.json", commit_info, files)
     write_checkpoint(log_dir, 1, files)
     next_id = files
     for c in range(commits):

@@ -38,12 +38,24 @@ def _catalogs(work: Path):  # type: ignore[no-untyped-def]
     return bench_catalogs(work)
 
 
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+
+
+def _write_old(path: str, content: bytes) -> None:
+    # One open, write, futimens and close: the scale bench writes millions of these.
+    fd = os.open(path, _WRITE_FLAGS, 0o644)
+    try:
+        os.write(fd, content)
+        os.utime(fd, (OLD, OLD))
+    finally:
+        os.close(fd)
+
+
 def _data_file(location: str, i: int):  # type: ignore[no-untyped-def]
     from tablekeeper.iceberg.content import DATA, DataFile
 
     path = f"{location}/data/f-{i:08d}.parquet"
-    Path(path).write_bytes(b"x" * 16)
-    os.utime(path, (OLD, OLD))
+    _write_old(path, b"x" * 16)
     return DataFile(
         content=DATA,
         file_path=path,
@@ -55,7 +67,7 @@ def _data_file(location: str, i: int):  # type: ignore[no-untyped-def]
 
 
 def build(work: Path, snapshots: int, files: int, orphans: int) -> None:
-    """The table (and its planted orphans) under ``work``; a marker makes reruns reuse it."""
+    """The table (and its planted orphans) under ``work``."""
     from tablekeeper.catalog import catalog_for
     from tablekeeper.commit.producer import SnapshotChange
     from tablekeeper.commit.transaction import Committer
@@ -87,23 +99,47 @@ def build(work: Path, snapshots: int, files: int, orphans: int) -> None:
         )
         previous = [f.file_path for f in added]
     for i in range(orphans):
-        p = Path(location, "data", f"orphan-{i:08d}.parquet")
-        p.write_bytes(b"o" * 16)
-        os.utime(p, (OLD, OLD))
+        _write_old(f"{location}/data/orphan-{i:08d}.parquet", b"o" * 16)
     for p in Path(location, "metadata").iterdir():
         os.utime(p, (OLD, OLD))
 
 
-def run_engine(case: str, engine: str, work: Path) -> dict[str, object]:
-    """Inside the child: one engine on the saved state."""
+def saved_state(saved: Path, work: Path, snapshots: int, files: int, orphans: int) -> bool:
+    """The table for these sizes in ``saved``, built under ``work`` (where the engines run: its
+    metadata holds absolute paths) unless a marker says an earlier run left it; True if reused."""
+    marker = saved / f".complete-{snapshots}-{files}-{orphans}"
+    if marker.exists():
+        return True
+    shutil.rmtree(saved, ignore_errors=True)
+    build(work, snapshots, files, orphans)
+    work.rename(saved)
+    marker.touch()
+    return False
+
+
+def _link_data(src: str, dst: str) -> None:
+    # Engines only delete data files, so a link is as good as a copy and takes neither the time
+    # nor the disk of millions of them; the catalog and metadata, which are written, are copied.
+    if Path(src).parent.name == "data":
+        os.link(src, dst)
+    else:
+        shutil.copy2(src, dst)  # copy2 keeps the old modification times
+
+
+def restore(saved: Path, work: Path) -> None:
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(saved, work, symlinks=True, copy_function=_link_data)
+
+
+def run_engine(case: str, engine: str, work: Path, conf: dict[str, str] | None = None) -> dict[str, object]:
+    """Inside the child: one engine on the saved state; ``conf`` adds to the session's settings."""
     from tablekeeper.catalog import catalog_for
     from tablekeeper.spark.session import get_spark, local_jar_paths
 
     catalogs = _catalogs(work)
     started = time.perf_counter()
-    spark = get_spark(
-        "bench-maintenance", catalogs=catalogs, conf={"spark.jars": ",".join(map(str, local_jar_paths()))}
-    )
+    settings = {"spark.jars": ",".join(map(str, local_jar_paths())), **(conf or {})}
+    spark = get_spark("bench-maintenance", catalogs=catalogs, conf=settings)
     setup = time.perf_counter() - started
     t0 = time.perf_counter()
     now_ms = int(time.time() * 1000)
@@ -164,11 +200,6 @@ def _summary(engine: str, runs: list[dict[str, object]]) -> dict[str, object]:
     }
 
 
-def _restore(saved: Path, work: Path) -> None:
-    shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(saved, work, symlinks=True)  # copy2 keeps the old modification times
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -189,24 +220,23 @@ def main() -> None:
     for case in args.cases.split(","):
         saved, work = OUT / f"maint_{case}_saved", OUT / f"maint_{case}_work"
         t = time.perf_counter()
-        # Built where the engines run (metadata holds absolute paths), then saved for each engine.
         if case == "expire":
-            build(work, args.snapshots, args.files, 0)
+            reused = saved_state(saved, work, args.snapshots, args.files, 0)
             shape = f"{args.snapshots} snapshots, {args.files:,} data files"
         else:
-            build(work, 1, args.orphan_files, args.orphan_files // 9)
+            reused = saved_state(saved, work, 1, args.orphan_files, args.orphan_files // 9)
             shape = f"{args.orphan_files:,} referenced files + {args.orphan_files // 9:,} orphans"
-        shutil.rmtree(saved, ignore_errors=True)
-        shutil.copytree(work, saved, symlinks=True)
-        print(f"{case}: table ready in {time.perf_counter() - t:.1f}s ({shape})", file=sys.stderr)
+        ready = "reused" if reused else f"ready in {time.perf_counter() - t:.1f}s"
+        print(f"{case}: table {ready} ({shape})", file=sys.stderr)
         runs: list[dict[str, object]] = []
         # Engines alternate, each run in a fresh process on the restored state: this machine's
         # speed drifts by a third within minutes, so one run per engine says little.
         for rep in range(args.repeat):
             for engine in ENGINES:
-                _restore(saved, work)
+                restore(saved, work)
                 r = run_child("bench.maintenance", case, engine, "--work", str(work))
                 runs.append({**r, "engine": engine, "run": rep + 1})
+        shutil.rmtree(work, ignore_errors=True)
         results = [_summary(engine, [r for r in runs if r["engine"] == engine]) for engine in ENGINES]
         base = next((r for r in results if r.get("engine") == "iceberg" and "seconds" in r), None)
         print(f"\n({case}) {shape}; median of {args.repeat} alternating runs\n")
