@@ -116,7 +116,8 @@ def test_compact_expire_and_remove_orphans_on_the_bucket_run_on_both_workers(
 ) -> None:
     """A table PyIceberg wrote into the bucket, one file and one manifest per append: its manifests
     rewritten, its statistics computed, then compacted, its old snapshots expired and its orphans
-    removed, each by executor tasks reading, writing and deleting objects."""
+    removed, each by executor tasks reading, writing and deleting objects; then upgraded to v3
+    (metadata only) and judged by health, one table per executor task."""
     table = pyiceberg_appended(s3_server, rest_server, "db.cluster_appended", VERSIONS)
     originals = {t.file.file_path for t in table.scan().plan_files()}
     common = ("--table", "db.cluster_appended", "--conf-file", str(lake_conf))
@@ -175,3 +176,19 @@ def test_compact_expire_and_remove_orphans_on_the_bucket_run_on_both_workers(
     table = pyiceberg_table(s3_server, rest_server, "db.cluster_appended")
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == EXPECTED
     removed.assert_both_workers_ran_tasks()
+
+    backfilled = Submission.under(cluster, tmp_path, "backfill").run(
+        "backfill_row_lineage.py", *common, jars=jars
+    )
+    assert backfilled.result["job"] == "backfill-row-lineage", backfilled.result
+    table = pyiceberg_table(s3_server, rest_server, "db.cluster_appended")
+    assert table.metadata.format_version == 3
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == EXPECTED
+
+    health = Submission.under(cluster, tmp_path, "health").run(
+        "health.py",
+        *("--namespace", "db", "--tables", "cluster_*", "--conf-file", str(lake_conf), "--engine", "spark"),
+        jars=jars,
+    )
+    assert "db.cluster_appended" in {t["table"] for t in health.result["tables"]}, health.result
+    assert health.tasks().succeeded, "no executor judged a table"
