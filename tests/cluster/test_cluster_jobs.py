@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import FS_CATALOG, SQL_CATALOG
-from tests.support.cluster_submit import Submission
+from tests.support.cluster_submit import Submission, local_catalog_file
 from tests.support.spark_cluster import StandaloneCluster
 from tests.support.spark_submit import (
     REPO_ROOT,
@@ -97,11 +97,7 @@ def test_readme_standalone_line_then_expire_run_on_both_workers(
         tx.set_properties({"write.target-file-size-bytes": str(total // OUTPUT_FILES)})
     conf_dir = tmp_path / "conf"
     conf_dir.mkdir()
-    catalog_file = conf_dir / "catalogs.yaml"
-    catalog_file.write_text(
-        "default: local\ncatalogs:\n  local:\n    type: sql\n"
-        f"    uri: sqlite:///{warehouse}/catalog.db\n    warehouse: {warehouse}/sql\n"
-    )
+    catalog_file = local_catalog_file(conf_dir / "catalogs.yaml", warehouse)
     originals = live_data_files(table)
     submission = Submission.under(cluster, tmp_path, "compact")
     compacted = submission.run_shell(submission.readme_command(catalog_file))

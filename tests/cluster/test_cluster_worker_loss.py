@@ -10,12 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.support.cluster_submit import Submission, Submitted, submit_env, task_log
+from tests.support.cluster_submit import Submission, Submitted, local_catalog_file, submit_env, task_log
 from tests.support.spark_cluster import StandaloneCluster, Worker
 from tests.support.spark_submit import (
     ROWS_PER_FILE,
     iceberg_table_of_small_files,
-    last_json_line,
     live_data_files,
     sql_catalog,
 )
@@ -51,10 +50,7 @@ def run_losing_a_worker(submission: Submission, victim: Worker, script: str, *ar
             time.sleep(0.02)
         cluster.kill_worker(victim)
         out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, f"{out[-3000:]}\n{err[-5000:]}"
-    result = last_json_line(out)
-    assert result["status"] == "ok", result
-    return Submitted(result, err, submission)
+    return submission.finished(" ".join(cmd), proc.returncode, out, err)
 
 
 def assert_lost_and_rerun(done: Submitted, survivor: Worker) -> None:
@@ -72,11 +68,7 @@ def test_a_worker_killed_mid_job_leaves_compact_and_expire_results_whole(
 ) -> None:
     warehouse = tmp_path / "warehouse"
     table = iceberg_table_of_small_files(warehouse, "db.events", files=FILES)
-    conf = tmp_path / "catalogs.yaml"
-    conf.write_text(
-        "default: local\ncatalogs:\n  local:\n    type: sql\n"
-        f"    uri: sqlite:///{warehouse}/catalog.db\n    warehouse: {warehouse}/sql\n"
-    )
+    conf = local_catalog_file(tmp_path / "catalogs.yaml", warehouse)
     originals = live_data_files(table)
     total = sum(task.file.file_size_in_bytes for task in table.scan().plan_files())
     common = ("--table", "db.events", "--conf-file", str(conf))

@@ -62,6 +62,16 @@ def executor_python(directory: Path) -> Path:
     return wrapper
 
 
+def local_catalog_file(path: Path, warehouse: Path) -> Path:
+    """A catalog file whose default catalog ``local`` is the sqlite catalog of ``warehouse`` (where
+    tests.support.spark_submit's tables are)."""
+    path.write_text(
+        "default: local\ncatalogs:\n  local:\n    type: sql\n"
+        f"    uri: sqlite:///{warehouse}/catalog.db\n    warehouse: {warehouse}/sql\n"
+    )
+    return path
+
+
 def submit_env() -> dict[str, str]:
     """The caller's environment without anything tablekeeper or Spark would read from it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TABLEKEEPER_", "SPARK_", "PYSPARK_"))}
@@ -176,10 +186,7 @@ class Submission:
             timeout=300,
             check=False,
         )
-        assert proc.returncode == 0, f"{command}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-        result = last_json_line(proc.stdout)
-        assert result["status"] == "ok", result
-        return Submitted(result, proc.stderr, self)
+        return self.finished(command, proc.returncode, proc.stdout, proc.stderr)
 
     def run(self, script: str, *args: str, **options: Any) -> Submitted:
         """Submit and wait; the job must end ``ok``."""
@@ -187,10 +194,14 @@ class Submission:
         proc = subprocess.run(
             cmd, cwd=self.workdir, env=submit_env(), capture_output=True, text=True, timeout=300, check=False
         )
-        assert proc.returncode == 0, f"{cmd}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-        result = last_json_line(proc.stdout)
+        return self.finished(" ".join(cmd), proc.returncode, proc.stdout, proc.stderr)
+
+    def finished(self, command: str, returncode: int, stdout: str, stderr: str) -> Submitted:
+        """The submit's outcome: it exited 0 and its job's JSON result says ``ok``."""
+        assert returncode == 0, f"{command}\n{stdout[-3000:]}\n{stderr[-5000:]}"
+        result = last_json_line(stdout)
         assert result["status"] == "ok", result
-        return Submitted(result, proc.stderr, self)
+        return Submitted(result, stderr, self)
 
 
 @dataclass(frozen=True)
