@@ -335,3 +335,62 @@ def test_executor_path_cleans_up_on_failure_and_auto_picks_it_for_large_logs(  #
     spark.sql(f"REFRESH TABLE {SQL_CATALOG}.{ident}")
     assert_same(spark.table(f"{SQL_CATALOG}.{ident}"), spark.read.format("delta").load(str(source)), ident)
     assert_pyiceberg_latest(spark, catalogs, ident, source)
+
+
+def test_incremental_on_spark_brings_only_touched_files_to_the_driver(  # type: ignore[no-untyped-def]
+    spark, catalogs, tmp_path: Path, monkeypatch
+) -> None:
+    """An incremental run whose replay goes to Spark asks it for the files the new commits name,
+    not for two whole states, and commits what a run that read both states commits."""
+    import tablekeeper.spark.delta_replay as replay_module
+    from tablekeeper.io import FileIO
+    from tablekeeper.tables.delta import touched_paths
+
+    source = tmp_path / "inc_spark"
+    write_plain(spark, source)
+    ident, reference = f"{NS}.inc_spark", f"{NS}.inc_spark_ref"
+    for target in (ident, reference):
+        convert(catalogs, source, target, format_version=3)
+    t = f"delta.`{source}`"
+    spark.sql(f"UPDATE {t} SET v = -v WHERE id = 61")  # v3: a DV on one file, a new file
+    plain_rows(spark, 80, 90).withColumn("extra", F.col("id") * 2).write.format("delta").mode(
+        "append"
+    ).option("mergeSchema", "true").save(str(source))  # v4: a new column
+    spark.sql(f"DELETE FROM {t} WHERE id = 62")  # v5: that file's DV replaced
+    spark.sql(f"DELETE FROM {t} WHERE p IS NULL")  # v6: whole files removed
+    touched = touched_paths(FileIO.for_location(str(source)), str(source), 3, 6)
+    live_before = spark.read.format("delta").option("versionAsOf", 2).load(str(source)).inputFiles()
+    assert len(touched) > 0 and set(live_before) - {f"file:{p}" for p in touched}, "untouched files remain"
+
+    real = replay_module.spark_replay
+    returned: list[tuple[set[str], int]] = []
+
+    def spy(session, root, segment, paths=None):  # type: ignore[no-untyped-def]
+        snap = real(session, root, segment, paths)
+        got = {
+            *snap.files.column("absolute_path").to_pylist(),
+            *snap.tombstones.column("absolute_path").to_pylist(),
+        }
+        returned.append((got, -1 if paths is None else len(paths)))
+        return snap
+
+    monkeypatch.setattr(replay_module, "spark_replay", spy)
+    result = convert(catalogs, source, ident, spark, mode="incremental", engine="spark")
+    monkeypatch.undo()
+    assert result.metrics["mode"] == "incremental" and result.metrics["snapshots_committed"] == 1
+    # Base and latest state, each of the touched paths only (then the check against VACUUM,
+    # of the files older snapshots reference).
+    assert all(asked >= 0 for _, asked in returned)
+    assert len(returned) >= 2 and all(asked == len(touched) for _, asked in returned[:2])
+    assert all(got <= set(touched) for got, _ in returned[:2]) and returned[0][0]
+
+    convert(catalogs, source, reference, mode="incremental")  # pure replay of both whole states
+    contents: list[tuple[set[str], int]] = []
+    for target in (ident, reference):
+        spark.sql(f"REFRESH TABLE {SQL_CATALOG}.{target}")
+        assert_same(
+            spark.table(f"{SQL_CATALOG}.{target}"), spark.read.format("delta").load(str(source)), target
+        )
+        rows = spark.sql(f"SELECT file_path, content FROM {SQL_CATALOG}.{target}.files").collect()
+        contents.append(({r.file_path for r in rows if r.content == 0}, sum(1 for r in rows if r.content)))
+    assert contents[0] == contents[1]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tablekeeper.delta.models import (
     AddFile,
@@ -41,6 +42,8 @@ class DeltaSnapshot:
     checkpoint_version: int | None = None
     engine: str = "pure"
     notes: tuple[str, ...] = ()  # how the state was rebuilt when the log needed a detour
+    # Files and tombstones of some paths only (``restricted``): never the table's whole state.
+    partial: bool = False
 
     @property
     def schema(self) -> DeltaStruct:
@@ -70,6 +73,16 @@ class DeltaSnapshot:
 
     def add_files(self) -> Iterator[AddFile]:
         return add_files_of(self.files)
+
+    def restricted(self, paths: Sequence[str]) -> DeltaSnapshot:
+        """This state's live files and tombstones of the given absolute paths only (all the
+        rest is the same): what a caller needs that knows which files it asks about."""
+        wanted = pa.array(paths, pa.string())
+
+        def keep(table: pa.Table) -> pa.Table:
+            return table.filter(pc.is_in(table.column("absolute_path"), value_set=wanted))
+
+        return replace(self, files=keep(self.files), tombstones=keep(self.tombstones), partial=True)
 
 
 def add_files_of(files: pa.Table) -> Iterator[AddFile]:

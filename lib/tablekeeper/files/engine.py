@@ -9,7 +9,7 @@ Spark datasets) and only counts, samples and journal parts come out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -48,11 +48,46 @@ class KeySet:
     handle: Any = None
 
 
+@dataclass(frozen=True)
+class FileTally:
+    """How many files of each kind a set holds, and their bytes: what a dry run reports without
+    bringing the set to the driver."""
+
+    counts: Mapping[str, int]
+    bytes: int
+
+    @property
+    def files(self) -> int:
+        return sum(self.counts.values())
+
+
+def tally_rows(rows: Iterable[FileRow]) -> FileTally:
+    counts: dict[str, int] = {}
+    size = 0
+    for _, _, kind, nbytes in rows:
+        counts[kind] = counts.get(kind, 0) + 1
+        size += nbytes
+    return FileTally(counts, size)
+
+
+def merge_tallies(parts: Iterable[FileTally]) -> FileTally:
+    counts: dict[str, int] = {}
+    size = 0
+    for part in parts:
+        for kind, n in part.counts.items():
+            counts[kind] = counts.get(kind, 0) + n
+        size += part.bytes
+    return FileTally(counts, size)
+
+
 class Doomed(Protocol):
     """Files some snapshots reach that others do not."""
 
-    def rows(self) -> list[FileRow]:
-        """All of them, on the driver (dry runs)."""
+    def tally(self) -> FileTally:
+        """Counts by kind and bytes, computed where the set is (dry runs)."""
+
+    def paths(self, limit: int | None = None) -> Iterator[str]:
+        """Their locations in sorted order (the first ``limit``), streamed: never all at once."""
 
     def write(self, journal: JournalWriter) -> Ready:
         """Into the journal's parts, then ``ready.json``; reads everything the set depends on."""
@@ -62,8 +97,12 @@ class OrphanScan(Protocol):
     @property
     def summary(self) -> Summary: ...
 
-    def rows(self, statuses: Sequence[str]) -> list[tuple[str, int]]:
-        """(path, size) of the files with these statuses, on the driver (dry runs)."""
+    def tally(self, statuses: Sequence[str]) -> FileTally:
+        """Count and bytes of the files with these statuses (dry runs)."""
+
+    def paths(self, statuses: Sequence[str], limit: int | None = None) -> Iterator[str]:
+        """Locations of the files with these statuses in sorted order (the first ``limit``),
+        streamed: never all at once."""
 
     def write(self, journal: JournalWriter, statuses: Sequence[str]) -> Ready: ...
 

@@ -17,11 +17,19 @@ from typing import Any, TypeVar
 from tablekeeper import faults
 from tablekeeper.files.cycles import no_cycle_collection
 from tablekeeper.files.deletes import DeleteOutcome, delete_rows
-from tablekeeper.files.engine import DRIVER_MAX_LISTED, KeySet, ListingTooLarge, MetadataOnly
+from tablekeeper.files.engine import (
+    DRIVER_MAX_LISTED,
+    FileTally,
+    KeySet,
+    ListingTooLarge,
+    MetadataOnly,
+    tally_rows,
+)
 from tablekeeper.files.journal import JournalWriter, Ready, read_parts, write_part
 from tablekeeper.files.listing import Classifier, markers, nested
 from tablekeeper.files.manifests import (
     FileRow,
+    ListedRow,
     ManifestIndex,
     Seed,
     build_index,
@@ -57,7 +65,7 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int = THREAD
 class IndexCache:
     """Manifest lists already read in this run (they never change): engines index from it."""
 
-    found: dict[Seed, list[tuple[str, str, str, int, int]]] = field(default_factory=dict)
+    found: dict[Seed, list[ListedRow]] = field(default_factory=dict)
 
     def fill(self, wanted: Sequence[Seed], rules: PathRules) -> None:
         missing = [s for s in wanted if s not in self.found]
@@ -84,8 +92,11 @@ def _entries(index: ManifestIndex, rules: PathRules, skip: frozenset[str], skip_
 class LocalDoomed:
     files: tuple[FileRow, ...]
 
-    def rows(self) -> list[FileRow]:
-        return list(self.files)
+    def tally(self) -> FileTally:
+        return tally_rows(self.files)
+
+    def paths(self, limit: int | None = None) -> Iterator[str]:
+        return iter(sorted(r[0] for r in self.files)[:limit])
 
     def write(self, journal: JournalWriter) -> Ready:
         return journal.ready([write_part(journal.location, 0, self.files)])
@@ -99,8 +110,11 @@ class LocalOrphans:
     def _rows(self, statuses: Sequence[str]) -> list[FileRow]:
         return [(path, key, ORPHAN, size) for status, path, key, size in self.found if status in statuses]
 
-    def rows(self, statuses: Sequence[str]) -> list[tuple[str, int]]:
-        return [(r[0], r[3]) for r in self._rows(statuses)]
+    def tally(self, statuses: Sequence[str]) -> FileTally:
+        return tally_rows(self._rows(statuses))
+
+    def paths(self, statuses: Sequence[str], limit: int | None = None) -> Iterator[str]:
+        return iter(sorted(r[0] for r in self._rows(statuses))[:limit])
 
     def write(self, journal: JournalWriter, statuses: Sequence[str]) -> Ready:
         return journal.ready([write_part(journal.location, 0, self._rows(statuses))])

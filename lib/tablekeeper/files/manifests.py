@@ -25,6 +25,7 @@ ENTRIES_PER_TASK = 40_000
 
 Seed = tuple[str | None, tuple[str, ...]]  # a snapshot's manifest list, or its embedded manifests (v1)
 Task = tuple[str, int, int]  # manifest, slice, slices
+ListedRow = tuple[str, str, str, int, int]  # path, key, kind, size, live entries (-1: unknown)
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def statistics_rows(meta: TableMetadata, snapshot_ids: Iterable[int], rules: Pat
     return [(path, rules.key(path), STATISTICS, int(size)) for sid, path, size in stats if sid in wanted]
 
 
-def snapshot_manifests(seed: Seed, rules: PathRules) -> Iterator[tuple[str, str, str, int, int]]:
+def snapshot_manifests(seed: Seed, rules: PathRules) -> Iterator[ListedRow]:
     """(path, key, kind, size, live entries) of a snapshot's list and each manifest it names."""
     manifest_list, embedded = seed
     if manifest_list is not None:
@@ -88,9 +89,7 @@ def snapshot_manifests(seed: Seed, rules: PathRules) -> Iterator[tuple[str, str,
         yield (path, rules.key(path), MANIFEST, 0, -1)
 
 
-def build_index(
-    stat_rows: Iterable[FileRow], found: Iterable[tuple[str, str, str, int, int]]
-) -> ManifestIndex:
+def build_index(stat_rows: Iterable[FileRow], found: Iterable[ListedRow]) -> ManifestIndex:
     rows: dict[tuple[str, str], FileRow] = {}
     for row in stat_rows:
         rows[(row[1], row[2])] = row

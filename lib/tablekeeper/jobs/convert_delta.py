@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -41,6 +41,7 @@ from tablekeeper.jobs.convert_executors import convert_on_executors
 from tablekeeper.jobs.convert_vacuum import expire_broken, vacuum_exposed
 from tablekeeper.jobs.convert_verify import Verifier, verify_rows
 from tablekeeper.jobs.convert_versions import (
+    DELTA_VERSION_SUMMARY,
     DISTRIBUTE_ABOVE,
     HISTORY_PROPERTY,
     JOB,
@@ -56,7 +57,7 @@ from tablekeeper.jobs.convert_versions import (
     evolve,
 )
 from tablekeeper.jobs.delta_files import target_state
-from tablekeeper.jobs.engines import delta_replay
+from tablekeeper.jobs.engines import delta_replay, replays_on_spark
 from tablekeeper.jobs.result import JobClock, JobResult
 from tablekeeper.jobs.staging import staged_run
 from tablekeeper.tables.delta import (
@@ -67,6 +68,7 @@ from tablekeeper.tables.delta import (
     normalise_root,
     readable_segment,
     segment_bytes,
+    touched_paths,
 )
 
 __all__ = [
@@ -173,7 +175,7 @@ def _converted_as_asked(meta: TableMetadata, options: ConvertDeltaOptions, oldes
         return False
     if options.history != "all":
         return True
-    versions = {s.summary.get("tablekeeper.delta-version") for s in meta.snapshots}
+    versions = {s.summary.get(DELTA_VERSION_SUMMARY) for s in meta.snapshots}
     latest = int(meta.properties[VERSION_PROPERTY])
     if meta.properties.get(HISTORY_PROPERTY) == "all":
         # Converted with all history: the versions below the oldest snapshot left were expired
@@ -193,13 +195,29 @@ def _states(
         yield from history(plan.root, start=start, end=plan.latest_version, replay=replay)
         return
     if plan.base_version is not None and not plan.resync:
+        assert plan.latest_segment is not None
+        if replays_on_spark(_replay_engine(options, spark), plan.latest_segment):
+            # Only what the new commits touch can differ: those files of both states come to
+            # the driver, not two whole states (a million files each).
+            io = FileIO.for_location(plan.root)
+            paths = touched_paths(io, plan.root, plan.base_version + 1, plan.latest_version)
+            replay = _replay(options, spark, paths)
+            for version in (plan.base_version, plan.latest_version):
+                yield load_snapshot(plan.root, version=version, replay=replay, io=io).restricted(paths)
+            return
         yield load_snapshot(plan.root, version=plan.base_version, replay=replay)
     yield load_snapshot(plan.root, version=plan.latest_version, replay=replay)
 
 
-def _replay(options: ConvertDeltaOptions, spark: SparkSession | None) -> Replay | None:
+def _replay_engine(options: ConvertDeltaOptions, spark: SparkSession | None) -> str:
     """Spark when asked for and there; else Spark only for logs too large for this process."""
-    return delta_replay("spark" if options.engine == "spark" and spark is not None else "auto", spark)
+    return "spark" if options.engine == "spark" and spark is not None else "auto"
+
+
+def _replay(
+    options: ConvertDeltaOptions, spark: SparkSession | None, paths: Sequence[str] | None = None
+) -> Replay | None:
+    return delta_replay(_replay_engine(options, spark), spark, paths)
 
 
 def _distributed_full(plan: ConvertPlan, options: ConvertDeltaOptions, spark: SparkSession | None) -> bool:
@@ -226,14 +244,15 @@ def execute_convert(
     metrics["resumed_journal"] = run.resumed
     if catalog.table_exists(options.target):
         # Also when nothing was converted: time alone moves Delta's removals past retention.
-        def state() -> DeltaSnapshot:
+        def state(paths: Sequence[str]) -> DeltaSnapshot:
             # A history replay's states hold one commit's removes; VACUUM needs them all.
             if latest is not None and options.history == "latest":
                 return latest
-            return load_snapshot(plan.root, version=plan.latest_version, replay=_replay(options, spark))
+            replay = _replay(options, spark, paths)
+            return load_snapshot(plan.root, version=plan.latest_version, replay=replay).restricted(paths)
 
         metrics["expired_for_vacuum"] = expire_broken(
-            catalog, options.target, state, int(time.time() * 1000), spark
+            catalog, options.target, plan.latest_version, state, int(time.time() * 1000), spark
         )
     return metrics
 
@@ -273,7 +292,8 @@ def _convert(
             commit_version(snap, diff, options, catalog, spark, totals, token, plan.log)
             if verifier is not None:
                 _verify(verifier, snap, catalog, options, spark, token)
-            previous, prev_version, latest = columns(snap.files), snap.version, snap
+            previous, prev_version = columns(snap.files), snap.version
+            latest = None if snap.partial else snap
     metrics: dict[str, object] = {
         "delta_version": plan.latest_version,
         "from_delta_version": plan.base_version,
@@ -342,7 +362,7 @@ def run_convert(
     snap = load_snapshot(plan.root, version=plan.latest_version)
     if catalog.table_exists(options.target):
         metrics["would_expire_for_vacuum"] = vacuum_exposed(
-            catalog.require(options.target), snap, int(time.time() * 1000)
+            catalog.require(options.target), plan.latest_version, snap, int(time.time() * 1000)
         )
     if plan.versions:
         without_dv = snap.files.column("dv_id").null_count

@@ -11,7 +11,7 @@ snapshots and expires them, metadata only: only their manifests and lists go, ne
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tablekeeper.catalog.base import Catalog, LoadedTable
@@ -22,6 +22,7 @@ from tablekeeper.files.manifests import read
 from tablekeeper.iceberg.manifest import read_manifest_list
 from tablekeeper.iceberg.reachable import DATA_FILE, live_files
 from tablekeeper.io import FileIO
+from tablekeeper.jobs.convert_versions import DELTA_VERSION_SUMMARY
 from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
 
 log = logging.getLogger(__name__)
@@ -30,42 +31,58 @@ log = logging.getLogger(__name__)
 _NOTHING_BY_AGE = "1970-01-01T00:00:00Z"
 
 
-def broken_snapshots(table: LoadedTable, delta: DeltaSnapshot, now_ms: int) -> dict[int, str]:
+def broken_snapshots(
+    table: LoadedTable, delta_version: int, delta: Callable[[Sequence[str]], DeltaSnapshot], now_ms: int
+) -> dict[int, str]:
     """Snapshots (other than the current one and those refs name) referencing a data file Delta
     no longer has live and whose removal VACUUM may act on, or that is already gone (a VACUUM run
-    with a shorter retention than the table's): id -> one such file."""
-    live = set(delta.files.column("absolute_path").to_pylist())
-    removed_at = dict(
-        zip(
-            delta.tombstones.column("absolute_path").to_pylist(),
-            delta.tombstones.column("deletion_timestamp").to_pylist(),
-            strict=True,
-        )
-    )
-    retention = interval_hours(delta.metadata.configuration.get(RETENTION_PROPERTY, DEFAULT_RETENTION))
-    horizon = now_ms - int(retention * 3_600_000)
+    with a shorter retention than the table's): id -> one such file.
 
+    ``delta(paths)`` gives the Delta state at ``delta_version`` holding at least those paths'
+    files and tombstones: only the files older snapshots reference are asked about."""
     meta = table.metadata
     pinned = {ref.snapshot_id for ref in meta.refs.values()} | {meta.current_snapshot_id}
     others = [s for s in meta.snapshots if s.snapshot_id not in pinned and s.manifest_list]
+    if not others:
+        return {}
     lists = parallel_map(
         lambda s: read_manifest_list(read(s.manifest_list or ""), f"manifest list {s.manifest_list}"), others
     )
+    # A manifest the current snapshot lists holds only files live at its Delta version: when
+    # that is the version checked, none of its files is at risk, and it is not opened.
+    current = meta.current_snapshot()
+    safe: set[str] = set()
+    if (
+        current is not None
+        and current.manifest_list
+        and current.summary.get(DELTA_VERSION_SUMMARY) == str(delta_version)
+    ):
+        listed = read_manifest_list(read(current.manifest_list), f"manifest list {current.manifest_list}")
+        safe = {m.manifest_path for m in listed}
     files: dict[str, list[str]] = {}
-    wanted = sorted({m.manifest_path for ms in lists for m in ms if m.has_live_files()})
+    wanted = sorted({m.manifest_path for ms in lists for m in ms if m.has_live_files()} - safe)
     for path, found in zip(wanted, parallel_map(lambda p: live_files(read(p), p), wanted), strict=True):
         files[path] = [f.path for f in found if f.kind == DATA_FILE]
+    candidates = sorted({p for paths in files.values() for p in paths})
+    if not candidates:
+        return {}
+    state = delta(candidates)
+    live = set(state.files.column("absolute_path").to_pylist())
+    removed_at = dict(
+        zip(
+            state.tombstones.column("absolute_path").to_pylist(),
+            state.tombstones.column("deletion_timestamp").to_pylist(),
+            strict=True,
+        )
+    )
+    retention = interval_hours(state.metadata.configuration.get(RETENTION_PROPERTY, DEFAULT_RETENTION))
+    horizon = now_ms - int(retention * 3_600_000)
     # Removed within retention: VACUUM honouring the table's retention keeps them, one run with
     # a shorter RETAIN does not; only a file still there keeps its snapshots readable.
-    recent = sorted(
-        {
-            p
-            for paths in files.values()
-            for p in paths
-            if p not in live and removed_at.get(p) is not None and removed_at[p] >= horizon
-        }
-    )
-    data_io = FileIO.for_location(delta.root)
+    recent = [
+        p for p in candidates if p not in live and removed_at.get(p) is not None and removed_at[p] >= horizon
+    ]
+    data_io = FileIO.for_location(state.root)
     gone = {p for p, there in zip(recent, parallel_map(data_io.exists, recent), strict=True) if not there}
 
     def at_risk(path: str) -> bool:
@@ -84,22 +101,30 @@ def broken_snapshots(table: LoadedTable, delta: DeltaSnapshot, now_ms: int) -> d
     return broken
 
 
-def vacuum_exposed(table: LoadedTable, delta: DeltaSnapshot, now_ms: int) -> list[int] | None:
+def vacuum_exposed(
+    table: LoadedTable, delta_version: int, delta: DeltaSnapshot, now_ms: int
+) -> list[int] | None:
     """Dry run: the snapshots a run would expire for VACUUM."""
     if len(table.metadata.snapshots) < 2:
         return None
-    return sorted(broken_snapshots(table, delta, now_ms)) or None
+    return sorted(broken_snapshots(table, delta_version, lambda _: delta, now_ms)) or None
 
 
 def expire_broken(
-    catalog: Catalog, target: str, delta: Callable[[], DeltaSnapshot], now_ms: int, spark: Any = None
+    catalog: Catalog,
+    target: str,
+    delta_version: int,
+    delta: Callable[[Sequence[str]], DeltaSnapshot],
+    now_ms: int,
+    spark: Any = None,
 ) -> dict[str, Any] | None:
     """Expire, metadata only, the target's snapshots VACUUM breaks; what it did, or None.
-    ``delta`` gives the newest Delta state (only loaded when there is history to check)."""
+    ``delta(paths)`` gives the newest Delta state, at least those paths' files and tombstones
+    (only loaded when there is history to check)."""
     table = catalog.require(target)
     if len(table.metadata.snapshots) < 2:
         return None
-    broken = broken_snapshots(table, delta(), now_ms)
+    broken = broken_snapshots(table, delta_version, delta, now_ms)
     if not broken:
         return None
     log.info("%d snapshots of %s reference files Delta may vacuum: expiring them", len(broken), target)
@@ -108,7 +133,7 @@ def expire_broken(
     )
     result = run_expire(options, catalog, target, spark)
     versions = {
-        s.snapshot_id: s.summary.get("tablekeeper.delta-version")
+        s.snapshot_id: s.summary.get(DELTA_VERSION_SUMMARY)
         for s in table.metadata.snapshots
         if s.snapshot_id in broken
     }

@@ -54,6 +54,9 @@ from tablekeeper.jobs.delta_files import WrittenDeletes, data_files, delete_file
 
 log = logging.getLogger(__name__)
 
+# The snapshot summary key naming the Delta version a snapshot holds.
+DELTA_VERSION_SUMMARY = "tablekeeper.delta-version"
+
 JOB = "convert-delta"
 SOURCE_PROPERTY = "tablekeeper.delta.source"
 VERSION_PROPERTY = "tablekeeper.delta.version"
@@ -252,7 +255,7 @@ def deletes_removed_on_failure(deletes: WrittenDeletes, location: str) -> Iterat
 
 def _summary(snap: DeltaSnapshot) -> dict[str, str]:
     summary = {
-        "tablekeeper.delta-version": str(snap.version),
+        DELTA_VERSION_SUMMARY: str(snap.version),
         "tablekeeper.delta-timestamp-ms": str(snap.timestamp_ms),
     }
     if snap.commit_info is not None and snap.commit_info.operation:

@@ -22,7 +22,7 @@ from tablekeeper.delta.values import (
 )
 from tablekeeper.errors import SafetyRefusal, TablekeeperError, UnsupportedFeatureError
 from tablekeeper.io import FileIO
-from tablekeeper.jobs.options import parse_older_than, write_file_list
+from tablekeeper.jobs.options import parse_older_than, report_files
 from tablekeeper.jobs.result import JobClock, JobResult
 
 RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
@@ -138,11 +138,11 @@ def run_vacuum(
             "bytes_freed": size,
             "orphan_file_location_sample": paths[:100],
         }
-    if file_list:
-        write_file_list(file_list, paths)
-        metrics["file_list"] = file_list
-    elif dry_run:
-        files = paths
+    if file_list or dry_run:
+        ordered = sorted(paths)
+        report = report_files(lambda limit: iter(ordered[:limit]), len(ordered), file_list)
+        metrics |= report.metrics
+        files = report.listed
     return clock.result("remove-orphans", path, dry_run=dry_run, metrics=metrics, files=files)
 
 

@@ -12,7 +12,7 @@ takes) the session and reuses the lists already read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, Union
 
 from tablekeeper.delta.segment import LogSegment
@@ -86,22 +86,30 @@ def choose_engine(
     return spark_engine(source, job, cache)
 
 
-def delta_replay(engine: str, source: SparkSource = None) -> Replay | None:
+def replays_on_spark(engine: str, segment: LogSegment) -> bool:
+    """Whether ``delta_replay(engine)`` hands this segment to Spark."""
+    return engine == "spark" or (engine == "auto" and segment_bytes(segment) > DELTA_SPARK_REPLAY_BYTES)
+
+
+def delta_replay(
+    engine: str, source: SparkSource = None, paths: Sequence[str] | None = None
+) -> Replay | None:
     """The replay ``tables.delta.load_snapshot`` takes: None (``pure``: this process), Spark
     (``spark``), or Spark for logs above ``DELTA_SPARK_REPLAY_BYTES`` (``auto``; without a
-    session one is started only then)."""
+    session one is started only then). With ``paths``, Spark brings back only those files'
+    actions (the pure path replays all: the caller keeps what it asked for)."""
     if engine not in DELTA_REPLAY_ENGINES:
         raise ConfigError(f"replay engine {engine!r} is not one of {', '.join(DELTA_REPLAY_ENGINES)}")
     if engine == "pure":
         return None
 
     def replay(root: str, segment: LogSegment) -> DeltaSnapshot | None:
-        if engine == "auto" and segment_bytes(segment) <= DELTA_SPARK_REPLAY_BYTES:
+        if not replays_on_spark(engine, segment):
             return None
         from tablekeeper.spark import get_spark
         from tablekeeper.spark.delta_replay import spark_replay
 
         session = spark_session(source, "delta replay") if source is not None else None
-        return spark_replay(session or get_spark("tablekeeper-delta-replay"), root, segment)
+        return spark_replay(session or get_spark("tablekeeper-delta-replay"), root, segment, paths)
 
     return replay

@@ -29,7 +29,7 @@ from typing import Any
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.transaction import Committer
-from tablekeeper.errors import CommitStateUnknown, SafetyRefusal, TablekeeperError
+from tablekeeper.errors import CommitStateUnknown, ConfigError, SafetyRefusal, TablekeeperError
 from tablekeeper.files.engine import Engine, KeySet, MetadataOnly, failed, task_failure
 from tablekeeper.files.finish import finish_journals, metadata_files, pending_journals
 from tablekeeper.files.journal import JournalWriter
@@ -59,7 +59,7 @@ from tablekeeper.jobs.context import (
     positive,
 )
 from tablekeeper.jobs.engines import SparkSource, check_engine, choose_engine
-from tablekeeper.jobs.options import parse_older_than, write_file_list
+from tablekeeper.jobs.options import parse_older_than, report_files
 from tablekeeper.jobs.result import JobClock, JobResult
 
 log = logging.getLogger(__name__)
@@ -274,13 +274,12 @@ def preview(table: LoadedTable, now: int, spark: SparkSource = None) -> ExpirePr
     rules = PathRules()
     engine = choose_engine(options.engine, meta, spark, JOB, rules, IndexCache())
     plan, kept_ids, _, doomed = _plan(table, policy, options, engine, rules, now)
+    found = doomed.tally()
     counts: dict[str, int] = {}
-    size = 0
-    for _, _, kind, length in doomed.rows():
+    for kind, n in found.counts.items():
         name = METRIC_BY_KIND.get(kind, kind)
-        counts[name] = counts.get(name, 0) + 1
-        size += length
-    return ExpirePreview(len(plan.expired_snapshot_ids), len(kept_ids), counts, size)
+        counts[name] = counts.get(name, 0) + n
+    return ExpirePreview(len(plan.expired_snapshot_ids), len(kept_ids), counts, found.bytes)
 
 
 def _dry_run(
@@ -295,28 +294,21 @@ def _dry_run(
 ) -> JobResult:
     try:
         plan, _, _, doomed = _plan(table, policy, options, engine, rules, now)
-        rows = doomed.rows()
+        found = doomed.tally()
+        report = report_files(doomed.paths, found.files, options.file_list)
+    except ConfigError:
+        raise
     except Exception as err:
         raise failed(err, f"{JOB} {identifier}: nothing would be deleted safely") from err
-    counts: dict[str, int] = {}
-    for _, _, kind, _ in rows:
-        counts[kind] = counts.get(kind, 0) + 1
-    metrics = _metrics(plan, counts) | {
-        "bytes_to_free": sum(r[3] for r in rows),
-        "engine": engine.name,
-        "metadata_only": options.metadata_only,
-    }
+    metrics = (
+        _metrics(plan, dict(found.counts))
+        | {"bytes_to_free": found.bytes, "engine": engine.name, "metadata_only": options.metadata_only}
+        | report.metrics
+    )
     journals = pending_journals(table.io, table.metadata.location)
     if journals:
         metrics["journals_to_finish"] = journals
-    paths = sorted(r[0] for r in rows)
-    files: list[str] | None = None
-    if options.file_list:
-        write_file_list(options.file_list, paths)
-        metrics["file_list"] = options.file_list
-    else:
-        files = paths
-    return clock.result(JOB, identifier, dry_run=True, metrics=metrics, files=files)
+    return clock.result(JOB, identifier, dry_run=True, metrics=metrics, files=report.listed)
 
 
 def _execute(

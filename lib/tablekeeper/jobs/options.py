@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tablekeeper.errors import ConfigError
 from tablekeeper.jobs.result import EPOCH
+
+log = logging.getLogger(__name__)
+
+# Locations a dry run's JSON lists at most; --file-list takes any number (streamed to the file).
+LISTED_FILES = 10_000
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d|w)\s*$", re.IGNORECASE)
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
@@ -38,12 +44,38 @@ def parse_older_than(text: str, now_ms: int) -> int:
     return (parsed - EPOCH) // dt.timedelta(milliseconds=1)  # exact: float seconds can lose a ms
 
 
-def write_file_list(location: str, paths: Sequence[str]) -> None:
-    """The full list of a run's files, one per line (for runs too large for the JSON result)."""
+def write_file_list(location: str, paths: Iterable[str]) -> None:
+    """The full list of a run's files, one per line (for runs too large for the JSON result),
+    written as the paths come: a caller may stream more than fits in memory."""
     try:
-        Path(location).write_text("".join(f"{p}\n" for p in paths), encoding="utf-8")
+        with Path(location).open("w", encoding="utf-8") as out:
+            for path in paths:
+                out.write(f"{path}\n")
     except OSError as err:
         raise ConfigError(f"cannot write --file-list {location}: {err.strerror or err}") from err
+
+
+@dataclass(frozen=True)
+class FileReport:
+    """Where a run's file locations went: the JSON's ``files`` (``listed``) or ``--file-list``."""
+
+    metrics: dict[str, object]
+    listed: list[str] | None
+
+
+def report_files(
+    paths: Callable[[int | None], Iterator[str]], count: int, file_list: str | None
+) -> FileReport:
+    """Every location into ``file_list`` when given; else the first ``LISTED_FILES`` in sorted
+    order for the JSON, saying when there are more. ``paths(limit)`` yields them sorted."""
+    if file_list:
+        write_file_list(file_list, paths(None))
+        return FileReport({"file_list": file_list}, None)
+    listed = list(paths(LISTED_FILES))
+    if count <= len(listed):
+        return FileReport({}, listed)
+    log.warning("%d files: the result lists the first %d; --file-list takes them all", count, len(listed))
+    return FileReport({"files_truncated": True, "files_listed": len(listed)}, listed)
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)

@@ -45,7 +45,7 @@ from tablekeeper.jobs.context import (
 )
 from tablekeeper.jobs.engines import SparkSource, check_engine, choose_engine, spark_engine
 from tablekeeper.jobs.expire_snapshots import DRIVER_DELETE_THREADS, GC_ENABLED
-from tablekeeper.jobs.options import parse_older_than, write_file_list
+from tablekeeper.jobs.options import parse_older_than, report_files, write_file_list
 from tablekeeper.jobs.result import JobClock, JobResult
 
 log = logging.getLogger(__name__)
@@ -254,17 +254,15 @@ def _act(
         "prefix_mismatch_count": summary.mismatches,
     }
     if options.dry_run:
-        rows = found.rows(wanted)
-        paths = sorted(r[0] for r in rows)
-        metrics |= {"orphan_file_count": len(paths), "bytes_to_free": sum(int(r[1]) for r in rows)}
+        tally = found.tally(wanted)
+        metrics |= {"orphan_file_count": tally.files, "bytes_to_free": tally.bytes}
         journals = pending_journals(table.io, table.metadata.location)
         if journals:
             metrics["journals_to_finish"] = journals
-        if options.file_list:
-            write_file_list(options.file_list, paths)
-            metrics["file_list"] = options.file_list
-        else:
-            metrics["files"] = paths
+        report = report_files(lambda limit: found.paths(wanted, limit), tally.files, options.file_list)
+        metrics |= report.metrics
+        if report.listed is not None:
+            metrics["files"] = report.listed
         return metrics
     with JournalWriter.start(
         table.io,
@@ -295,7 +293,7 @@ def _act(
         if outcome.failures:
             metrics["failed_deletes"] = [f"{p}: {why}" for p, why in outcome.failures[:20]]
         if options.file_list:
-            write_file_list(options.file_list, sorted(p for p, _ in found.rows(wanted)))
+            write_file_list(options.file_list, found.paths(wanted))
             metrics["file_list"] = options.file_list
         return metrics
 

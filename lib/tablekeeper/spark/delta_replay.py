@@ -8,6 +8,7 @@ Arrow. Non-file actions are few and are applied with the pure code.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from urllib.parse import unquote
 
@@ -240,13 +241,21 @@ def spark_state(
     return SparkDeltaState(root, segment, state, winners)
 
 
-def spark_replay(spark: SparkSession, root: str, segment: LogSegment) -> DeltaSnapshot:
-    """Replay in Spark and bring the live files and tombstones to the driver as Arrow."""
+def spark_replay(
+    spark: SparkSession, root: str, segment: LogSegment, paths: Sequence[str] | None = None
+) -> DeltaSnapshot:
+    """Replay in Spark and bring the live files and tombstones to the driver as Arrow: all of
+    them, or only those of the given absolute ``paths`` (an incremental run needs no more than
+    what its commits touched, and a million-file state would not fit a small driver)."""
     replayed = spark_state(spark, root, segment)
     state = replayed.state
     assert state.protocol is not None and state.metadata is not None
     if replayed.winners is not None:
-        table = replayed.winners.toArrow()
+        winners = replayed.winners
+        if paths is not None:
+            wanted = spark.createDataFrame([(p,) for p in paths], "absolute_path string")
+            winners = winners.join(wanted.distinct(), "absolute_path", "left_semi")
+        table = winners.toArrow()
     else:
         table = pa.table({n: pa.array([], FILE_ACTIONS.field(n).type) for n in FILE_ACTIONS.names})
         table = table.append_column("absolute_path", pa.array([], pa.string())).append_column(

@@ -14,7 +14,7 @@ from pyspark import RDD, StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from tablekeeper.files.deletes import NOTHING, DeleteOutcome
-from tablekeeper.files.engine import KeySet, MetadataOnly
+from tablekeeper.files.engine import FileTally, KeySet, MetadataOnly, merge_tallies, tally_rows
 from tablekeeper.files.journal import JournalWriter, Ready, decode_rows, write_part
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.manifests import FileRow, ManifestIndex, read
@@ -34,6 +34,29 @@ from tablekeeper.spark.unreferenced import summarize, unreferenced
 SAMPLE = 100
 # Rows a journal part holds at most, roughly: parts are written by the tasks that hold the rows.
 ROWS_PER_PART = 200_000
+# Paths a sorted listing brings to the driver at once (one partition at a time).
+PATHS_PER_PART = 100_000
+
+
+def _tally_partition(rows: Iterable[Any]) -> Iterator[FileTally]:
+    yield tally_rows(rows)
+
+
+def tally(rows: RDD[Any]) -> FileTally:
+    """Counts by kind and bytes of rows (path, key, kind, size), summed on the executors."""
+    return merge_tallies(rows.mapPartitions(_tally_partition).collect())
+
+
+def sorted_paths(rows: RDD[Any], count: int, limit: int | None) -> Iterator[str]:
+    """The rows' paths in sorted order: the first ``limit`` (each task keeps its own first), or
+    all of them sorted on the executors and brought over one partition at a time."""
+    paths = rows.map(lambda r: r[0])
+    if limit is not None:
+        return iter(paths.takeOrdered(limit) if limit > 0 and count > 0 else [])
+    if count == 0:
+        return iter([])
+    parts = max(1, -(-count // PATHS_PER_PART))
+    return paths.sortBy(lambda p: p, numPartitions=parts).toLocalIterator()
 
 
 def _write_parts(rows: RDD[Any], journal: JournalWriter, parallelism: int) -> Ready:
@@ -54,6 +77,8 @@ class SparkDoomed:
         self.spark = spark
         self.files = files
         self.only = only
+        self._held: RDD[Any] | None = None
+        self._tally: FileTally | None = None
 
     def _rdd(self) -> RDD[Any]:
         rdd = self.files.select("path", "key", "kind", "size").rdd.map(
@@ -61,8 +86,20 @@ class SparkDoomed:
         )
         return rdd.filter(self.only) if self.only is not None else rdd
 
-    def rows(self) -> list[FileRow]:
-        return list(self._rdd().collect())
+    def _kept(self) -> RDD[Any]:
+        # A dry run reads the set twice (its tally, then its paths): the second sees the first's.
+        if self._held is None:
+            self._held = self._rdd().persist(StorageLevel.MEMORY_AND_DISK)
+            self._held.localCheckpoint()
+        return self._held
+
+    def tally(self) -> FileTally:
+        if self._tally is None:
+            self._tally = tally(self._kept())
+        return self._tally
+
+    def paths(self, limit: int | None = None) -> Iterator[str]:
+        return sorted_paths(self._kept(), self.tally().files, limit)
 
     def write(self, journal: JournalWriter) -> Ready:
         return _write_parts(self._rdd(), journal, self.spark.sparkContext.defaultParallelism)
@@ -78,8 +115,11 @@ class SparkOrphans:
         wanted = tuple(statuses)
         return self.found.filter(lambda r: r[0] in wanted).map(lambda r: (r[1], r[2], ORPHAN, r[3]))
 
-    def rows(self, statuses: Sequence[str]) -> list[tuple[str, int]]:
-        return [(r[0], int(r[3])) for r in self._rows(statuses).collect()]
+    def tally(self, statuses: Sequence[str]) -> FileTally:
+        return tally(self._rows(statuses))
+
+    def paths(self, statuses: Sequence[str], limit: int | None = None) -> Iterator[str]:
+        return sorted_paths(self._rows(statuses), self.tally(statuses).files, limit)
 
     def write(self, journal: JournalWriter, statuses: Sequence[str]) -> Ready:
         return _write_parts(self._rows(statuses), journal, self.spark.sparkContext.defaultParallelism)

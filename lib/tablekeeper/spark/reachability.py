@@ -24,7 +24,9 @@ from tablekeeper.files.deletes import DeleteOutcome, delete_rows
 from tablekeeper.files.engine import task_failure
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.manifests import (
+    ListedRow,
     ManifestIndex,
+    Seed,
     Task,
     build_index,
     entry_keys,
@@ -45,6 +47,7 @@ __all__ = [
     "ReachableKeys",
     "delete_files",
     "index_manifests",
+    "listed_files",
     "reachable_files",
     "reachable_keys",
     "task_failure",
@@ -75,15 +78,26 @@ def index_manifests(
     wanted = seeds(meta, ids)
     known = cache.found if cache is not None else {}
     missing = [s for s in wanted if s not in known]
-    found: list[tuple[str, str, str, int, int]] = [r for s in wanted if s in known for r in known[s]]
+    found: list[ListedRow] = [r for s in wanted if s in known for r in known[s]]
     if missing:
-        sc = spark.sparkContext
-        # One round of tasks: a Python task costs a few hundred milliseconds to start.
-        slices = max(1, min(len(missing), sc.defaultParallelism))
-        found += (
-            sc.parallelize(missing, slices).flatMap(lambda seed: snapshot_manifests(seed, rules)).collect()
-        )
+        found += listed_files(spark, missing, rules).collect()
     return build_index(statistics_rows(meta, ids, rules), found)
+
+
+def listed_files(spark: SparkSession, wanted: list[Seed], rules: PathRules) -> RDD[ListedRow]:
+    """The snapshots' lists and the manifests they name, read by executor tasks: one row per
+    distinct file. Snapshots share most manifests (an append-only table's n-th lists n), so
+    rows per listing would bring snapshots x manifests rows to the driver."""
+    sc = spark.sparkContext
+    # One round of tasks: a Python task costs a few hundred milliseconds to start.
+    slices = max(1, min(len(wanted), sc.defaultParallelism))
+    listed = sc.parallelize(wanted, slices).flatMap(lambda seed: snapshot_manifests(seed, rules))
+    return listed.keyBy(lambda r: (r[1], r[2])).reduceByKey(same_listing, slices).values()
+
+
+def same_listing(a: ListedRow, b: ListedRow) -> ListedRow:
+    """Two lists' rows for one file: its live count only when they agree (as ``build_index``)."""
+    return a if a[4] == b[4] else (a[0], a[1], a[2], a[3], -1)
 
 
 def _manifest_entries(task: Task, rules: PathRules) -> Iterator[tuple[Any, ...]]:

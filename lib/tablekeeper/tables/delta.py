@@ -22,6 +22,7 @@ from tablekeeper.delta.replay import (
     CommitActions,
     NonFileState,
     UnreadableCheckpoint,
+    absolute_paths,
     checkpoint_file_actions,
     checkpoint_non_file_actions,
     iter_parquet,
@@ -387,6 +388,25 @@ def advance(io: FileIO, snapshot: DeltaSnapshot, timestamp_ms: int) -> DeltaSnap
         commit_info=state.commit_infos.get(version),
         checkpoint_version=None,
     )
+
+
+def touched_paths(io: FileIO, root: str, first: int, last: int) -> list[str]:
+    """The absolute paths every add and remove of commits ``first``..``last`` names: all that
+    can differ between the states before ``first`` and at ``last``."""
+    actions = CommitActions()
+    state = NonFileState()
+    order = 0
+    for version in range(first, last + 1):
+        try:
+            data = io.read(f"{root}/{LOG_DIR}/{commit_name(version)}")
+        except FileNotFound:
+            raise CorruptMetadataError(
+                f"{root}: commit {version} disappeared while converting (log cleanup?): re-run"
+            ) from None
+        order = parse_commit(version, data, actions, state, order)
+    if not len(actions):
+        return []
+    return sorted(set(absolute_paths(actions.table().column("path"), root).to_pylist()))
 
 
 def history(

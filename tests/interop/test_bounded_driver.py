@@ -1,0 +1,125 @@
+"""What the maintenance jobs bring to the driver stays bounded by distinct files, not by their
+history: one row per distinct manifest from the manifest lists, and dry runs that count on the
+executors, list at most ``LISTED_FILES`` locations in the JSON and stream the rest to
+``--file-list`` in sorted order."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import tablekeeper.jobs.options as job_options
+import tablekeeper.spark.maintenance as spark_maintenance
+from tablekeeper.catalog import catalog_for
+from tablekeeper.files.local import IndexCache
+from tablekeeper.files.manifests import seeds
+from tablekeeper.files.rules import PathRules
+from tablekeeper.iceberg.reachable import MANIFEST, MANIFEST_LIST
+from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
+from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
+from tablekeeper.spark.reachability import index_manifests, listed_files
+from tests.conftest import FS_CATALOG
+from tests.interop.test_expire_snapshots import _build, _files
+from tests.interop.test_remove_orphans import _age, _plant
+
+pytestmark = pytest.mark.spark
+
+APPENDS = 8
+
+
+def test_manifest_lists_bring_one_row_per_distinct_file(spark, catalogs) -> None:  # type: ignore[no-untyped-def]
+    table = f"{FS_CATALOG}.db.bounded_index"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT) USING iceberg "
+        "TBLPROPERTIES ('format-version'='2', 'commit.manifest-merge.enabled'='false')"
+    )
+    for i in range(APPENDS):
+        spark.sql(f"INSERT INTO {table} VALUES ({i})")
+    meta = catalog_for(catalogs.get(FS_CATALOG)).require("db.bounded_index").metadata
+    rules = PathRules()
+    ids = [s.snapshot_id for s in meta.snapshots]
+    # The n-th snapshot lists n manifests: 36 listings of 8 manifests, plus 8 lists.
+    rows = listed_files(spark, seeds(meta, ids), rules).collect()
+    kinds = sorted(r[2] for r in rows)
+    assert kinds == sorted([MANIFEST] * APPENDS + [MANIFEST_LIST] * APPENDS)
+    assert len({(r[1], r[2]) for r in rows}) == len(rows)
+    assert all(r[4] == 1 for r in rows if r[2] == MANIFEST)  # every list agrees: one live file
+    on_executors = index_manifests(spark, meta, ids, rules)
+    on_driver = IndexCache().index(meta, ids, rules)
+    assert sorted(on_executors.rows) == sorted(on_driver.rows)
+    assert sorted(on_executors.manifests) == sorted(on_driver.manifests)
+
+
+@pytest.mark.parametrize("engine", ["driver", "spark"])
+def test_expire_dry_run_lists_at_most_the_cap_and_streams_the_file_list(  # type: ignore[no-untyped-def]
+    spark, catalogs, warehouse: Path, tmp_path: Path, monkeypatch, engine: str
+) -> None:
+    name = f"bounded_expire_{engine}"
+    _build(spark, name, 2)
+    root = warehouse / "files" / "db" / name
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    monkeypatch.setattr(job_options, "LISTED_FILES", 3)
+    monkeypatch.setattr(spark_maintenance, "PATHS_PER_PART", 2)  # several partitions, streamed in order
+    base = ExpireSnapshotsOptions(
+        table=f"db.{name}", older_than=str(int(time.time() * 1000)), retain_last=1, engine=engine
+    )
+    before = _files(root)
+    capped = run_expire(
+        ExpireSnapshotsOptions(**{**base.__dict__, "dry_run": True}), catalog, f"db.{name}", spark
+    )
+    listing = tmp_path / "expire.txt"
+    full = run_expire(
+        ExpireSnapshotsOptions(**{**base.__dict__, "dry_run": True, "file_list": str(listing)}),
+        catalog,
+        f"db.{name}",
+        spark,
+    )
+    assert _files(root) == before
+    paths = listing.read_text().splitlines()
+    assert paths == sorted(paths) and len(paths) > 3
+    assert capped.files == paths[:3] and full.files is None
+    assert capped.metrics["files_truncated"] is True and capped.metrics["files_listed"] == 3
+    counted = sum(v for k, v in capped.metrics.items() if k.startswith("deleted_") and k.endswith("_count"))
+    assert counted == len(paths)
+    assert capped.metrics["bytes_to_free"] == sum(Path(p.removeprefix("file:")).stat().st_size for p in paths)
+    run_expire(base, catalog, f"db.{name}", spark)
+    assert before - _files(root) == {p.removeprefix("file:") for p in paths}
+
+
+@pytest.mark.parametrize("engine", ["driver", "spark"])
+def test_orphans_dry_run_lists_at_most_the_cap_and_streams_the_file_list(  # type: ignore[no-untyped-def]
+    spark, catalogs, warehouse: Path, tmp_path: Path, monkeypatch, engine: str
+) -> None:
+    name = f"bounded_orphans_{engine}"
+    _build(spark, name, 2)
+    root = warehouse / "files" / "db" / name
+    _age(root, 5)
+    planted = {str(_plant(root / "data" / f"cat=a/lost-{i:02d}.parquet", 5, b"x" * i)) for i in range(7)}
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    monkeypatch.setattr(job_options, "LISTED_FILES", 3)
+    monkeypatch.setattr(spark_maintenance, "PATHS_PER_PART", 2)
+    base = RemoveOrphansOptions(table=f"db.{name}", engine=engine)
+    capped = run_orphans(
+        RemoveOrphansOptions(**{**base.__dict__, "dry_run": True}), catalog, f"db.{name}", spark
+    )
+    listing = tmp_path / "orphans.txt"
+    run_orphans(
+        RemoveOrphansOptions(**{**base.__dict__, "dry_run": True, "file_list": str(listing)}),
+        catalog,
+        f"db.{name}",
+        spark,
+    )
+    paths = listing.read_text().splitlines()
+    assert [p.removeprefix("file:") for p in paths] == sorted(planted)
+    assert capped.files == paths[:3]
+    assert capped.metrics["orphan_file_count"] == 7 and capped.metrics["files_truncated"] is True
+    assert capped.metrics["bytes_to_free"] == sum(range(7))
+    done = tmp_path / "deleted.txt"
+    real = run_orphans(
+        RemoveOrphansOptions(**{**base.__dict__, "file_list": str(done)}), catalog, f"db.{name}", spark
+    )
+    assert real.metrics["deleted_files_count"] == 7 and done.read_text().splitlines() == paths
+    assert not any(Path(p).exists() for p in planted)
