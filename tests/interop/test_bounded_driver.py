@@ -123,3 +123,50 @@ def test_orphans_dry_run_lists_at_most_the_cap_and_streams_the_file_list(  # typ
     )
     assert real.metrics["deleted_files_count"] == 7 and done.read_text().splitlines() == paths
     assert not any(Path(p).exists() for p in planted)
+
+
+def test_vacuum_check_on_executors_brings_only_files_the_current_snapshot_lacks(  # type: ignore[no-untyped-def]
+    spark, catalogs, tmp_path: Path, monkeypatch
+) -> None:
+    """A converted history whose old manifest holds four files, one of them since removed by Delta
+    (past a zero retention): the executors compare the old manifest with the current snapshot's,
+    so the one removed file alone reaches the driver, and the same snapshot is found at risk as
+    when the driver reads every file."""
+    import tablekeeper.jobs.convert_vacuum as vacuum
+    from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
+    from tablekeeper.spark.reachability import unlisted_data_files
+    from tablekeeper.tables.delta import load_snapshot
+    from tests.conftest import SQL_CATALOG
+
+    source = tmp_path / "vac"
+    spark.range(0, 40).repartition(4).write.format("delta").option(
+        "delta.deletedFileRetentionDuration", "interval 0 seconds"
+    ).save(str(source))  # v0: four files
+    spark.sql(f"DELETE FROM delta.`{source}` WHERE id = 0")  # v1: one file rewritten
+    catalog = catalog_for(catalogs.get(SQL_CATALOG))
+    target = "bounded.vacuum_check"
+    options = ConvertDeltaOptions(source=str(source), target=target, history="all", format_version=2)
+    import tablekeeper.jobs.convert_delta as convert_module
+
+    monkeypatch.setattr(convert_module, "expire_broken", lambda *a, **k: None)  # keep the history
+    run_convert(options, catalog)
+    monkeypatch.undo()
+    table = catalog.require(target)
+    assert len(table.metadata.snapshots) == 2
+    delta = load_snapshot(str(source))
+    removed = set(delta.tombstones.column("absolute_path").to_pylist())
+    assert len(removed) == 1
+
+    on_driver = vacuum.broken_snapshots(table, 1, lambda paths: delta, int(time.time() * 1000) + 1)
+    asked: list[list[str]] = []
+
+    def lookup(paths):  # type: ignore[no-untyped-def]
+        asked.append(list(paths))
+        return delta.restricted(paths)
+
+    monkeypatch.setattr(vacuum, "DRIVER_MAX_FILES", 0)
+    on_executors = vacuum.broken_snapshots(table, 1, lookup, int(time.time() * 1000) + 1, spark)
+    first = next(s for s in table.metadata.snapshots if s.snapshot_id != table.metadata.current_snapshot_id)
+    assert on_driver == on_executors == {first.snapshot_id: next(iter(removed))}
+    assert asked == [sorted(removed)]
+    assert [p for p, _ in unlisted_data_files(spark, [], [])] == []

@@ -17,8 +17,10 @@ from typing import Any
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.values import DEFAULT_RETENTION, RETENTION_PROPERTY, interval_hours
+from tablekeeper.files.engine import DRIVER_MAX_FILES
 from tablekeeper.files.local import parallel_map
 from tablekeeper.files.manifests import read
+from tablekeeper.iceberg.content import ManifestFile
 from tablekeeper.iceberg.manifest import read_manifest_list
 from tablekeeper.iceberg.reachable import DATA_FILE, live_files
 from tablekeeper.io import FileIO
@@ -32,7 +34,11 @@ _NOTHING_BY_AGE = "1970-01-01T00:00:00Z"
 
 
 def broken_snapshots(
-    table: LoadedTable, delta_version: int, delta: Callable[[Sequence[str]], DeltaSnapshot], now_ms: int
+    table: LoadedTable,
+    delta_version: int,
+    delta: Callable[[Sequence[str]], DeltaSnapshot],
+    now_ms: int,
+    spark: Any = None,
 ) -> dict[int, str]:
     """Snapshots (other than the current one and those refs name) referencing a data file Delta
     no longer has live and whose removal VACUUM may act on, or that is already gone (a VACUUM run
@@ -51,18 +57,32 @@ def broken_snapshots(
     # A manifest the current snapshot lists holds only files live at its Delta version: when
     # that is the version checked, none of its files is at risk, and it is not opened.
     current = meta.current_snapshot()
-    safe: set[str] = set()
+    current_manifests: dict[str, int] = {}
     if (
         current is not None
         and current.manifest_list
         and current.summary.get(DELTA_VERSION_SUMMARY) == str(delta_version)
     ):
         listed = read_manifest_list(read(current.manifest_list), f"manifest list {current.manifest_list}")
-        safe = {m.manifest_path for m in listed}
+        current_manifests = {m.manifest_path: _live(m) for m in listed}
+    wanted = {
+        m.manifest_path: _live(m)
+        for ms in lists
+        for m in ms
+        if m.has_live_files() and m.manifest_path not in current_manifests
+    }
     files: dict[str, list[str]] = {}
-    wanted = sorted({m.manifest_path for ms in lists for m in ms if m.has_live_files()} - safe)
-    for path, found in zip(wanted, parallel_map(lambda p: live_files(read(p), p), wanted), strict=True):
-        files[path] = [f.path for f in found if f.kind == DATA_FILE]
+    if spark is not None and current_manifests and sum(max(n, 1) for n in wanted.values()) > DRIVER_MAX_FILES:
+        from tablekeeper.spark.reachability import unlisted_data_files
+
+        # Old manifests hold the current files too (a delete rewrites every manifest it touches):
+        # only their files the current snapshot lacks can be at risk, and only those come here.
+        for path, manifest in unlisted_data_files(spark, wanted.items(), current_manifests.items()):
+            files.setdefault(str(manifest), []).append(path)
+    else:
+        names = sorted(wanted)
+        for path, found in zip(names, parallel_map(lambda p: live_files(read(p), p), names), strict=True):
+            files[path] = [f.path for f in found if f.kind == DATA_FILE]
     candidates = sorted({p for paths in files.values() for p in paths})
     if not candidates:
         return {}
@@ -101,6 +121,11 @@ def broken_snapshots(
     return broken
 
 
+def _live(manifest: ManifestFile) -> int:
+    added, existing = manifest.added_files_count, manifest.existing_files_count
+    return -1 if added is None or existing is None else int(added) + int(existing)
+
+
 def vacuum_exposed(
     table: LoadedTable, delta_version: int, delta: DeltaSnapshot, now_ms: int
 ) -> list[int] | None:
@@ -124,7 +149,7 @@ def expire_broken(
     table = catalog.require(target)
     if len(table.metadata.snapshots) < 2:
         return None
-    broken = broken_snapshots(table, delta_version, delta, now_ms)
+    broken = broken_snapshots(table, delta_version, delta, now_ms, spark)
     if not broken:
         return None
     log.info("%d snapshots of %s reference files Delta may vacuum: expiring them", len(broken), target)

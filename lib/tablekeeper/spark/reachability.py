@@ -24,6 +24,7 @@ from tablekeeper.files.deletes import DeleteOutcome, delete_rows
 from tablekeeper.files.engine import task_failure
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.manifests import (
+    ENTRIES_PER_TASK,
     ListedRow,
     ManifestIndex,
     Seed,
@@ -31,6 +32,7 @@ from tablekeeper.files.manifests import (
     build_index,
     entry_keys,
     entry_rows,
+    read,
     seeds,
     snapshot_manifests,
     statistics_rows,
@@ -38,6 +40,7 @@ from tablekeeper.files.manifests import (
 )
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.iceberg.reachable import DATA_FILE, live_files
 
 __all__ = [
     "FILES_SCHEMA",
@@ -51,6 +54,7 @@ __all__ = [
     "reachable_files",
     "reachable_keys",
     "task_failure",
+    "unlisted_data_files",
 ]
 
 log = logging.getLogger(__name__)
@@ -174,3 +178,41 @@ def delete_files(files: DataFrame | RDD[Any], max_concurrent: int) -> DeleteOutc
         rdd = files.repartition(parts).rdd if isinstance(files, DataFrame) else files.repartition(parts)
     kill = faults.remote_kill("delete.mid")
     return DeleteOutcome.merge(rdd.mapPartitions(lambda rows: _delete_partition(rows, kill)).collect())
+
+
+def _live_data(task: Task, with_manifest: bool) -> Iterator[tuple[str, str | None]]:
+    path, part, parts = task
+    with no_cycle_collection():
+        rows = [
+            (f.path, path if with_manifest else None)
+            for f in live_files(read(path), path, part, parts)
+            if f.kind == DATA_FILE
+        ]
+    return iter(rows)
+
+
+def _slices(manifests: Iterable[tuple[str, int]], parallelism: int) -> list[Task]:
+    out: list[Task] = []
+    for path, live in manifests:
+        parts = max(1, min(-(-live // ENTRIES_PER_TASK), parallelism))
+        out.extend((path, part, parts) for part in range(parts))
+    return out
+
+
+def unlisted_data_files(
+    spark: SparkSession, manifests: Iterable[tuple[str, int]], kept: Iterable[tuple[str, int]]
+) -> list[tuple[str, str | None]]:
+    """(data file, manifest) for the live data files of ``manifests`` ((path, live entries))
+    that no ``kept`` manifest lists: both sides are read by executor tasks and compared in a
+    shuffle, so only the files ``kept`` lacks reach the driver. Unreadable manifests fail."""
+    sc = spark.sparkContext
+    n = sc.defaultParallelism
+    old_tasks = _slices(manifests, n)
+    if not old_tasks:
+        return []
+    old = sc.parallelize(old_tasks, min(len(old_tasks), n)).flatMap(lambda t: _live_data(t, True))
+    kept_tasks = _slices(kept, n)
+    if kept_tasks:
+        cur = sc.parallelize(kept_tasks, min(len(kept_tasks), n)).flatMap(lambda t: _live_data(t, False))
+        old = old.subtractByKey(cur, n)
+    return old.collect()
