@@ -6,6 +6,8 @@ executors, list at most ``LISTED_FILES`` locations in the JSON and stream the re
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,15 @@ from tests.interop.test_remove_orphans import _age, _plant
 pytestmark = pytest.mark.spark
 
 APPENDS = 8
+
+
+@pytest.fixture
+def capped_listing(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Three paths in a dry run's JSON, and two per partition streamed to ``--file-list`` (so
+    the sorted listing spans several partitions)."""
+    monkeypatch.setattr(job_options, "LISTED_FILES", 3)
+    monkeypatch.setattr(spark_maintenance, "PATHS_PER_PART", 2)
+    yield
 
 
 def test_manifest_lists_bring_one_row_per_distinct_file(spark, catalogs) -> None:  # type: ignore[no-untyped-def]
@@ -55,24 +66,20 @@ def test_manifest_lists_bring_one_row_per_distinct_file(spark, catalogs) -> None
 
 @pytest.mark.parametrize("engine", ["driver", "spark"])
 def test_expire_dry_run_lists_at_most_the_cap_and_streams_the_file_list(  # type: ignore[no-untyped-def]
-    spark, catalogs, warehouse: Path, tmp_path: Path, monkeypatch, engine: str
+    spark, catalogs, warehouse: Path, tmp_path: Path, capped_listing: None, engine: str
 ) -> None:
     name = f"bounded_expire_{engine}"
     _build(spark, name, 2)
     root = warehouse / "files" / "db" / name
     catalog = catalog_for(catalogs.get(FS_CATALOG))
-    monkeypatch.setattr(job_options, "LISTED_FILES", 3)
-    monkeypatch.setattr(spark_maintenance, "PATHS_PER_PART", 2)  # several partitions, streamed in order
     base = ExpireSnapshotsOptions(
         table=f"db.{name}", older_than=str(int(time.time() * 1000)), retain_last=1, engine=engine
     )
     before = _files(root)
-    capped = run_expire(
-        ExpireSnapshotsOptions(**{**base.__dict__, "dry_run": True}), catalog, f"db.{name}", spark
-    )
+    capped = run_expire(replace(base, dry_run=True), catalog, f"db.{name}", spark)
     listing = tmp_path / "expire.txt"
     full = run_expire(
-        ExpireSnapshotsOptions(**{**base.__dict__, "dry_run": True, "file_list": str(listing)}),
+        replace(base, dry_run=True, file_list=str(listing)),
         catalog,
         f"db.{name}",
         spark,
@@ -91,7 +98,7 @@ def test_expire_dry_run_lists_at_most_the_cap_and_streams_the_file_list(  # type
 
 @pytest.mark.parametrize("engine", ["driver", "spark"])
 def test_orphans_dry_run_lists_at_most_the_cap_and_streams_the_file_list(  # type: ignore[no-untyped-def]
-    spark, catalogs, warehouse: Path, tmp_path: Path, monkeypatch, engine: str
+    spark, catalogs, warehouse: Path, tmp_path: Path, capped_listing: None, engine: str
 ) -> None:
     name = f"bounded_orphans_{engine}"
     _build(spark, name, 2)
@@ -99,15 +106,11 @@ def test_orphans_dry_run_lists_at_most_the_cap_and_streams_the_file_list(  # typ
     _age(root, 5)
     planted = {str(_plant(root / "data" / f"cat=a/lost-{i:02d}.parquet", 5, b"x" * i)) for i in range(7)}
     catalog = catalog_for(catalogs.get(FS_CATALOG))
-    monkeypatch.setattr(job_options, "LISTED_FILES", 3)
-    monkeypatch.setattr(spark_maintenance, "PATHS_PER_PART", 2)
     base = RemoveOrphansOptions(table=f"db.{name}", engine=engine)
-    capped = run_orphans(
-        RemoveOrphansOptions(**{**base.__dict__, "dry_run": True}), catalog, f"db.{name}", spark
-    )
+    capped = run_orphans(replace(base, dry_run=True), catalog, f"db.{name}", spark)
     listing = tmp_path / "orphans.txt"
     run_orphans(
-        RemoveOrphansOptions(**{**base.__dict__, "dry_run": True, "file_list": str(listing)}),
+        replace(base, dry_run=True, file_list=str(listing)),
         catalog,
         f"db.{name}",
         spark,
@@ -118,9 +121,7 @@ def test_orphans_dry_run_lists_at_most_the_cap_and_streams_the_file_list(  # typ
     assert capped.metrics["orphan_file_count"] == 7 and capped.metrics["files_truncated"] is True
     assert capped.metrics["bytes_to_free"] == sum(range(7))
     done = tmp_path / "deleted.txt"
-    real = run_orphans(
-        RemoveOrphansOptions(**{**base.__dict__, "file_list": str(done)}), catalog, f"db.{name}", spark
-    )
+    real = run_orphans(replace(base, file_list=str(done)), catalog, f"db.{name}", spark)
     assert real.metrics["deleted_files_count"] == 7 and done.read_text().splitlines() == paths
     assert not any(Path(p).exists() for p in planted)
 

@@ -70,6 +70,11 @@ def tally_rows(rows: Iterable[FileRow]) -> FileTally:
     return FileTally(counts, size)
 
 
+def first_sorted(paths: Iterable[str], limit: int | None) -> Iterator[str]:
+    """``paths`` in sorted order, the first ``limit`` of them: for sets already in memory."""
+    return iter(sorted(paths)[:limit])
+
+
 def merge_tallies(parts: Iterable[FileTally]) -> FileTally:
     counts: dict[str, int] = {}
     size = 0

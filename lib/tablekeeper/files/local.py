@@ -23,6 +23,7 @@ from tablekeeper.files.engine import (
     KeySet,
     ListingTooLarge,
     MetadataOnly,
+    first_sorted,
     tally_rows,
 )
 from tablekeeper.files.journal import JournalWriter, Ready, read_parts, write_part
@@ -96,7 +97,7 @@ class LocalDoomed:
         return tally_rows(self.files)
 
     def paths(self, limit: int | None = None) -> Iterator[str]:
-        return iter(sorted(r[0] for r in self.files)[:limit])
+        return first_sorted((r[0] for r in self.files), limit)
 
     def write(self, journal: JournalWriter) -> Ready:
         return journal.ready([write_part(journal.location, 0, self.files)])
@@ -114,7 +115,7 @@ class LocalOrphans:
         return tally_rows(self._rows(statuses))
 
     def paths(self, statuses: Sequence[str], limit: int | None = None) -> Iterator[str]:
-        return iter(sorted(r[0] for r in self._rows(statuses))[:limit])
+        return first_sorted((r[0] for r in self._rows(statuses)), limit)
 
     def write(self, journal: JournalWriter, statuses: Sequence[str]) -> Ready:
         return journal.ready([write_part(journal.location, 0, self._rows(statuses))])

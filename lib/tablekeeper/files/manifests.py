@@ -58,10 +58,16 @@ def read(location: str) -> bytes:
         raise CorruptMetadataError(f"{location} is missing: the table's metadata references it") from None
 
 
-def _live_count(m: ManifestFile) -> int:
+def live_count(m: ManifestFile) -> int:
+    """A manifest's live entries as its list counts them; -1 when the list does not say."""
     if m.added_files_count is None or m.existing_files_count is None:
         return -1
     return int(m.added_files_count) + int(m.existing_files_count)
+
+
+def agreed_count(seen: int, live: int) -> int:
+    """Two lists' live counts for one manifest: the count when they agree; else trust neither."""
+    return live if seen == live else -1
 
 
 def seeds(meta: TableMetadata, snapshot_ids: Iterable[int]) -> list[Seed]:
@@ -84,7 +90,7 @@ def snapshot_manifests(seed: Seed, rules: PathRules) -> Iterator[ListedRow]:
         yield (manifest_list, rules.key(manifest_list), MANIFEST_LIST, len(data), 0)
         for m in read_manifest_list(data, f"manifest list {manifest_list}"):
             path = m.manifest_path
-            yield (path, rules.key(path), MANIFEST, int(m.manifest_length), _live_count(m))
+            yield (path, rules.key(path), MANIFEST, int(m.manifest_length), live_count(m))
     for path in embedded:  # v1 snapshots without a list
         yield (path, rules.key(path), MANIFEST, 0, -1)
 
@@ -98,9 +104,7 @@ def build_index(stat_rows: Iterable[FileRow], found: Iterable[ListedRow]) -> Man
         rows.setdefault((key, kind), (path, key, kind, size))
         if kind == MANIFEST:
             seen = manifests.get(key)
-            # Lists disagreeing on a manifest's counts: trust neither.
-            count = live if seen is None or seen[2] == live else -1
-            manifests[key] = (path, key, count)
+            manifests[key] = (path, key, live if seen is None else agreed_count(seen[2], live))
     return ManifestIndex(tuple(rows.values()), tuple(manifests.values()))
 
 
@@ -127,10 +131,21 @@ def tasks(
     elsewhere. ``skip_empty`` trusts the lists' counts and leaves manifests without live entries
     unopened; only for sets where a missed file means keeping it, never for what must be kept.
     """
+    return manifest_tasks(
+        (
+            (path, live)
+            for path, key, live in index.manifests
+            if key not in skip_manifests and not (skip_empty and live == 0)
+        ),
+        parallelism,
+    )
+
+
+def manifest_tasks(manifests: Iterable[tuple[str, int]], parallelism: int) -> list[Task]:
+    """(manifest, slice, slices) for manifests given as (path, live entries, -1 if unknown):
+    large ones split so they spread over workers, and their slices first."""
     out: list[Task] = []
-    for path, key, live in index.manifests:
-        if key in skip_manifests or (skip_empty and live == 0):
-            continue
+    for path, live in manifests:
         parts = max(1, min(-(-live // ENTRIES_PER_TASK), parallelism))
         out.extend((path, part, parts) for part in range(parts))
     out.sort(key=lambda t: -t[2])

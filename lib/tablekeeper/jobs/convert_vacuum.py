@@ -19,8 +19,7 @@ from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.values import DEFAULT_RETENTION, RETENTION_PROPERTY, interval_hours
 from tablekeeper.files.engine import DRIVER_MAX_FILES
 from tablekeeper.files.local import parallel_map
-from tablekeeper.files.manifests import read
-from tablekeeper.iceberg.content import ManifestFile
+from tablekeeper.files.manifests import live_count, read
 from tablekeeper.iceberg.manifest import read_manifest_list
 from tablekeeper.iceberg.reachable import DATA_FILE, live_files
 from tablekeeper.io import FileIO
@@ -64,9 +63,9 @@ def broken_snapshots(
         and current.summary.get(DELTA_VERSION_SUMMARY) == str(delta_version)
     ):
         listed = read_manifest_list(read(current.manifest_list), f"manifest list {current.manifest_list}")
-        current_manifests = {m.manifest_path: _live(m) for m in listed}
+        current_manifests = {m.manifest_path: live_count(m) for m in listed}
     wanted = {
-        m.manifest_path: _live(m)
+        m.manifest_path: live_count(m)
         for ms in lists
         for m in ms
         if m.has_live_files() and m.manifest_path not in current_manifests
@@ -119,11 +118,6 @@ def broken_snapshots(
         if hit is not None:
             broken[snapshot.snapshot_id] = hit
     return broken
-
-
-def _live(manifest: ManifestFile) -> int:
-    added, existing = manifest.added_files_count, manifest.existing_files_count
-    return -1 if added is None or existing is None else int(added) + int(existing)
 
 
 def vacuum_exposed(

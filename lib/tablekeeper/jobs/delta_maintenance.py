@@ -21,6 +21,7 @@ from tablekeeper.delta.values import (
     interval_hours,
 )
 from tablekeeper.errors import SafetyRefusal, TablekeeperError, UnsupportedFeatureError
+from tablekeeper.files.engine import first_sorted
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.options import parse_older_than, report_files
 from tablekeeper.jobs.result import JobClock, JobResult
@@ -139,8 +140,7 @@ def run_vacuum(
             "orphan_file_location_sample": paths[:100],
         }
     if file_list or dry_run:
-        ordered = sorted(paths)
-        report = report_files(lambda limit: iter(ordered[:limit]), len(ordered), file_list)
+        report = report_files(lambda limit: first_sorted(paths, limit), len(paths), file_list)
         metrics |= report.metrics
         files = report.listed
     return clock.result("remove-orphans", path, dry_run=dry_run, metrics=metrics, files=files)

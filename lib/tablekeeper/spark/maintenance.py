@@ -110,13 +110,18 @@ class SparkOrphans:
         self.spark = spark
         self.found = found
         self.summary = summary
+        self._tallies: dict[tuple[str, ...], FileTally] = {}
 
     def _rows(self, statuses: Sequence[str]) -> RDD[Any]:
         wanted = tuple(statuses)
         return self.found.filter(lambda r: r[0] in wanted).map(lambda r: (r[1], r[2], ORPHAN, r[3]))
 
     def tally(self, statuses: Sequence[str]) -> FileTally:
-        return tally(self._rows(statuses))
+        # A dry run asks for the tally, then the paths (sized by it): one pass over the set.
+        wanted = tuple(statuses)
+        if wanted not in self._tallies:
+            self._tallies[wanted] = tally(self._rows(wanted))
+        return self._tallies[wanted]
 
     def paths(self, statuses: Sequence[str], limit: int | None = None) -> Iterator[str]:
         return sorted_paths(self._rows(statuses), self.tally(statuses).files, limit)

@@ -24,14 +24,15 @@ from tablekeeper.files.deletes import DeleteOutcome, delete_rows
 from tablekeeper.files.engine import task_failure
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.manifests import (
-    ENTRIES_PER_TASK,
     ListedRow,
     ManifestIndex,
     Seed,
     Task,
+    agreed_count,
     build_index,
     entry_keys,
     entry_rows,
+    manifest_tasks,
     read,
     seeds,
     snapshot_manifests,
@@ -100,8 +101,8 @@ def listed_files(spark: SparkSession, wanted: list[Seed], rules: PathRules) -> R
 
 
 def same_listing(a: ListedRow, b: ListedRow) -> ListedRow:
-    """Two lists' rows for one file: its live count only when they agree (as ``build_index``)."""
-    return a if a[4] == b[4] else (a[0], a[1], a[2], a[3], -1)
+    """Two lists' rows for one file, with the count ``build_index`` would keep."""
+    return (a[0], a[1], a[2], a[3], agreed_count(a[4], b[4]))
 
 
 def _manifest_entries(task: Task, rules: PathRules) -> Iterator[tuple[Any, ...]]:
@@ -191,14 +192,6 @@ def _live_data(task: Task, with_manifest: bool) -> Iterator[tuple[str, str | Non
     return iter(rows)
 
 
-def _slices(manifests: Iterable[tuple[str, int]], parallelism: int) -> list[Task]:
-    out: list[Task] = []
-    for path, live in manifests:
-        parts = max(1, min(-(-live // ENTRIES_PER_TASK), parallelism))
-        out.extend((path, part, parts) for part in range(parts))
-    return out
-
-
 def unlisted_data_files(
     spark: SparkSession, manifests: Iterable[tuple[str, int]], kept: Iterable[tuple[str, int]]
 ) -> list[tuple[str, str | None]]:
@@ -207,11 +200,11 @@ def unlisted_data_files(
     shuffle, so only the files ``kept`` lacks reach the driver. Unreadable manifests fail."""
     sc = spark.sparkContext
     n = sc.defaultParallelism
-    old_tasks = _slices(manifests, n)
+    old_tasks = manifest_tasks(manifests, n)
     if not old_tasks:
         return []
     old = sc.parallelize(old_tasks, min(len(old_tasks), n)).flatMap(lambda t: _live_data(t, True))
-    kept_tasks = _slices(kept, n)
+    kept_tasks = manifest_tasks(kept, n)
     if kept_tasks:
         cur = sc.parallelize(kept_tasks, min(len(kept_tasks), n)).flatMap(lambda t: _live_data(t, False))
         old = old.subtractByKey(cur, n)

@@ -348,18 +348,23 @@ def read_deletion_vector(io: FileIO, root: str, dv: DeletionVector) -> tuple[Roa
     return read_delta_dv(data, offset, dv.size_in_bytes, dv.cardinality)
 
 
+def _read_commit(io: FileIO, root: str, version: int) -> bytes:
+    """A commit the listing had: gone now means the log was cleaned up under the run."""
+    try:
+        return io.read(f"{root}/{LOG_DIR}/{commit_name(version)}")
+    except FileNotFound:
+        raise CorruptMetadataError(
+            f"{root}: commit {version} disappeared while converting (log cleanup?): re-run"
+        ) from None
+
+
 def advance(io: FileIO, snapshot: DeltaSnapshot, timestamp_ms: int) -> DeltaSnapshot:
     """The snapshot one version later, from this one's state and the next commit alone.
 
     Tombstones of the result are only the next commit's winning removes.
     """
     version = snapshot.version + 1
-    try:
-        data = io.read(f"{snapshot.root}/{LOG_DIR}/{commit_name(version)}")
-    except FileNotFound:
-        raise CorruptMetadataError(
-            f"{snapshot.root}: commit {version} disappeared while converting (log cleanup?): re-run"
-        ) from None
+    data = _read_commit(io, snapshot.root, version)
     state = NonFileState(
         protocol=snapshot.protocol,
         metadata=snapshot.metadata,
@@ -397,13 +402,7 @@ def touched_paths(io: FileIO, root: str, first: int, last: int) -> list[str]:
     state = NonFileState()
     order = 0
     for version in range(first, last + 1):
-        try:
-            data = io.read(f"{root}/{LOG_DIR}/{commit_name(version)}")
-        except FileNotFound:
-            raise CorruptMetadataError(
-                f"{root}: commit {version} disappeared while converting (log cleanup?): re-run"
-            ) from None
-        order = parse_commit(version, data, actions, state, order)
+        order = parse_commit(version, _read_commit(io, root, version), actions, state, order)
     if not len(actions):
         return []
     return sorted(set(absolute_paths(actions.table().column("path"), root).to_pylist()))
