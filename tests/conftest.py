@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,18 @@ from tests.support.rest_catalog_server import REST_WAREHOUSE, RestCatalogServer,
 # Engines turn timestamps into local datetimes; pin the zone so comparisons mean the same everywhere.
 os.environ["TZ"] = "UTC"
 time.tzset()
+
+# Spark copies every jar of the session into <local dir>/spark-*/userFiles (131 MB here) and removes
+# it only on a clean exit; the kill tests SIGKILL dozens of jobs, which filled the disk of a CI
+# machine. Every JVM of this run (the shared session, and job subprocesses, which inherit the
+# environment) keeps its scratch under one directory that the session removes at its end.
+SPARK_SCRATCH = Path(tempfile.mkdtemp(prefix="tablekeeper-tests-spark-"))
+os.environ["SPARK_LOCAL_DIRS"] = str(SPARK_SCRATCH)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(SPARK_SCRATCH, ignore_errors=True)
+
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared"

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -30,9 +32,12 @@ def run_job(
     args: list[str], phase: str | None = None, env: Mapping[str, str] | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess[str]:
     """``tablekeeper <args>``, killed at ``phase`` (None: not armed). Returns once every process
-    the run started is gone, so nothing it started still touches the table."""
+    the run started is gone, so nothing it started still touches the table, and its Spark scratch
+    (a killed JVM leaves its copies of the session's jars behind) is removed."""
     marker = uuid.uuid4().hex
-    full = {**os.environ, **(env or {}), MARKER_ENV: marker}
+    scratch = Path(os.environ.get("SPARK_LOCAL_DIRS") or tempfile.gettempdir()) / f"run-{marker}"
+    scratch.mkdir(parents=True)
+    full = {**os.environ, **(env or {}), MARKER_ENV: marker, "SPARK_LOCAL_DIRS": str(scratch)}
     full.pop(KILL_ENV, None)
     if phase is not None:
         full[KILL_ENV] = phase
@@ -46,6 +51,7 @@ def run_job(
         check=False,
     )
     wait_gone(marker)
+    shutil.rmtree(scratch, ignore_errors=True)
     return proc
 
 
