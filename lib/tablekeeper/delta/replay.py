@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -118,44 +119,112 @@ class NonFileState:
             self.checkpoint_metadata = dict(body)
 
 
+# Commit actions become Arrow in one pass per kind: pyarrow converts the JSON-shaped dicts to
+# structs itself; only the two string maps are laid out here (its own map conversion costs six
+# times the rest of the struct).
+_ADD_STRUCT = pa.struct(
+    [
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("modificationTime", pa.int64()),
+        ("dataChange", pa.bool_()),
+        ("stats", pa.string()),
+        ("deletionVector", DV_TYPE),
+        ("baseRowId", pa.int64()),
+        ("defaultRowCommitVersion", pa.int64()),
+        ("clusteringProvider", pa.string()),
+    ]
+)
+_REMOVE_STRUCT = pa.struct(
+    [
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("dataChange", pa.bool_()),
+        ("deletionVector", DV_TYPE),
+        ("baseRowId", pa.int64()),
+        ("defaultRowCommitVersion", pa.int64()),
+        ("deletionTimestamp", pa.int64()),
+    ]
+)
+
+
 class CommitActions:
-    """File actions of JSON commits, gathered column by column."""
+    """File actions of JSON commits, kept as parsed until ``table`` lays them out column-wise."""
 
     def __init__(self) -> None:
-        self.columns: dict[str, list[Any]] = {name: [] for name in FILE_ACTIONS.names}
+        self._bodies: dict[bool, list[Mapping[str, Any]]] = {True: [], False: []}
+        self._orders: dict[bool, list[int]] = {True: [], False: []}
 
     def __len__(self) -> int:
-        return len(self.columns["path"])
+        return len(self._orders[True]) + len(self._orders[False])
 
     def add(self, body: Mapping[str, Any], is_add: bool, order: int) -> None:
-        cols = self.columns
-        cols["path"].append(body["path"])
-        cols["is_add"].append(is_add)
-        cols["order"].append(order)
-        pv = body.get("partitionValues")
-        cols["partition_values"].append(None if pv is None else list(pv.items()))
-        cols["size"].append(body.get("size"))
-        cols["modification_time"].append(body.get("modificationTime"))
-        cols["data_change"].append(body.get("dataChange"))
-        cols["stats"].append(body.get("stats") if is_add else None)
-        tags = body.get("tags")
-        cols["tags"].append(None if tags is None or not is_add else list(tags.items()))
-        dv = body.get("deletionVector")
-        cols["dv"].append(
-            None
-            if dv is None
-            else {
-                k: dv.get(k)
-                for k in ("storageType", "pathOrInlineDv", "offset", "sizeInBytes", "cardinality")
-            }
-        )
-        cols["base_row_id"].append(body.get("baseRowId"))
-        cols["default_row_commit_version"].append(body.get("defaultRowCommitVersion"))
-        cols["deletion_timestamp"].append(None if is_add else body.get("deletionTimestamp"))
-        cols["clustering_provider"].append(body.get("clusteringProvider") if is_add else None)
+        self._bodies[is_add].append(body)
+        self._orders[is_add].append(order)
 
     def table(self) -> pa.Table:
-        return pa.table({n: pa.array(v, type=FILE_ACTIONS.field(n).type) for n, v in self.columns.items()})
+        """Adds, then removes, each in commit order (``order`` says which came first)."""
+        try:
+            parts = [self._part(is_add) for is_add in (True, False) if self._orders[is_add]]
+        except (pa.ArrowInvalid, pa.ArrowTypeError, AttributeError, TypeError) as err:
+            raise CorruptMetadataError(
+                f"a file action in the log has a malformed field ({err}): the log is corrupt"
+            ) from err
+        if not parts:
+            return FILE_ACTIONS.empty_table()
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+
+    def _part(self, is_add: bool) -> pa.Table:
+        bodies = self._bodies[is_add]
+        n = len(bodies)
+        struct = pa.array(bodies, type=_ADD_STRUCT if is_add else _REMOVE_STRUCT)
+
+        def field_or_null(name: str, target: pa.DataType) -> pa.Array:
+            index = struct.type.get_field_index(name)
+            return struct.field(index) if index >= 0 else pa.nulls(n, target)
+
+        columns = {
+            "path": struct.field("path"),
+            "is_add": pa.repeat(is_add, n),
+            "order": pa.array(self._orders[is_add], pa.int64()),
+            "partition_values": _string_map([b.get("partitionValues") for b in bodies]),
+            "size": struct.field("size"),
+            "modification_time": field_or_null("modificationTime", pa.int64()),
+            "data_change": struct.field("dataChange"),
+            "stats": field_or_null("stats", pa.string()),
+            "tags": _string_map([b.get("tags") for b in bodies]) if is_add else pa.nulls(n, STR_MAP),
+            "dv": struct.field("deletionVector"),
+            "base_row_id": struct.field("baseRowId"),
+            "default_row_commit_version": struct.field("defaultRowCommitVersion"),
+            "deletion_timestamp": field_or_null("deletionTimestamp", pa.int64()),
+            "clustering_provider": field_or_null("clusteringProvider", pa.string()),
+        }
+        return pa.table(columns, schema=FILE_ACTIONS)
+
+
+def _string_map(values: Sequence[Mapping[str, Any] | None]) -> pa.Array:
+    """JSON objects of strings (partition values, tags) as one Arrow map array; None is null."""
+    if all(v is None for v in values):
+        return pa.nulls(len(values), STR_MAP)
+    offsets = [0]
+    keys: list[Any] = []
+    items: list[Any] = []
+    mask = []
+    for value in values:
+        if value is None:
+            mask.append(True)
+        else:
+            items.extend(value.values())  # not a JSON object: AttributeError, a corrupt log
+            keys.extend(value)
+            mask.append(False)
+        offsets.append(len(keys))
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()),
+        pa.array(keys, pa.string()),
+        pa.array(items, pa.string()),
+        type=STR_MAP,
+        mask=pa.array(mask, pa.bool_()),
+    )
 
 
 def parse_commit(
@@ -234,7 +303,7 @@ def checkpoint_file_actions(table: pa.Table, first_order: int) -> pa.Table:
             source = next((k for k, v in mapping.items() if v == name), None)
             target = FILE_ACTIONS.field(name).type
             data[name] = _struct_child(rows, source, target, n) if source is not None else pa.nulls(n, target)
-        data["order"] = pa.array(range(first_order, first_order + n), pa.int64())
+        data["order"] = pa.array(np.arange(first_order, first_order + n, dtype=np.int64))
         first_order += n
         extra = {}
         if is_add:
@@ -304,13 +373,16 @@ def parse_json_checkpoint(data: bytes, state: NonFileState, first_order: int) ->
 def absolute_paths(paths: pa.ChunkedArray | pa.Array, root: str) -> pa.Array:
     """Paths made absolute under ``root`` and percent-decoded exactly once."""
     arr = paths.combine_chunks() if isinstance(paths, pa.ChunkedArray) else paths
-    # Absoluteness is decided on the path as written: an encoded ':' must not create a scheme.
-    absolute = pc.match_substring_regex(arr, r"^(/|[A-Za-z][A-Za-z0-9+.\-]*:)")
+    # Absoluteness is decided on the path as written: an encoded ':' must not create a scheme. Only
+    # a path with a ':' can have one, so the common relative log skips the regular expression.
+    if pc.any(pc.match_substring(arr, ":")).as_py():
+        absolute = pc.match_substring_regex(arr, r"^(/|[A-Za-z][A-Za-z0-9+.\-]*:)")
+    else:
+        absolute = pc.starts_with(arr, "/")
     encoded = pc.match_substring(arr, "%")
     if pc.any(encoded).as_py():
-        values = arr.to_pylist()
-        flags = encoded.to_pylist()
-        arr = pa.array([unquote(v) if f else v for v, f in zip(values, flags, strict=True)], pa.string())
+        decoded = [unquote(v) for v in arr.filter(encoded).to_pylist()]
+        arr = pc.replace_with_mask(arr, encoded, pa.array(decoded, pa.string()))
     prefix = root.rstrip("/") + "/"
     joined = pc.binary_join_element_wise(pa.scalar(prefix), arr, "")
     return pc.if_else(absolute, arr, joined)
@@ -318,6 +390,8 @@ def absolute_paths(paths: pa.ChunkedArray | pa.Array, root: str) -> pa.Array:
 
 def dv_unique_ids(dv: pa.ChunkedArray | pa.Array) -> pa.Array:
     arr = dv.combine_chunks() if isinstance(dv, pa.ChunkedArray) else dv
+    if arr.null_count == len(arr):
+        return pa.nulls(len(arr), pa.string())
     base = pc.binary_join_element_wise(
         pc.struct_field(arr, "storageType"), pc.struct_field(arr, "pathOrInlineDv"), ""
     )
@@ -326,32 +400,106 @@ def dv_unique_ids(dv: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pc.if_else(pc.is_null(offset), base, with_offset)
 
 
+def keyed(actions: pa.Table, root: str) -> pa.Table:
+    """File actions with their identity columns: ``absolute_path`` and ``dv_id``."""
+    if "absolute_path" not in actions.column_names:
+        actions = actions.append_column("absolute_path", absolute_paths(actions.column("path"), root))
+    if "dv_id" not in actions.column_names:
+        actions = actions.append_column("dv_id", dv_unique_ids(actions.column("dv")))
+    return actions
+
+
+def _flat(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+
+
+def _full_keys(table: pa.Table) -> pa.Array:
+    """One string per logical file: its path, then its DV id (or nothing) after a NUL no path
+    holds."""
+    dv_id = pc.fill_null(table.column("dv_id"), "")
+    return _flat(pc.binary_join_element_wise(table.column("absolute_path"), dv_id, "\x00"))
+
+
 @dataclass(frozen=True, eq=False)
 class Reconciled:
     files: pa.Table  # live adds: FILE_ACTIONS columns + absolute_path, dv_id (+ parsed stats if any)
     tombstones: pa.Table  # winning removes, same layout
 
 
-def reconcile(action_tables: Sequence[pa.Table], root: str) -> Reconciled:
-    tables = [t for t in action_tables if t.num_rows]
-    if not tables:
-        empty = FILE_ACTIONS.empty_table()
-        empty = empty.append_column("absolute_path", pa.array([], pa.string()))
-        empty = empty.append_column("dv_id", pa.array([], pa.string()))
+class Superseded:
+    """The logical files newer actions name: an older row of one of them lost to a newer action.
+
+    Paths are compared first (most older rows miss); only rows whose path a newer action names
+    are compared by their whole key."""
+
+    def __init__(self, newer: pa.Table) -> None:
+        self._empty = not newer.num_rows
+        self._paths = pc.unique(newer.column("absolute_path")) if newer.num_rows else None
+        self._keys = _full_keys(newer) if newer.num_rows else None
+
+    def survivors(self, older: pa.Table) -> pa.Table:
+        """``older`` (keyed) without the rows newer actions supersede."""
+        if self._empty or not older.num_rows:
+            return older
+        path_hit = pc.is_in(older.column("absolute_path"), value_set=self._paths)
+        if not pc.any(path_hit).as_py():
+            return older
+        candidates = older.filter(path_hit)
+        key_hit = pc.is_in(_full_keys(candidates), value_set=self._keys)
+        if not pc.any(key_hit).as_py():
+            return older
+        # Candidates keep the order of ``path_hit``'s true values, so their verdicts slot back in.
+        flat = _flat(path_hit)
+        hit = pc.replace_with_mask(flat, flat, _flat(key_hit))
+        return older.filter(pc.invert(hit))
+
+
+def reconcile(action_tables: Sequence[pa.Table], root: str, base: Iterable[pa.Table] = ()) -> Reconciled:
+    """The winning action per logical file.
+
+    ``base`` holds actions older than all of ``action_tables`` that name each file once (a
+    checkpoint's, a snapshot's live files), as chunks consumed one at a time: each is only
+    checked against the files the newer actions name and shrunk at once, never grouped with
+    them, which keeps a large checkpoint plus a few commits cheap in time and memory. A base that
+    names a file twice after all (a writer broke the promise) is grouped like the rest."""
+    tables = [keyed(t, root) for t in action_tables if t.num_rows]
+    newer = pa.concat_tables(tables, promote_options="permissive") if tables else None
+    superseded = Superseded(newer) if newer is not None else None
+    kept = []
+    for chunk in base:
+        if chunk.num_rows:
+            with_keys = keyed(chunk, root)
+            kept.append(with_keys if superseded is None else superseded.survivors(with_keys))
+    older = pa.concat_tables(kept, promote_options="permissive") if kept else None
+    if older is not None and not unique_keys(older):
+        log.warning("the base state names a file more than once: the newest of its actions wins")
+        newer = older if newer is None else pa.concat_tables([older, newer], promote_options="permissive")
+        older = None
+    parts = [p for p in (older, None if newer is None else _newest_per_key(newer)) if p is not None]
+    if not parts:
+        empty = keyed(FILE_ACTIONS.empty_table(), root)
         return Reconciled(empty, empty)
-    t = pa.concat_tables(tables, promote_options="permissive")
-    t = t.append_column("absolute_path", absolute_paths(t.column("path"), root))
-    t = t.append_column("dv_id", dv_unique_ids(t.column("dv")))
+    winners = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
+    is_add = winners.column("is_add")
+    return Reconciled(winners.filter(is_add), winners.filter(pc.invert(is_add)))
+
+
+def _newest_per_key(t: pa.Table) -> pa.Table:
     latest = (
         t.select(["absolute_path", "dv_id", "order"])
         .group_by(["absolute_path", "dv_id"])
         .aggregate([("order", "max")])
     )
+    if latest.num_rows == t.num_rows:
+        return t
     # Order numbers are unique across the whole segment, so the winners are the rows whose order
     # is some key's maximum (a join cannot carry the map columns).
-    won = pc.is_in(t.column("order"), value_set=latest.column("order_max"))
-    del latest
-    winners = t if pc.all(won).as_py() else t.filter(won)
-    del t, won
-    is_add = winners.column("is_add")
-    return Reconciled(winners.filter(is_add), winners.filter(pc.invert(is_add)))
+    return t.filter(pc.is_in(t.column("order"), value_set=latest.column("order_max")))
+
+
+def unique_keys(table: pa.Table) -> bool:
+    """Whether each logical file appears once in ``table`` (keyed), as a checkpoint promises."""
+    n = table.num_rows
+    if n < 2 or pc.count_distinct(table.column("absolute_path")).as_py() == n:
+        return True
+    return bool(pc.count_distinct(_full_keys(table)).as_py() == n)

@@ -66,16 +66,6 @@ LOG_DIR = "_delta_log"
 Replay = Callable[[str, LogSegment], "DeltaSnapshot | None"]
 # Checkpoint rows sort before every commit action.
 CHECKPOINT_ORDER_BASE = -(10**15)
-CHECKPOINT_COLUMNS = (
-    "add",
-    "remove",
-    "protocol",
-    "metaData",
-    "txn",
-    "domainMetadata",
-    "checkpointMetadata",
-    "sidecar",
-)
 
 
 def normalise_root(location: str) -> str:
@@ -99,37 +89,47 @@ def list_log(io: FileIO, root: str) -> list[LogEntry]:
     return entries
 
 
-def _read_checkpoint(io: FileIO, root: str, checkpoint: Checkpoint, state: NonFileState) -> list[pa.Table]:
+def _checkpoint_state(io: FileIO, root: str, checkpoint: Checkpoint, state: NonFileState) -> list[pa.Table]:
+    """Protocol, metadata, transactions, domains and sidecars of every checkpoint part; returns
+    the file actions of JSON parts, which come with them (Parquet parts' are read later)."""
     log_dir = f"{root}/{LOG_DIR}"
-    tables: list[pa.Table] = []
+    json_actions: list[pa.Table] = []
     order = CHECKPOINT_ORDER_BASE
     for part in checkpoint.files:
         location = f"{log_dir}/{part.name}"
         if part.name.endswith(".json"):
             actions = parse_json_checkpoint(io.read(location), state, order)
             order += actions.num_rows
-            tables.append(actions)
+            json_actions.append(actions)
         else:
-            with io.open_input(location) as stream:
-                for chunk in iter_parquet(stream, CHECKPOINT_COLUMNS):
-                    checkpoint_non_file_actions(chunk, state)
-                    actions = checkpoint_file_actions(chunk, order)
-                    order += actions.num_rows
-                    tables.append(actions)
-    # V2 checkpoints (UUID-named, or V2 content under a classic name) keep file actions in sidecars.
-    for sidecar in state.sidecars:
-        location = sidecar_location(log_dir, sidecar)
+            read_checkpoint_non_file_actions(io, location, state)
+    return json_actions
+
+
+def _checkpoint_files(
+    io: FileIO, root: str, checkpoint: Checkpoint, state: NonFileState, json_actions: Sequence[pa.Table]
+) -> Iterator[pa.Table]:
+    """The checkpoint's file actions a slice at a time: JSON parts', Parquet parts', then the
+    sidecars' (V2 checkpoints, UUID-named or V2 content under a classic name)."""
+    log_dir = f"{root}/{LOG_DIR}"
+    order = CHECKPOINT_ORDER_BASE + sum(t.num_rows for t in json_actions)
+    yield from json_actions
+    locations = [f"{log_dir}/{part.name}" for part in checkpoint.files if not part.name.endswith(".json")]
+    sidecars = [sidecar_location(log_dir, sidecar) for sidecar in state.sidecars]
+    for location in (*locations, *sidecars):
         try:
             with io.open_input(location) as stream:
                 for chunk in iter_parquet(stream, ("add", "remove")):
                     actions = checkpoint_file_actions(chunk, order)
                     order += actions.num_rows
-                    tables.append(actions)
+                    yield actions
         except FileNotFound:
+            if location not in sidecars:
+                raise
+            name = location.rsplit("/", 1)[-1]
             raise CorruptMetadataError(
-                f"checkpoint {checkpoint.version} names sidecar {sidecar}, which is missing"
+                f"checkpoint {checkpoint.version} names sidecar {name}, which is missing"
             ) from None
-    return tables
 
 
 def read_checkpoint_non_file_actions(io: FileIO, location: str, state: NonFileState) -> None:
@@ -154,11 +154,12 @@ def _commit_info_only(io: FileIO, root: str, version: int, state: NonFileState) 
 
 
 def replay_segment(io: FileIO, root: str, segment: LogSegment) -> DeltaSnapshot:
+    """The segment's state. The commits are parsed first (they are few next to a checkpoint), so
+    each checkpoint slice loses the files they supersede as soon as it is read."""
     state = NonFileState()
-    tables: list[pa.Table] = []
-    if segment.checkpoint is not None:
-        tables.extend(_read_checkpoint(io, root, segment.checkpoint, state))
-    if segment.checkpoint is not None and segment.checkpoint.version == segment.version:
+    checkpoint = segment.checkpoint
+    json_actions = _checkpoint_state(io, root, checkpoint, state) if checkpoint is not None else []
+    if checkpoint is not None and checkpoint.version == segment.version:
         # Checkpoints drop commitInfo; the version's own commit still has it (and its ICT).
         _commit_info_only(io, root, segment.version, state)
     actions = CommitActions()
@@ -166,10 +167,10 @@ def replay_segment(io: FileIO, root: str, segment: LogSegment) -> DeltaSnapshot:
     for entry in segment.commits:
         version = int(entry.name.split(".", 1)[0])
         order = parse_commit(version, io.read(f"{root}/{LOG_DIR}/{entry.name}"), actions, state, order)
-    tables.append(actions.table())
     if state.protocol is not None:
         state.protocol.check_readable()
-    return snapshot_from_replay(root, segment, state, reconcile(tables, root), "pure")
+    base = _checkpoint_files(io, root, checkpoint, state, json_actions) if checkpoint is not None else ()
+    return snapshot_from_replay(root, segment, state, reconcile([actions.table()], root, base), "pure")
 
 
 def _hint(io: FileIO, root: str) -> LastCheckpointHint | None:
@@ -378,8 +379,7 @@ def advance(io: FileIO, snapshot: DeltaSnapshot, timestamp_ms: int) -> DeltaSnap
     parse_commit(version, data, actions, state, first_order)
     assert state.protocol is not None and state.metadata is not None
     state.protocol.check_readable()
-    base = files.drop_columns([c for c in ("absolute_path", "dv_id") if c in files.column_names])
-    reconciled = reconcile([base, actions.table()], snapshot.root)
+    reconciled = reconcile([actions.table()], snapshot.root, base=[files])
     return replace(
         snapshot,
         version=version,

@@ -904,6 +904,44 @@ def test_checkpoint_plus_later_commits(tmp_path: Path) -> None:
     assert_checkpointed_state(root, load_snapshot(str(root)))
 
 
+def test_a_checkpoint_naming_a_file_twice_keeps_its_newest_action(tmp_path: Path) -> None:
+    """Checkpoints promise one row per file; a writer that broke it still yields each file once,
+    its last row winning, as if the rows were commits (nothing is doubled in the conversion)."""
+    log_dir = tmp_path / "_delta_log"
+    write_commit(tmp_path, 2, [{"commitInfo": {"timestamp": 3, "operation": "WRITE"}}])
+    rows = checkpoint_rows()
+    twice = checkpoint_row(add=cp_add("part=a/keep.parquet", 7))
+    removed_after_add = checkpoint_row(
+        remove={"path": "part=a/gone.parquet", "deletionTimestamp": 5, "dataChange": True, "size": 100}
+    )
+    write_checkpoint(log_dir, 2, [*rows, twice, removed_after_add], parts=2)
+    write_commit(tmp_path, 3, [add("part=a/new.parquet", pv={"part": "a"})])
+    snap = load_snapshot(str(tmp_path))
+    files = files_by_path(snap)
+    assert sorted(files) == sorted(
+        f"{tmp_path}/{p}" for p in ("part=a/keep.parquet", "part=b/dv.parquet", "part=a/new.parquet")
+    )
+    assert snap.num_files == 3
+    assert json.loads(files[f"{tmp_path}/part=a/keep.parquet"].stats or "{}")["minValues"] == {"id": 7}
+    assert (f"{tmp_path}/part=a/gone.parquet", None) in tombstone_keys(snap)
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ({"path": "a.parquet", "size": "12", "partitionValues": {}}, "int64"),
+        ({"path": "a.parquet", "size": 1, "partitionValues": ["x"]}, "malformed field"),
+        ({"path": "a.parquet", "size": 1, "partitionValues": {"p": 3}}, "malformed field"),
+        ({"path": 5, "size": 1, "partitionValues": {}}, "malformed field"),
+    ],
+)
+def test_a_malformed_file_action_field_is_corrupt(tmp_path: Path, body: dict[str, Any], problem: str) -> None:
+    write_log(tmp_path, [[*base()], [{"add": body}]])
+    with pytest.raises(CorruptMetadataError, match=problem):
+        load_snapshot(str(tmp_path))
+    assert load_snapshot(str(tmp_path), version=0).num_files == 0
+
+
 def test_checkpoint_alone_at_its_version(tmp_path: Path) -> None:
     root = checkpointed_table(tmp_path)
     snap = load_snapshot(str(root), version=2)
