@@ -28,6 +28,7 @@ from tablekeeper.delta.replay import (
     iter_parquet,
     parse_commit,
     parse_json_checkpoint,
+    paused_collector,
     reconcile,
 )
 from tablekeeper.delta.schema import ColumnMapping, DeltaStruct
@@ -120,9 +121,9 @@ def _checkpoint_files(
         try:
             with io.open_input(location) as stream:
                 for chunk in iter_parquet(stream, ("add", "remove")):
-                    actions = checkpoint_file_actions(chunk, order)
-                    order += actions.num_rows
-                    yield actions
+                    for part in checkpoint_file_actions(chunk, order):
+                        order += part.num_rows
+                        yield part
         except FileNotFound:
             if location not in sidecars:
                 raise
@@ -156,6 +157,11 @@ def _commit_info_only(io: FileIO, root: str, version: int, state: NonFileState) 
 def replay_segment(io: FileIO, root: str, segment: LogSegment) -> DeltaSnapshot:
     """The segment's state. The commits are parsed first (they are few next to a checkpoint), so
     each checkpoint slice loses the files they supersede as soon as it is read."""
+    with paused_collector():
+        return _replay_segment(io, root, segment)
+
+
+def _replay_segment(io: FileIO, root: str, segment: LogSegment) -> DeltaSnapshot:
     state = NonFileState()
     checkpoint = segment.checkpoint
     json_actions = _checkpoint_state(io, root, checkpoint, state) if checkpoint is not None else []
@@ -376,7 +382,8 @@ def advance(io: FileIO, snapshot: DeltaSnapshot, timestamp_ms: int) -> DeltaSnap
     orders = files.column("order")
     first_order = (int(pc.max(orders).as_py()) + 1) if files.num_rows else 0
     actions = CommitActions()
-    parse_commit(version, data, actions, state, first_order)
+    with paused_collector():
+        parse_commit(version, data, actions, state, first_order)
     assert state.protocol is not None and state.metadata is not None
     state.protocol.check_readable()
     reconciled = reconcile([actions.table()], snapshot.root, base=[files])
@@ -401,8 +408,9 @@ def touched_paths(io: FileIO, root: str, first: int, last: int) -> list[str]:
     actions = CommitActions()
     state = NonFileState()
     order = 0
-    for version in range(first, last + 1):
-        order = parse_commit(version, _read_commit(io, root, version), actions, state, order)
+    with paused_collector():
+        for version in range(first, last + 1):
+            order = parse_commit(version, _read_commit(io, root, version), actions, state, order)
     if not len(actions):
         return []
     return sorted(set(absolute_paths(actions.table().column("path"), root).to_pylist()))
