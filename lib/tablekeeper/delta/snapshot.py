@@ -21,7 +21,8 @@ from tablekeeper.delta.models import (
     Protocol,
     Txn,
 )
-from tablekeeper.delta.replay import NonFileState, Reconciled
+from tablekeeper.delta.reconcile import Reconciled
+from tablekeeper.delta.replay import NonFileState
 from tablekeeper.delta.schema import ColumnMapping, DeltaStruct, column_mapping
 from tablekeeper.delta.segment import LogSegment
 from tablekeeper.errors import CorruptMetadataError

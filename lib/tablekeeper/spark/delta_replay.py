@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from tablekeeper.delta.replay import FILE_ACTIONS, NonFileState, Reconciled
+from tablekeeper.delta.reconcile import Reconciled
+from tablekeeper.delta.replay import FILE_ACTIONS, NonFileState
 from tablekeeper.delta.segment import LogSegment, sidecar_location
 from tablekeeper.delta.snapshot import DeltaSnapshot, snapshot_from_replay
 from tablekeeper.errors import CorruptMetadataError

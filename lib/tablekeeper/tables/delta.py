@@ -17,19 +17,18 @@ import pyarrow.parquet as pq
 
 from tablekeeper.delta.deletion_vectors import delta_dv_relative_path, read_delta_dv, read_delta_inline_dv
 from tablekeeper.delta.models import AddFile, DeletionVector
+from tablekeeper.delta.reconcile import absolute_paths, reconcile
 from tablekeeper.delta.replay import (
     NON_FILE_COLUMNS,
     CommitActions,
     NonFileState,
     UnreadableCheckpoint,
-    absolute_paths,
     checkpoint_file_actions,
     checkpoint_non_file_actions,
     iter_parquet,
     parse_commit,
     parse_json_checkpoint,
     paused_collector,
-    reconcile,
 )
 from tablekeeper.delta.schema import ColumnMapping, DeltaStruct
 from tablekeeper.delta.segment import (
@@ -120,7 +119,7 @@ def _checkpoint_files(
     for location in (*locations, *sidecars):
         try:
             with io.open_input(location) as stream:
-                for chunk in iter_parquet(stream, ("add", "remove")):
+                for chunk in iter_parquet(stream, ("add", "remove"), ahead=1):
                     for part in checkpoint_file_actions(chunk, order):
                         order += part.num_rows
                         yield part
@@ -386,7 +385,7 @@ def advance(io: FileIO, snapshot: DeltaSnapshot, timestamp_ms: int) -> DeltaSnap
         parse_commit(version, data, actions, state, first_order)
     assert state.protocol is not None and state.metadata is not None
     state.protocol.check_readable()
-    reconciled = reconcile([actions.table()], snapshot.root, base=[files])
+    reconciled = reconcile([actions.table()], snapshot.root, base=[files], base_checked=True)
     return replace(
         snapshot,
         version=version,

@@ -15,7 +15,8 @@ import pytest
 from tablekeeper.commit import Committer, SnapshotChange
 from tablekeeper.delta.diff import FileDiff, diff_files
 from tablekeeper.delta.models import AddFile, DeletionVector
-from tablekeeper.delta.replay import CommitActions, Reconciled, reconcile
+from tablekeeper.delta.reconcile import Reconciled, reconcile
+from tablekeeper.delta.replay import CommitActions
 from tablekeeper.delta.schema import DeltaStruct, column_mapping, parse_schema_string
 from tablekeeper.delta.segment import LogEntry, oldest_reconstructable
 from tablekeeper.delta.to_iceberg import ids_by_name_path, map_schema
