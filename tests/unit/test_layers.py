@@ -17,6 +17,7 @@ PACKAGE = "tablekeeper"
 # sharing a rank are peers that must not import each other.
 RANKS: dict[str, int] = {
     "errors": 0,
+    "cycles": 0,
     "faults": 1,
     "redact": 1,
     "settings": 1,

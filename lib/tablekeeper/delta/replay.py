@@ -7,12 +7,10 @@ Arrow tables so a million-file log replays without a Python object per file.
 
 from __future__ import annotations
 
-import gc
 import logging
 import queue
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -151,20 +149,6 @@ _REMOVE_STRUCT = pa.struct(
         ("deletionTimestamp", pa.int64()),
     ]
 )
-
-
-@contextmanager
-def paused_collector() -> Iterator[None]:
-    """Python's cyclic garbage collector off while a log is parsed: the parsed JSON is hundreds of
-    thousands of acyclic dicts (reference counting frees them), and the collector's passes over
-    them took half of the parsing time."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class CommitActions:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tablekeeper import faults
-from tablekeeper.files.cycles import no_cycle_collection
+from tablekeeper.cycles import no_cycle_collection
 from tablekeeper.files.deletes import DeleteOutcome, delete_rows
 from tablekeeper.files.engine import (
     DRIVER_MAX_LISTED,

@@ -5,7 +5,7 @@ job whose tasks leave cores idle (one large manifest, a listing on the driver) r
 to another than before or after it. The thread inherits the caller's local properties (job
 group, scheduler pool) and sets its own job description.
 
-``no_cycle_collection`` (``files.cycles``): for task loops that allocate millions of
+``no_cycle_collection`` (``cycles``): for task loops that allocate millions of
 short-lived, acyclic objects while holding many.
 """
 
@@ -17,7 +17,7 @@ from typing import Generic, TypeVar
 from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 
-from tablekeeper.files.cycles import no_cycle_collection
+from tablekeeper.cycles import no_cycle_collection
 
 __all__ = ["Background", "no_cycle_collection"]
 

@@ -14,7 +14,7 @@ from typing import Any
 from pyspark import RDD, StorageLevel
 from pyspark.sql import SparkSession
 
-from tablekeeper.files.cycles import no_cycle_collection
+from tablekeeper.cycles import no_cycle_collection
 from tablekeeper.files.listing import Classifier, is_hidden, markers, nested
 from tablekeeper.files.rules import PathRules
 from tablekeeper.io import FileIO

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from tablekeeper import faults
-from tablekeeper.files.cycles import no_cycle_collection
+from tablekeeper.cycles import no_cycle_collection
 from tablekeeper.files.deletes import DeleteOutcome, delete_rows
 from tablekeeper.files.engine import task_failure
 from tablekeeper.files.local import IndexCache

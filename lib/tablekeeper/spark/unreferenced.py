@@ -14,7 +14,7 @@ from typing import Any
 
 from pyspark import RDD, SparkContext
 
-from tablekeeper.files.cycles import no_cycle_collection
+from tablekeeper.cycles import no_cycle_collection
 from tablekeeper.files.orphans import (
     MISMATCH,
     ORPHAN,

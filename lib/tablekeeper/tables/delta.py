@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tablekeeper.cycles import no_cycle_collection
 from tablekeeper.delta.deletion_vectors import delta_dv_relative_path, read_delta_dv, read_delta_inline_dv
 from tablekeeper.delta.models import AddFile, DeletionVector
 from tablekeeper.delta.reconcile import absolute_paths, reconcile
@@ -28,7 +29,6 @@ from tablekeeper.delta.replay import (
     iter_parquet,
     parse_commit,
     parse_json_checkpoint,
-    paused_collector,
 )
 from tablekeeper.delta.schema import ColumnMapping, DeltaStruct
 from tablekeeper.delta.segment import (
@@ -156,7 +156,7 @@ def _commit_info_only(io: FileIO, root: str, version: int, state: NonFileState) 
 def replay_segment(io: FileIO, root: str, segment: LogSegment) -> DeltaSnapshot:
     """The segment's state. The commits are parsed first (they are few next to a checkpoint), so
     each checkpoint slice loses the files they supersede as soon as it is read."""
-    with paused_collector():
+    with no_cycle_collection():
         return _replay_segment(io, root, segment)
 
 
@@ -381,7 +381,7 @@ def advance(io: FileIO, snapshot: DeltaSnapshot, timestamp_ms: int) -> DeltaSnap
     orders = files.column("order")
     first_order = (int(pc.max(orders).as_py()) + 1) if files.num_rows else 0
     actions = CommitActions()
-    with paused_collector():
+    with no_cycle_collection():
         parse_commit(version, data, actions, state, first_order)
     assert state.protocol is not None and state.metadata is not None
     state.protocol.check_readable()
@@ -407,7 +407,7 @@ def touched_paths(io: FileIO, root: str, first: int, last: int) -> list[str]:
     actions = CommitActions()
     state = NonFileState()
     order = 0
-    with paused_collector():
+    with no_cycle_collection():
         for version in range(first, last + 1):
             order = parse_commit(version, _read_commit(io, root, version), actions, state, order)
     if not len(actions):
