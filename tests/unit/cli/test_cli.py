@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import REPO_ROOT
+from tests.support.small_tables import sql_table
 
 TABLEKEEPER = [sys.executable, "-m", "tablekeeper"]
 
@@ -67,31 +68,7 @@ def test_unknown_command_is_a_usage_error_with_one_line_reason() -> None:
 
 
 def _table_with_one_file(tmp_path: Path) -> tuple[Path, str]:
-    import time as _time
-
-    from tablekeeper.catalog.sql import SqlCatalog
-    from tablekeeper.commit import Committer, SnapshotChange
-    from tablekeeper.iceberg.content import DATA, DataFile
-    from tablekeeper.iceberg.types import LONG, NestedField, Schema
-    from tablekeeper.iceberg.updates import new_table_metadata
-
-    conf = tmp_path / "catalogs.yaml"
-    conf.write_text(
-        "default: c\ncatalogs:\n  c:\n    type: sql\n"
-        "    uri: sqlite:///${warehouse}/c.db\n    warehouse: ${warehouse}\n"
-    )
-    catalog = SqlCatalog("c", f"sqlite:///{tmp_path}/c.db", str(tmp_path))
-    location = catalog.default_table_location("db.t")
-    meta = new_table_metadata(
-        schema=Schema(0, (NestedField(1, "id", LONG, True),)),
-        location=location,
-        timestamp_ms=int(_time.time() * 1000),
-        format_version=3,
-    )
-    catalog.create_table("db.t", meta)
-    f = DataFile(DATA, f"{location}/data/a.parquet", "PARQUET", (), 7, 700)
-    Committer(catalog, "db.t").commit_snapshot(SnapshotChange("append", added_files=(f,)))
-    return conf, location
+    return sql_table(tmp_path, [("a.parquet", 7, 700)], format_version=3)
 
 
 def test_inspect_prints_metadata_tables_as_json(tmp_path: Path) -> None:

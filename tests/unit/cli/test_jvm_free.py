@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import DELTA_TABLES, REPO_ROOT
+from tests.support.small_tables import sql_table
 
 PROBE = """
 import json, sys
@@ -55,33 +56,10 @@ def _probe(*args: str) -> tuple[dict[str, Any], str, str]:
 def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A small v2 table with three snapshots and an old orphan (in a sqlite catalog), a corrupt
     and a future-version copy of it read by path, and Delta sources."""
-    from tablekeeper.catalog.sql import SqlCatalog
-    from tablekeeper.commit import Committer, SnapshotChange
-    from tablekeeper.iceberg.content import DATA, DataFile
-    from tablekeeper.iceberg.types import LONG, NestedField, Schema
-    from tablekeeper.iceberg.updates import new_table_metadata
-
     root = tmp_path_factory.mktemp("jvm-free")
-    conf = root / "catalogs.yaml"
-    conf.write_text(
-        "default: c\ncatalogs:\n  c:\n    type: sql\n"
-        "    uri: sqlite:///${warehouse}/c.db\n    warehouse: ${warehouse}\n"
-    )
-    catalog = SqlCatalog("c", f"sqlite:///{root}/c.db", str(root))
-    location = catalog.default_table_location("db.t")
-    meta = new_table_metadata(
-        schema=Schema(0, (NestedField(1, "id", LONG, True),)),
-        location=location,
-        timestamp_ms=int(time.time() * 1000) - 10_000,
-        format_version=2,
-    )
-    catalog.create_table("db.t", meta)
+    files = [(f"{i}.parquet", 7, 100) for i in range(3)]
+    conf, location = sql_table(root, files, format_version=2, write_files=True)
     data = Path(location.removeprefix("file://")) / "data"
-    data.mkdir(parents=True)
-    for i in range(3):
-        (data / f"{i}.parquet").write_bytes(b"x" * 100)
-        f = DataFile(DATA, f"{location}/data/{i}.parquet", "PARQUET", (), 7, 100)
-        Committer(catalog, "db.t").commit_snapshot(SnapshotChange("append", added_files=(f,)))
     orphan = data / "orphan.parquet"
     orphan.write_bytes(b"left behind")
     week_ago = time.time() - 7 * 86400
@@ -109,6 +87,8 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "delta": str(delta),
         "features": str(DELTA_TABLES / "simple_table_features"),
         "bad_yaml": str(bad_yaml),
+        # A cutoff every snapshot is older than, however soon after the fixture a case runs.
+        "an_hour_on": str(int(time.time() * 1000) + 3_600_000),
         "missing": str(root / "nowhere"),
     }
 
@@ -176,7 +156,12 @@ CASES: list[tuple[str, list[str], int, str | None]] = [
         3,
         "reader version",
     ),
-    ("dry-run-expire", ["expire-snapshots", "--table", "db.t", "--older-than", "1s", "--dry-run"], 0, None),
+    (
+        "dry-run-expire",
+        ["expire-snapshots", "--table", "db.t", "--older-than", "{an_hour_on}", "--dry-run"],
+        0,
+        None,
+    ),
     ("dry-run-orphans", ["remove-orphans", "--table", "db.t", "--dry-run"], 0, None),
     ("dry-run-convert", ["convert-delta", "--source", "{delta}", "--target", "db.z", "--dry-run"], 0, None),
     ("health-report", ["health", "--table", "db.t"], 0, None),
