@@ -149,14 +149,16 @@ def reconcile(
         if chunk.num_rows:
             with_keys = keyed(chunk, root)
             kept.append(with_keys if superseded is None else superseded.survivors(with_keys))
-    older = pa.concat_tables(kept, promote_options="permissive") if kept else None
-    # The allocator keeps the decoded slices' pages for reuse; the check below needs new ones.
-    pa.default_memory_pool().release_unused()
-    if older is not None and not base_checked and not unique_keys(older):
-        log.warning("the base state names a file more than once: the newest of its actions wins")
-        newer = older if newer is None else pa.concat_tables([older, newer], promote_options="permissive")
-        older = None
-    winners = [*([] if older is None else kept), *([] if newer is None else [_newest_per_key(newer)])]
+    if kept and not base_checked:
+        # The allocator keeps the decoded slices' pages for reuse; the check needs new ones.
+        pa.default_memory_pool().release_unused()
+        if not unique_keys(pa.concat_tables(kept, promote_options="permissive")):
+            log.warning("the base state names a file more than once: the newest of its actions wins")
+            newer = pa.concat_tables(
+                [*kept, *([] if newer is None else [newer])], promote_options="permissive"
+            )
+            kept = []
+    winners = [*kept, *([] if newer is None else [_newest_per_key(newer)])]
     files: list[pa.Table] = []
     tombstones: list[pa.Table] = []
     for part in winners:
