@@ -79,7 +79,8 @@ package: $(WHEEL) $(PY_FILES_ZIP) ## build the wheel and the zip spark-submit --
 
 # Order-only on the venv: building must never reinstall the environment it runs in.
 $(WHEEL): pyproject.toml $(LIB_FILES) | $(VENV)/.installed
-	@rm -f dist/tablekeeper-*.whl
+	@# setuptools' build/ keeps modules the source has since dropped; they would ride in the wheel.
+	@rm -rf build dist/tablekeeper-*.whl
 	$(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir dist .
 
 # A pure-Python wheel is a zip with the package at its root, which is all --py-files needs; its
