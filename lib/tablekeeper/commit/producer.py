@@ -44,6 +44,8 @@ class SnapshotChange:
     added_files: tuple[DataFile, ...] = ()  # data and delete files; the driver writes their manifests
     added_manifests: tuple[ManifestFile, ...] = ()  # already written (e.g. on executors) for this commit
     added_manifests_delta: SummaryDelta = field(default_factory=SummaryDelta)
+    # (spec id, partition key) of the files in ``added_manifests``, when the writer knows them.
+    added_manifests_partitions: frozenset[tuple[int, Any]] | None = None
     removed_paths: frozenset[str] = frozenset()
     # Removing a file that is no longer live is a conflict (someone else rewrote or deleted it).
     validate_removed_live: bool = True
@@ -333,12 +335,15 @@ def _apply_change(
             f"invalid replace: adds {delta.added_records} records but removes only {delta.deleted_records}"
         )
     partitions = {(f.spec_id, partition_key(f.partition)) for f in (*change.added_files, *removed)}
+    known = not change.added_manifests or change.added_manifests_partitions is not None
     summary = build_summary(
         change.operation,
         delta,
         parent.summary if parent else None,
         change.summary,
-        changed_partitions=len(partitions) if not change.added_manifests else None,
+        changed_partitions=len(partitions | (change.added_manifests_partitions or frozenset()))
+        if known
+        else None,
     )
     snapshot = Snapshot(
         snapshot_id=snapshot_id,

@@ -9,6 +9,7 @@ states diff without a Python object per unchanged file.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,23 +23,33 @@ _NO_DV = "\x00"
 
 @dataclass(frozen=True)
 class FileDiff:
-    added: tuple[AddFile, ...]  # data files new to the table (with their DVs, if any)
+    # Data files new to the table (with their DVs, if any): live-file rows, as models on demand
+    # (``added``), so a caller that works on columns never builds a million of them.
+    added_rows: pa.Table
     removed: tuple[str, ...]  # absolute paths of data files no longer live
     dv_changed: tuple[AddFile, ...]  # data files that stay but whose DV changed (the new add; DV may be None)
     rewrite: bool  # every changed action says dataChange=false (OPTIMIZE, REORG): rows unchanged
 
+    @cached_property
+    def added(self) -> tuple[AddFile, ...]:
+        return tuple(add_files_of(self.added_rows))
+
+    @property
+    def added_count(self) -> int:
+        return int(self.added_rows.num_rows)
+
     @property
     def empty(self) -> bool:
-        return not (self.added or self.removed or self.dv_changed)
+        return not (self.added_count or self.removed or self.dv_changed)
 
     def operation(self) -> str:
         """The Iceberg snapshot operation that records this change."""
         if self.empty or self.rewrite:
             return "replace"
-        adds_deletes = bool(self.dv_changed) or any(a.deletion_vector is not None for a in self.added)
-        if self.added and not self.removed and not adds_deletes:
+        added_dvs = self.added_count and self.added_rows.column("dv_id").null_count < self.added_count
+        if self.added_count and not self.removed and not self.dv_changed and not added_dvs:
             return "append"
-        if not self.added:
+        if not self.added_count:
             return "delete"
         return "overwrite"
 
@@ -54,8 +65,7 @@ def diff_files(previous: pa.Table | None, current: pa.Table, tombstones: pa.Tabl
     ``tombstones``: the removes of the one commit that led from ``previous`` to ``current`` (None
     when they are further apart): only then can the change be a rewrite (dataChange=false)."""
     if previous is None or previous.num_rows == 0:
-        added = tuple(add_files_of(current))
-        return FileDiff(added, (), (), rewrite=False)
+        return FileDiff(current, (), (), rewrite=False)
     prev_paths = previous.column("absolute_path").combine_chunks()
     cur_paths = current.column("absolute_path").combine_chunks()
     is_new = pc.invert(pc.is_in(cur_paths, value_set=prev_paths))
@@ -80,4 +90,4 @@ def diff_files(previous: pa.Table | None, current: pa.Table, tombstones: pa.Tabl
             flags.append(True)  # no record of how they went: treat as a data change
         # A rewrite replaces files: adds alone are never one, even when flagged dataChange=false.
         rewrite = bool(removed) and bool(flags) and not any(f is None or f for f in flags)
-    return FileDiff(tuple(add_files_of(added_rows)), removed, tuple(add_files_of(changed_rows)), rewrite)
+    return FileDiff(added_rows, removed, tuple(add_files_of(changed_rows)), rewrite)

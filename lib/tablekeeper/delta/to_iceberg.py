@@ -303,7 +303,7 @@ _PARTITION_PLANS: dict[
 ] = {}
 
 
-def _partition_plan(
+def partition_plan(
     struct: DeltaStruct, mapping: ColumnMapping, partition_columns: tuple[str, ...]
 ) -> _PartitionPlan:
     key = (id(struct), id(mapping), partition_columns)
@@ -326,7 +326,7 @@ def partition_tuple(
     add: AddFile, struct: DeltaStruct, mapping: ColumnMapping, partition_columns: tuple[str, ...]
 ) -> tuple[Any, ...]:
     values = add.partition_values
-    plan = _partition_plan(struct, mapping, partition_columns)
+    plan = partition_plan(struct, mapping, partition_columns)
     return tuple(parse_partition_value(t, values.get(key)) for key, t in plan)
 
 
@@ -371,7 +371,7 @@ def _fast_encoder(delta_type: DeltaType, iceberg_type: it.IcebergType) -> _Encod
 
 
 @dataclass(frozen=True)
-class _MetricColumn:
+class MetricColumn:
     field_id: int
     iceberg_type: it.IcebergType
     delta_type: DeltaType
@@ -385,10 +385,10 @@ class _MetricColumn:
 
 
 # (mapped, struct) -> the columns that get metrics; both kept so their ids stay unique.
-_PLANS: dict[tuple[int, int], tuple[MappedSchema, DeltaStruct, tuple[_MetricColumn, ...], bool]] = {}
+_PLANS: dict[tuple[int, int], tuple[MappedSchema, DeltaStruct, tuple[MetricColumn, ...], bool]] = {}
 
 
-def _metric_plan(struct: DeltaStruct, mapped: MappedSchema) -> tuple[tuple[_MetricColumn, ...], bool]:
+def metric_plan(struct: DeltaStruct, mapped: MappedSchema) -> tuple[tuple[MetricColumn, ...], bool]:
     """The primitive columns that get metrics, and whether any is a decimal (exact parsing)."""
     key = (id(mapped), id(struct))
     cached = _PLANS.get(key)
@@ -403,7 +403,7 @@ def _metric_plan(struct: DeltaStruct, mapped: MappedSchema) -> tuple[tuple[_Metr
         if delta_field is None:
             continue
         columns.append(
-            _MetricColumn(
+            MetricColumn(
                 fid,
                 field.type,
                 delta_field.type,
@@ -437,7 +437,7 @@ def metrics_from_stats(
     nulls: dict[int, int] = {}
     if stats is None:
         return {"lower": lower, "upper": upper, "nulls": nulls}
-    plan, _ = _metric_plan(struct, mapped)
+    plan, _ = metric_plan(struct, mapped)
     exact_nulls = not has_dv and stats.tight_bounds
     mins, maxes, null_counts = (
         m if isinstance(m, Mapping) else {} for m in (stats.min_values, stats.max_values, stats.null_count)
@@ -446,29 +446,40 @@ def metrics_from_stats(
         fid = c.field_id
         top = c.physical[0] if len(c.physical) == 1 else None
         raw = mins.get(top) if top is not None else _lookup(mins, c.physical)
-        if raw is not None:
-            b = c.fast(raw) if c.fast is not None else None
-            if b is None:
-                lo = stats_value(c.delta_type, raw)
-                if lo is not None:
-                    b = to_bytes(c.iceberg_type, lo)
-            if b is not None:
-                # Spark's min cannot tell -0.0 from +0.0; Iceberg orders -0.0 first.
-                lower[fid] = widen_zero(c.iceberg_type, b, lower=True) if c.floating else b
+        if raw is not None and (b := lower_bytes(c, raw)) is not None:
+            lower[fid] = b
         raw = maxes.get(top) if top is not None else _lookup(maxes, c.physical)
-        if raw is not None:
-            b = c.fast(raw) if c.fast is not None else None
-            if b is None:
-                hi = stats_value(c.delta_type, raw)
-                upper_value = _safe_upper(c.delta_type, hi) if hi is not None else None
-                if upper_value is not None:
-                    b = to_bytes(c.iceberg_type, upper_value)
-            if b is not None:
-                upper[fid] = widen_zero(c.iceberg_type, b, lower=False) if c.floating else b
+        if raw is not None and (b := upper_bytes(c, raw)) is not None:
+            upper[fid] = b
         nc = null_counts.get(top) if top is not None else _lookup(null_counts, c.physical)
         if type(nc) is int and (exact_nulls or nc == 0):
             nulls[fid] = nc
     return {"lower": lower, "upper": upper, "nulls": nulls}
+
+
+def lower_bytes(c: MetricColumn, raw: Any) -> bytes | None:
+    """A column's lower bound from its Delta min as written in the stats JSON, if it is safe."""
+    b = c.fast(raw) if c.fast is not None else None
+    if b is None:
+        lo = stats_value(c.delta_type, raw)
+        if lo is not None:
+            b = to_bytes(c.iceberg_type, lo)
+    if b is not None and c.floating:
+        return widen_zero(c.iceberg_type, b, lower=True)  # Spark's min cannot tell -0.0 from +0.0
+    return b
+
+
+def upper_bytes(c: MetricColumn, raw: Any) -> bytes | None:
+    """A column's upper bound from its Delta max as written in the stats JSON, if it is safe."""
+    b = c.fast(raw) if c.fast is not None else None
+    if b is None:
+        hi = stats_value(c.delta_type, raw)
+        upper_value = _safe_upper(c.delta_type, hi) if hi is not None else None
+        if upper_value is not None:
+            b = to_bytes(c.iceberg_type, upper_value)
+    if b is not None and c.floating:
+        return widen_zero(c.iceberg_type, b, lower=False)
+    return b
 
 
 def _safe_upper(t: DeltaType, value: Any) -> Any | None:
@@ -511,7 +522,7 @@ def data_file(
     record_count: int | None = None,
     spec_id: int = 0,
 ) -> DataFile:
-    _, decimals = _metric_plan(struct, mapped)
+    _, decimals = metric_plan(struct, mapped)
     stats = parse_stats(add.stats, exact_decimals=decimals)
     count = record_count if record_count is not None else (stats.num_records if stats else None)
     if count is None:

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import fastavro
+import numpy as np
+import pyarrow as pa
 
 Encoder = Callable[[bytearray, Any], None]
 
@@ -102,4 +104,39 @@ def write_container(
     except Unencodable:
         return None
     flush()
+    return bytes(out)
+
+
+def write_container_data(
+    schema: Mapping[str, Any], records: Any, *, metadata: Mapping[str, str], codec: str
+) -> bytes | None:
+    """The container of already encoded ``records`` (an Arrow binary array, one datum each), in
+    the blocks ``write_container`` cuts: a block ends with the first record that takes it to
+    ``_BLOCK_BYTES``."""
+    if codec not in ("null", "deflate"):
+        return None
+    array = records.combine_chunks() if isinstance(records, pa.ChunkedArray) else records
+    array = array.cast(pa.large_binary())
+    n = len(array)
+    header = io.BytesIO()
+    fastavro.writer(header, dict(schema), [], codec=codec, metadata=dict(metadata))
+    out = bytearray(header.getvalue())
+    sync = bytes(out[-16:])
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset : array.offset + n + 1]
+    body = memoryview(array.buffers()[2]) if n else memoryview(b"")
+    start = 0
+    while start < n:
+        stop = int(np.searchsorted(offsets, offsets[start] + _BLOCK_BYTES, side="left"))
+        stop = min(max(stop, start + 1), n)
+        raw = body[int(offsets[start]) : int(offsets[stop])]
+        if codec == "deflate":
+            compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
+            data = compressor.compress(raw) + compressor.flush()
+        else:
+            data = bytes(raw)
+        write_long(out, stop - start)
+        write_long(out, len(data))
+        out.extend(data)
+        out.extend(sync)
+        start = stop
     return bytes(out)

@@ -231,3 +231,39 @@ def _compiled(schema_json: str) -> EntryEncoder | None:
     exec(compile("\n".join(src.lines), "<manifest entry encoder>", "exec"), namespace)
     encoder: EntryEncoder = namespace["encode"]
     return encoder
+
+
+RecordEncoder = Callable[[bytearray, tuple[Any, ...]], None]
+
+
+def compile_record_encoder(schema: Mapping[str, Any]) -> RecordEncoder | None:
+    """An encoder of tuples for an Avro record ``schema`` of plain fields (a partition tuple), or
+    ``None`` if a field's type is one this generator does not write."""
+    return _compiled_record(json.dumps(schema, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_record(schema_json: str) -> RecordEncoder | None:
+    schema = json.loads(schema_json)
+    src = GeneratedSource()
+    src.emit(0, "def encode(buf, t):")
+    src.emit(1, "append = buf.append")
+    size = len(schema["fields"])
+    src.emit(1, f"if type(t) is not tuple or len(t) != {size}:")
+    src.emit(2, "raise Unencodable(t)")
+    try:
+        for i, field in enumerate(schema["fields"]):
+            _value(src, 1, field["type"], f"t[{i}]")
+    except _Unsupported:
+        return None
+    src.emit(1, "return None")
+    namespace: dict[str, Any] = {
+        "Unencodable": Unencodable,
+        "Mapping": Mapping,
+        "write_long": write_long,
+        "pack_float": Struct("<f").pack,
+        "pack_double": Struct("<d").pack,
+    }
+    exec(compile("\n".join(src.lines), "<record encoder>", "exec"), namespace)
+    encoder: RecordEncoder = namespace["encode"]
+    return encoder

@@ -16,12 +16,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from tablekeeper.catalog import Catalog
 from tablekeeper.commit import Committer, SnapshotChange, SummaryDelta
+from tablekeeper.commit.added_manifests import write_added_manifests
 from tablekeeper.delta.diff import FileDiff
+from tablekeeper.delta.file_columns import added_files
 from tablekeeper.delta.segment import LogEntry, LogSegment
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.to_iceberg import MappedSchema, map_schema, partition_spec
@@ -31,8 +35,10 @@ from tablekeeper.errors import (
     UnsupportedFeatureError,
 )
 from tablekeeper.iceberg.content import DATA
+from tablekeeper.iceberg.entry_columns import AddedFiles
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.name_mapping import merge_name_mappings, name_mapping_to_json, parse_name_mapping
+from tablekeeper.iceberg.partitioning import partition_key
 from tablekeeper.iceberg.updates import (
     add_partition_spec,
     add_schema,
@@ -286,8 +292,18 @@ def commit_version(
     now = int(time.time() * 1000)
     mapped, preview = evolve(meta, snap, now)
     io = FileIO.for_location(snap.root)
-    added = data_files(diff.added, snap, mapped, preview.default_spec_id, io)
     lineage = plan_lineage(snap, meta.properties, bool(meta.snapshots), meta.format_version)
+    if not diff.dv_changed and (lineage is None or not lineage.carry):
+        files = added_files(diff.added_rows, snap.schema, snap.column_mapping, mapped, snap.partition_columns)
+        if files is not None:
+            totals.lineage = lineage
+            snapshot_id, manifests = _commit_columns(
+                snap, diff, files, lineage, catalog, options.target, token, preview, now
+            )
+            totals.manifests += manifests
+            _counted(totals, snap, diff, files.num_files, 0, snapshot_id)
+            return
+    added = data_files(diff.added, snap, mapped, preview.default_spec_id, io)
     lineage = check_files(lineage, io, snap.root, entries, diff.added)
     own_sequence_numbers: dict[str, int] = {}
     if lineage is not None and lineage.carry:
@@ -344,17 +360,77 @@ def commit_version(
         else:
             result = committer.commit_snapshot(replace(base_change, added_files=tuple(new_files)))
             totals.manifests += len({(f.content == DATA, f.spec_id) for f in new_files})
-    totals.snapshots += 1
-    totals.data_files += len(added)
-    totals.removed_data_files += len(diff.removed)
-    totals.delete_files += len(deletes.files)
-    totals.last_snapshot_id = result.snapshot.snapshot_id if result.snapshot else None
-    log.info(
-        "Delta version %d committed as snapshot %s (%s)",
-        snap.version,
-        totals.last_snapshot_id,
-        diff.operation(),
+    _counted(
+        totals,
+        snap,
+        diff,
+        len(added),
+        len(deletes.files),
+        result.snapshot.snapshot_id if result.snapshot else None,
     )
+
+
+def _counted(
+    totals: Totals, snap: DeltaSnapshot, diff: FileDiff, data: int, deletes: int, result_id: int | None
+) -> None:
+    totals.snapshots += 1
+    totals.data_files += data
+    totals.removed_data_files += len(diff.removed)
+    totals.delete_files += deletes
+    totals.last_snapshot_id = result_id
+    log.info("Delta version %d committed as snapshot %s (%s)", snap.version, result_id, diff.operation())
+
+
+def _commit_columns(
+    snap: DeltaSnapshot,
+    diff: FileDiff,
+    files: AddedFiles,
+    lineage: Lineage | None,
+    catalog: Catalog,
+    target: str,
+    token: str,
+    preview: TableMetadata,
+    now: int,
+) -> tuple[int, int]:
+    """Commit a version whose new files came out as columns (no DVs, no carried row ids): their
+    manifests are encoded from the columns, then committed like manifests written elsewhere.
+    Returns the snapshot id and the number of manifests written."""
+    meta = catalog.require(target).metadata
+    spec = preview.specs_by_id()[preview.default_spec_id]
+    snapshot_id = new_snapshot_id()
+    written = write_added_manifests(
+        files,
+        location=meta.location,
+        format_version=meta.format_version,
+        spec=spec,
+        schema=preview.schema(),
+        snapshot_id=snapshot_id,
+        name_prefix=f"{token}-",
+    )
+    delta = SummaryDelta(
+        added_data_files=files.num_files,
+        added_records=sum(m.added_rows_count or 0 for m in written),
+        added_files_size=int(pc.sum(files.file_size).as_py() or 0),
+    )
+    used = np.unique(files.partition_index)
+    change = replace(
+        version_change(
+            snap,
+            meta,
+            now,
+            diff.operation(),
+            lineage,
+            removed_paths=frozenset(diff.removed),
+            removed_deletes_for=frozenset(diff.removed),
+        ),
+        added_manifests=tuple(written),
+        added_manifests_delta=delta,
+        added_manifests_partitions=frozenset(
+            (spec.spec_id, partition_key(files.partitions[int(i)])) for i in used
+        ),
+    )
+    result = Committer(catalog, target, file_prefix=token).commit_snapshot(change, snapshot_id=snapshot_id)
+    return (result.snapshot.snapshot_id if result.snapshot else snapshot_id), len(written)
 
 
 def columns(files: pa.Table) -> pa.Table:

@@ -8,13 +8,18 @@ carry deletion vectors come back to the driver, so its memory does not grow with
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
+from tablekeeper.commit.added_manifests import write_added_manifests
 from tablekeeper.commit.summary import SummaryDelta
+from tablekeeper.delta.file_columns import added_files
 from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.schema import ColumnMapping, DeltaStruct
 from tablekeeper.delta.snapshot import add_file_from_row
@@ -151,14 +156,33 @@ def _write(
     return manifests
 
 
-def _row_dict(columns: list[str], row: Any) -> dict[str, Any]:
-    # Rows come in ``columns`` order; only the DV is a nested Row (maps arrive as dicts), and
-    # asDict(recursive=True) would walk every value to find it.
-    out = dict(zip(columns, row, strict=True))
-    dv = out["dv"]
-    if dv is not None:
-        out["dv"] = dv.asDict()
-    return out
+def _arrow_task(ctx: DataFileContext, batches: Iterable[pa.RecordBatch], per_manifest: int) -> TaskOutput:
+    """One task's adds: as columns when they can be (``delta.file_columns``), else one at a time."""
+    table = pa.Table.from_batches(list(batches))
+    if table.num_rows == 0:
+        return TaskOutput((), SummaryDelta(), ())
+    files = None
+    if not ctx.verify and not ctx.carry_row_ids:
+        files = added_files(table, ctx.struct, ctx.mapping, ctx.mapped, ctx.partition_columns)
+    if files is None:
+        return next(iter(build_task(ctx, table.to_pylist(), per_manifest)))
+    manifests = write_added_manifests(
+        files,
+        location=ctx.table_location,
+        format_version=ctx.format_version,
+        spec=ctx.spec,
+        schema=ctx.schema,
+        snapshot_id=ctx.snapshot_id,
+        name_prefix=f"{ctx.commit_uuid}-",
+        per_manifest=per_manifest,
+        threads=1,  # a task per core already
+    )
+    delta = SummaryDelta(
+        added_data_files=files.num_files,
+        added_records=sum(m.added_rows_count or 0 for m in manifests),
+        added_files_size=int(pc.sum(files.file_size).as_py() or 0),
+    )
+    return TaskOutput(tuple(manifests), delta, ())
 
 
 def task_count(spark: SparkSession) -> int:
@@ -198,11 +222,14 @@ def write_data_manifests(live: DataFrame, ctx: DataFileContext, per_manifest: in
     ]
     live = live.select(*columns)
 
-    def task(part: Iterable[Any]) -> Iterable[TaskOutput]:
-        return build_task(ctx, (_row_dict(columns, r) for r in part), per_manifest)
+    def task(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
+        output = _arrow_task(ctx, batches, per_manifest)
+        yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(output)], pa.binary())], ["output"])
 
     # No count first: that would replay the log twice. Every task writes its own manifests.
-    outputs = live.rdd.mapPartitions(task).collect()
+    # Arrow batches, not rows: a task whose adds come out as columns builds no object per file.
+    rows = live.mapInArrow(task, "output binary").collect()
+    outputs: list[TaskOutput] = [pickle.loads(r.output) for r in rows]
     manifests = [m for o in outputs for m in o.manifests]
     delta = SummaryDelta()
     for o in outputs:
