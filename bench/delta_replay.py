@@ -1,9 +1,10 @@
 """Benchmark: replay of a synthetic Delta log with 1,000,000 live files (checkpoint + 100 commits).
 
 Engines, each in its own process so peak memory is its own: tablekeeper's pure path, tablekeeper's
-Spark path, delta-rs, delta-spark. Prints a table and writes bench/out/delta_replay.json.
+Spark path (counted in Spark, and ``spark-driver``: the state brought to the driver), delta-rs,
+delta-spark. Prints a table and writes bench/out/delta_replay.json.
 
-    python -m bench.delta_replay [--files N] [--commits C] [--engines pure,spark,delta-rs,delta-spark]
+    python -m bench.delta_replay [--files N] [--commits C] [--engines pure,spark,spark-driver,...]
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from bench.child import run_child
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
-ENGINES = ("pure", "spark", "delta-rs", "delta-spark")
+ENGINES = ("pure", "spark", "spark-driver", "delta-rs", "delta-spark")
 
 
 def _spark():  # type: ignore[no-untyped-def]
@@ -51,6 +52,18 @@ def run_engine(engine: str, table: str) -> dict[str, object]:
         segment = build_segment(list_log(FileIO.for_location(table), table), table=table)
         live = spark_state(spark, table, segment).live_files()
         files = 0 if live is None else int(live.count())
+    elif engine == "spark-driver":
+        spark = _spark()
+        setup = time.perf_counter() - started
+        from tablekeeper.delta.segment import build_segment
+        from tablekeeper.io import FileIO
+        from tablekeeper.spark.delta_replay import spark_replay
+        from tablekeeper.tables.delta import list_log
+
+        # Replay in Spark, the state brought to the driver as Arrow (what a driver-path
+        # conversion with --engine spark reads): the peak is the driver's copy of it.
+        segment = build_segment(list_log(FileIO.for_location(table), table), table=table)
+        files = spark_replay(spark, table, segment).num_files
     elif engine == "delta-rs":
         from deltalake import DeltaTable
 

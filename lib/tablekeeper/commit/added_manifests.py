@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from tablekeeper.errors import UnsupportedFeatureError
 from tablekeeper.iceberg.content import ManifestFile
 from tablekeeper.iceberg.entry_columns import AddedFiles, chunks, write_added_manifest
 from tablekeeper.iceberg.partitioning import PartitionSpec
@@ -28,10 +27,12 @@ def write_added_manifests(
     name_prefix: str,
     per_manifest: int = FILES_PER_MANIFEST,
     threads: int = 2,
-) -> list[ManifestFile]:
+) -> list[ManifestFile] | None:
     """Manifests of at most ``per_manifest`` of ``files`` each, ``threads`` at a time (the
     encoding is Arrow and zlib work, outside the interpreter lock); names start with
-    ``name_prefix`` so a failed run's manifests can be found. A failure removes what was written."""
+    ``name_prefix`` so a failed run's manifests can be found. ``None`` (nothing left written)
+    when the entries need the per-entry writer (e.g. a decimal partition); a failure removes what
+    was written."""
     written: list[str] = []
 
     def one(bounds: tuple[int, int]) -> ManifestFile:
@@ -45,7 +46,7 @@ def write_added_manifests(
             snapshot_id=snapshot_id,
         )
         if got is None:
-            raise UnsupportedFeatureError(f"manifest entries of format version {format_version} from columns")
+            raise _PerEntry
         data, manifest = got
         FileIO.for_location(path).create_if_absent(path, data)
         written.append(path)
@@ -54,6 +55,13 @@ def write_added_manifests(
     try:
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
             return list(pool.map(one, chunks(files.num_files, per_manifest)))
+    except _PerEntry:
+        FileIO.for_location(location).delete_many(list(written))
+        return None
     except BaseException:
         FileIO.for_location(location).delete_many(list(written))
         raise
+
+
+class _PerEntry(Exception):
+    """The manifest schema has a field or type the column encoder does not write."""

@@ -295,13 +295,13 @@ def commit_version(
     lineage = plan_lineage(snap, meta.properties, bool(meta.snapshots), meta.format_version)
     if not diff.dv_changed and (lineage is None or not lineage.carry):
         files = added_files(diff.added_rows, snap.schema, snap.column_mapping, mapped, snap.partition_columns)
+        done = None
         if files is not None:
+            done = _commit_columns(snap, diff, files, lineage, catalog, options.target, token, preview, now)
+        if done is not None:
             totals.lineage = lineage
-            snapshot_id, manifests = _commit_columns(
-                snap, diff, files, lineage, catalog, options.target, token, preview, now
-            )
-            totals.manifests += manifests
-            _counted(totals, snap, diff, files.num_files, 0, snapshot_id)
+            totals.manifests += done[1]
+            _counted(totals, snap, diff, files.num_files if files is not None else 0, 0, done[0])
             return
     added = data_files(diff.added, snap, mapped, preview.default_spec_id, io)
     lineage = check_files(lineage, io, snap.root, entries, diff.added)
@@ -391,10 +391,11 @@ def _commit_columns(
     token: str,
     preview: TableMetadata,
     now: int,
-) -> tuple[int, int]:
+) -> tuple[int, int] | None:
     """Commit a version whose new files came out as columns (no DVs, no carried row ids): their
     manifests are encoded from the columns, then committed like manifests written elsewhere.
-    Returns the snapshot id and the number of manifests written."""
+    Returns the snapshot id and the number of manifests written, or ``None`` (nothing written or
+    committed) when the entries need the per-entry writer."""
     meta = catalog.require(target).metadata
     spec = preview.specs_by_id()[preview.default_spec_id]
     snapshot_id = new_snapshot_id()
@@ -407,6 +408,8 @@ def _commit_columns(
         snapshot_id=snapshot_id,
         name_prefix=f"{token}-",
     )
+    if written is None:
+        return None  # the entries need the per-entry writer
     delta = SummaryDelta(
         added_data_files=files.num_files,
         added_records=sum(m.added_rows_count or 0 for m in written),

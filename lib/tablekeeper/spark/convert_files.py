@@ -158,8 +158,9 @@ def _write(
 
 def _arrow_task(ctx: DataFileContext, batches: Iterable[pa.RecordBatch], per_manifest: int) -> TaskOutput:
     """One task's adds: as columns when they can be (``delta.file_columns``), else one at a time."""
-    table = pa.Table.from_batches(list(batches))
-    if table.num_rows == 0:
+    chunks = list(batches)
+    table = pa.Table.from_batches(chunks) if chunks else None
+    if table is None or table.num_rows == 0:  # an empty partition may come without a batch
         return TaskOutput((), SummaryDelta(), ())
     files = None
     if not ctx.verify and not ctx.carry_row_ids:
@@ -177,6 +178,8 @@ def _arrow_task(ctx: DataFileContext, batches: Iterable[pa.RecordBatch], per_man
         per_manifest=per_manifest,
         threads=1,  # a task per core already
     )
+    if manifests is None:
+        return next(iter(build_task(ctx, table.to_pylist(), per_manifest)))
     delta = SummaryDelta(
         added_data_files=files.num_files,
         added_records=sum(m.added_rows_count or 0 for m in manifests),

@@ -256,23 +256,33 @@ def spark_replay(
         if paths is not None:
             wanted = spark.createDataFrame([(p,) for p in paths], "absolute_path string")
             winners = winners.join(wanted.distinct(), "absolute_path", "left_semi")
-        table = winners.toArrow()
+        reconciled = _split(winners.toArrow())
     else:
-        table = pa.table({n: pa.array([], FILE_ACTIONS.field(n).type) for n in FILE_ACTIONS.names})
-        table = table.append_column("absolute_path", pa.array([], pa.string())).append_column(
-            "dv_id", pa.array([], pa.string())
-        )
-    table = _conform(table).sort_by([("absolute_path", "ascending"), ("order", "ascending")])
-    is_add = table.column("is_add")
-    reconciled = Reconciled(table.filter(is_add), table.filter(pc.invert(is_add)))
+        empty = FILE_ACTIONS.empty_table()
+        empty = empty.append_column("absolute_path", pa.array([], pa.string()))
+        empty = empty.append_column("dv_id", pa.array([], pa.string()))
+        reconciled = Reconciled(empty, empty)
     return snapshot_from_replay(root, segment, state, reconciled, "spark")
 
 
-def _conform(table: pa.Table) -> pa.Table:
-    """Spark's Arrow types (large strings, nullable flags) cast to the pure path's layout."""
-    columns = {}
-    for f in FILE_ACTIONS:
-        columns[f.name] = table.column(f.name).cast(f.type)
-    columns["absolute_path"] = table.column("absolute_path").cast(pa.string())
-    columns["dv_id"] = table.column("dv_id").cast(pa.string())
-    return pa.table(columns)
+_KEY_TYPES = {"absolute_path": pa.string(), "dv_id": pa.string()}
+
+
+def _split(table: pa.Table) -> Reconciled:
+    """Spark's winners as the pure path lays them out: live files and tombstones, each ordered by
+    path, Spark's Arrow types (large strings, nullable flags) cast to the pure path's. Column by
+    column, each source column dropped once taken: the driver holds about one copy of the state,
+    not the four a cast, a sort and two filters of the whole table made."""
+    order = pc.sort_indices(table, sort_keys=[("absolute_path", "ascending"), ("order", "ascending")])
+    is_add = table.column("is_add").take(order)
+    picks = (order.filter(is_add), order.filter(pc.invert(is_add)))
+    del order, is_add
+    types = {f.name: f.type for f in FILE_ACTIONS} | _KEY_TYPES
+    sides: tuple[dict[str, pa.ChunkedArray], dict[str, pa.ChunkedArray]] = ({}, {})
+    for name, kind in types.items():
+        column = table.column(name)
+        table = table.drop_columns([name])
+        for side, rows in zip(sides, picks, strict=True):
+            side[name] = column.take(rows).cast(kind)
+        del column
+    return Reconciled(pa.table(sides[0]), pa.table(sides[1]))
