@@ -91,9 +91,18 @@ def _stats_schema(plan: Sequence[MetricColumn]) -> pa.Schema:
     return pa.schema(fields)
 
 
+# One JSON object on one line, nothing before or after: Arrow's reader then gives one row per
+# value. It also reads what orjson refuses (a byte-order mark) and crashes on a leading ``null``,
+# and two objects on one line would shift every later file's stats: all of those hand back.
+_ONE_OBJECT = r"^\{[^\n\r]*\}$"
+
+
 def _parse(stats: pa.Array, schema: pa.Schema) -> pa.Table:
-    lines = pc.binary_join_element_wise(stats, pa.scalar("\n"), pa.scalar(""), null_handling="skip")
-    body = lines.cast(pa.large_string())
+    stats = stats.cast(pa.large_string())
+    if not pc.all(pc.match_substring_regex(stats, _ONE_OBJECT)).as_py():
+        raise _Fallback("a stats value is not one JSON object on one line")
+    newline, empty = pa.scalar("\n", pa.large_string()), pa.scalar("", pa.large_string())
+    body = pc.binary_join_element_wise(stats, newline, empty, null_handling="skip")
     data = body.buffers()[2]
     offsets = np.frombuffer(body.buffers()[1], np.int64)[body.offset : body.offset + len(body) + 1]
     buf = data[int(offsets[0]) : int(offsets[-1])] if len(body) else pa.py_buffer(b"")
@@ -202,7 +211,10 @@ def added_files(
         return _added_files(adds, struct, mapping, mapped, partition_columns)
     except _Fallback as why:
         log.debug("data files built one at a time: %s", why)
-        return None
+    except pa.ArrowException as err:
+        # Column types this module did not expect (e.g. Spark's large strings): the per-file path.
+        log.debug("data files built one at a time: %s", err)
+    return None
 
 
 def _added_files(
@@ -220,7 +232,7 @@ def _added_files(
     if "stats" not in adds.column_names:
         raise _Fallback("no stats column")
     stats = adds.column("stats").combine_chunks()
-    if stats.null_count or pc.any(pc.equal(stats, "")).as_py():
+    if stats.null_count:
         raise _Fallback("files without stats")
     plan, decimals = metric_plan(struct, mapped)
     if decimals or any(isinstance(c.delta_type, DeltaDecimal) for c in plan):
