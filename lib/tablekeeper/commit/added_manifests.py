@@ -6,6 +6,9 @@ from __future__ import annotations
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import pyarrow.compute as pc
+
+from tablekeeper.commit.summary import SummaryDelta
 from tablekeeper.iceberg.content import ManifestFile
 from tablekeeper.iceberg.entry_columns import AddedFiles, chunks, write_added_manifest
 from tablekeeper.iceberg.partitioning import PartitionSpec
@@ -61,6 +64,15 @@ def write_added_manifests(
     except BaseException:
         FileIO.for_location(location).delete_many(list(written))
         raise
+
+
+def added_delta(files: AddedFiles, manifests: list[ManifestFile]) -> SummaryDelta:
+    """The snapshot summary's counts for ``files``, written as ``manifests``."""
+    return SummaryDelta(
+        added_data_files=files.num_files,
+        added_records=sum(m.added_rows_count or 0 for m in manifests),
+        added_files_size=int(pc.sum(files.file_size).as_py() or 0),
+    )
 
 
 class _PerEntry(Exception):

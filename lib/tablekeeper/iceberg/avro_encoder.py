@@ -73,10 +73,7 @@ def write_container(
     ``schema``), or ``None`` if fastavro must write it (another codec, an unencodable value)."""
     if codec not in ("null", "deflate"):
         return None
-    header = io.BytesIO()
-    fastavro.writer(header, dict(schema), [], codec=codec, metadata=dict(metadata))
-    out = bytearray(header.getvalue())
-    sync = bytes(out[-16:])  # the header ends with the file's sync marker
+    out, sync = _header(schema, metadata, codec)
     block = bytearray()
     count = 0
 
@@ -84,15 +81,7 @@ def write_container(
         nonlocal block, count
         if count == 0:
             return
-        if codec == "deflate":
-            compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
-            data = compressor.compress(bytes(block)) + compressor.flush()
-        else:
-            data = bytes(block)
-        write_long(out, count)
-        write_long(out, len(data))
-        out.extend(data)
-        out.extend(sync)
+        _block(out, count, block, codec, sync)
         block, count = bytearray(), 0
 
     try:
@@ -118,25 +107,34 @@ def write_container_data(
     array = records.combine_chunks() if isinstance(records, pa.ChunkedArray) else records
     array = array.cast(pa.large_binary())
     n = len(array)
-    header = io.BytesIO()
-    fastavro.writer(header, dict(schema), [], codec=codec, metadata=dict(metadata))
-    out = bytearray(header.getvalue())
-    sync = bytes(out[-16:])
+    out, sync = _header(schema, metadata, codec)
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[array.offset : array.offset + n + 1]
     body = memoryview(array.buffers()[2]) if n else memoryview(b"")
     start = 0
     while start < n:
         stop = int(np.searchsorted(offsets, offsets[start] + _BLOCK_BYTES, side="left"))
         stop = min(max(stop, start + 1), n)
-        raw = body[int(offsets[start]) : int(offsets[stop])]
-        if codec == "deflate":
-            compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
-            data = compressor.compress(raw) + compressor.flush()
-        else:
-            data = bytes(raw)
-        write_long(out, stop - start)
-        write_long(out, len(data))
-        out.extend(data)
-        out.extend(sync)
+        _block(out, stop - start, body[int(offsets[start]) : int(offsets[stop])], codec, sync)
         start = stop
     return bytes(out)
+
+
+def _header(schema: Mapping[str, Any], metadata: Mapping[str, str], codec: str) -> tuple[bytearray, bytes]:
+    """The container's header as fastavro writes it, and its sync marker (the header's end)."""
+    header = io.BytesIO()
+    fastavro.writer(header, dict(schema), [], codec=codec, metadata=dict(metadata))
+    out = bytearray(header.getvalue())
+    return out, bytes(out[-16:])
+
+
+def _block(out: bytearray, count: int, raw: bytes | bytearray | memoryview, codec: str, sync: bytes) -> None:
+    """One block of ``count`` encoded records appended to ``out``."""
+    if codec == "deflate":
+        compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
+        data = compressor.compress(raw) + compressor.flush()
+    else:
+        data = bytes(raw)
+    write_long(out, count)
+    write_long(out, len(data))
+    out.extend(data)
+    out.extend(sync)

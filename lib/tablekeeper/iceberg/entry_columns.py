@@ -128,18 +128,24 @@ def _prefixed(array: pa.Array) -> pa.Array:
     return _join(varints(_ints(pc.binary_length(binary))), binary, skip_nulls=False)
 
 
-def _const(schema: Any, value: Any) -> bytes:
-    encoder = compile_record_encoder(
-        {"type": "record", "name": "c", "fields": [{"name": "v", "type": schema}]}
-    )
+def _encoded(schema: Any, rows: Sequence[tuple[Any, ...]]) -> list[bytes]:
+    """Each tuple as the Avro record ``schema``, by the generated record encoder."""
+    encoder = compile_record_encoder(schema)
     if encoder is None:
         raise _Unsupported(schema)
-    buf = bytearray()
-    try:
-        encoder(buf, (value,))
-    except Unencodable as err:
-        raise _Unsupported(schema) from err
-    return bytes(buf)
+    out = []
+    for row in rows:
+        buf = bytearray()
+        try:
+            encoder(buf, row)
+        except Unencodable as err:
+            raise _Unsupported(schema) from err
+        out.append(bytes(buf))
+    return out
+
+
+def _const(schema: Any, value: Any) -> bytes:
+    return _encoded({"type": "record", "name": "c", "fields": [{"name": "v", "type": schema}]}, [(value,)])[0]
 
 
 def _plain(schema: Any, array: pa.Array) -> pa.Array:
@@ -170,8 +176,9 @@ def _metric_map(schema: Any, columns: tuple[MetricColumn, ...], n: int) -> pa.Ar
     for c in sorted(columns, key=lambda c: c.field_id):
         values = c.values
         encoded = varints(_ints(values)) if value_type == "long" else _prefixed(values)
-        count += np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), dtype=np.int64)
-        encoded = pc.if_else(pc.is_valid(values), encoded, pa.scalar(None, pa.binary()))
+        valid = pc.is_valid(values)
+        count += np.asarray(valid.to_numpy(zero_copy_only=False), dtype=np.int64)
+        encoded = pc.if_else(valid, encoded, pa.scalar(None, pa.binary()))
         pieces.append(_join(_bytes(_long(c.field_id)), encoded, skip_nulls=False))
     tag = _bytes(bytes([2 * (1 - union[0])]))
     encoded_map = _join(tag, varints(count), *pieces, _bytes(b"\x00"))
@@ -179,17 +186,7 @@ def _metric_map(schema: Any, columns: tuple[MetricColumn, ...], n: int) -> pa.Ar
 
 
 def _partitions(schema: Any, files: AddedFiles) -> pa.Array:
-    encoder = compile_record_encoder(schema)
-    if encoder is None:
-        raise _Unsupported(schema)
-    distinct = []
-    for p in files.partitions:
-        buf = bytearray()
-        try:
-            encoder(buf, p)
-        except Unencodable as err:
-            raise _Unsupported(schema) from err
-        distinct.append(bytes(buf))
+    distinct = _encoded(schema, files.partitions)  # once per distinct tuple
     return pa.array(distinct, pa.binary()).take(pa.array(files.partition_index))
 
 

@@ -221,6 +221,12 @@ def _compiled(schema_json: str) -> EntryEncoder | None:
                 raise _Unsupported(name)
     except _Unsupported:
         return None
+    encoder: EntryEncoder = _function(src, "<manifest entry encoder>")
+    return encoder
+
+
+def _function(src: GeneratedSource, filename: str) -> Any:
+    """The ``encode`` function ``src`` defines, compiled with the helpers generated code calls."""
     namespace: dict[str, Any] = {
         "Unencodable": Unencodable,
         "Mapping": Mapping,
@@ -228,9 +234,8 @@ def _compiled(schema_json: str) -> EntryEncoder | None:
         "pack_float": Struct("<f").pack,
         "pack_double": Struct("<d").pack,
     }
-    exec(compile("\n".join(src.lines), "<manifest entry encoder>", "exec"), namespace)
-    encoder: EntryEncoder = namespace["encode"]
-    return encoder
+    exec(compile("\n".join(src.lines), filename, "exec"), namespace)
+    return namespace["encode"]
 
 
 RecordEncoder = Callable[[bytearray, tuple[Any, ...]], None]
@@ -257,13 +262,5 @@ def _compiled_record(schema_json: str) -> RecordEncoder | None:
     except _Unsupported:
         return None
     src.emit(1, "return None")
-    namespace: dict[str, Any] = {
-        "Unencodable": Unencodable,
-        "Mapping": Mapping,
-        "write_long": write_long,
-        "pack_float": Struct("<f").pack,
-        "pack_double": Struct("<d").pack,
-    }
-    exec(compile("\n".join(src.lines), "<record encoder>", "exec"), namespace)
-    encoder: RecordEncoder = namespace["encode"]
+    encoder: RecordEncoder = _function(src, "<record encoder>")
     return encoder

@@ -18,12 +18,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from tablekeeper.catalog import Catalog
 from tablekeeper.commit import Committer, SnapshotChange, SummaryDelta
-from tablekeeper.commit.added_manifests import write_added_manifests
+from tablekeeper.commit.added_manifests import added_delta, write_added_manifests
 from tablekeeper.delta.diff import FileDiff
 from tablekeeper.delta.file_columns import added_files
 from tablekeeper.delta.segment import LogEntry, LogSegment
@@ -295,14 +294,15 @@ def commit_version(
     lineage = plan_lineage(snap, meta.properties, bool(meta.snapshots), meta.format_version)
     if not diff.dv_changed and (lineage is None or not lineage.carry):
         files = added_files(diff.added_rows, snap.schema, snap.column_mapping, mapped, snap.partition_columns)
-        done = None
         if files is not None:
-            done = _commit_columns(snap, diff, files, lineage, catalog, options.target, token, preview, now)
-        if done is not None:
-            totals.lineage = lineage
-            totals.manifests += done[1]
-            _counted(totals, snap, diff, files.num_files if files is not None else 0, 0, done[0])
-            return
+            done = _commit_columns(
+                snap, diff, files, lineage, catalog, options.target, token, (meta, preview), now
+            )
+            if done is not None:
+                totals.lineage = lineage
+                totals.manifests += done[1]
+                _counted(totals, snap, diff, files.num_files, 0, done[0])
+                return
     added = data_files(diff.added, snap, mapped, preview.default_spec_id, io)
     lineage = check_files(lineage, io, snap.root, entries, diff.added)
     own_sequence_numbers: dict[str, int] = {}
@@ -389,14 +389,15 @@ def _commit_columns(
     catalog: Catalog,
     target: str,
     token: str,
-    preview: TableMetadata,
+    metadata: tuple[TableMetadata, TableMetadata],
     now: int,
 ) -> tuple[int, int] | None:
     """Commit a version whose new files came out as columns (no DVs, no carried row ids): their
     manifests are encoded from the columns, then committed like manifests written elsewhere.
     Returns the snapshot id and the number of manifests written, or ``None`` (nothing written or
-    committed) when the entries need the per-entry writer."""
-    meta = catalog.require(target).metadata
+    committed) when the entries need the per-entry writer. ``metadata``: the target's as loaded
+    for this version, and its preview with the version's schema and spec."""
+    meta, preview = metadata
     spec = preview.specs_by_id()[preview.default_spec_id]
     snapshot_id = new_snapshot_id()
     written = write_added_manifests(
@@ -410,11 +411,6 @@ def _commit_columns(
     )
     if written is None:
         return None  # the entries need the per-entry writer
-    delta = SummaryDelta(
-        added_data_files=files.num_files,
-        added_records=sum(m.added_rows_count or 0 for m in written),
-        added_files_size=int(pc.sum(files.file_size).as_py() or 0),
-    )
     used = np.unique(files.partition_index)
     change = replace(
         version_change(
@@ -427,7 +423,7 @@ def _commit_columns(
             removed_deletes_for=frozenset(diff.removed),
         ),
         added_manifests=tuple(written),
-        added_manifests_delta=delta,
+        added_manifests_delta=added_delta(files, written),
         added_manifests_partitions=frozenset(
             (spec.spec_id, partition_key(files.partitions[int(i)])) for i in used
         ),

@@ -14,10 +14,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
-from tablekeeper.commit.added_manifests import write_added_manifests
+from tablekeeper.commit.added_manifests import added_delta, write_added_manifests
 from tablekeeper.commit.summary import SummaryDelta
 from tablekeeper.delta.file_columns import added_files
 from tablekeeper.delta.models import AddFile
@@ -162,30 +161,24 @@ def _arrow_task(ctx: DataFileContext, batches: Iterable[pa.RecordBatch], per_man
     table = pa.Table.from_batches(chunks) if chunks else None
     if table is None or table.num_rows == 0:  # an empty partition may come without a batch
         return TaskOutput((), SummaryDelta(), ())
-    files = None
     if not ctx.verify and not ctx.carry_row_ids:
         files = added_files(table, ctx.struct, ctx.mapping, ctx.mapped, ctx.partition_columns)
-    if files is None:
-        return next(iter(build_task(ctx, table.to_pylist(), per_manifest)))
-    manifests = write_added_manifests(
-        files,
-        location=ctx.table_location,
-        format_version=ctx.format_version,
-        spec=ctx.spec,
-        schema=ctx.schema,
-        snapshot_id=ctx.snapshot_id,
-        name_prefix=f"{ctx.commit_uuid}-",
-        per_manifest=per_manifest,
-        threads=1,  # a task per core already
-    )
-    if manifests is None:
-        return next(iter(build_task(ctx, table.to_pylist(), per_manifest)))
-    delta = SummaryDelta(
-        added_data_files=files.num_files,
-        added_records=sum(m.added_rows_count or 0 for m in manifests),
-        added_files_size=int(pc.sum(files.file_size).as_py() or 0),
-    )
-    return TaskOutput(tuple(manifests), delta, ())
+        manifests = None
+        if files is not None:
+            manifests = write_added_manifests(
+                files,
+                location=ctx.table_location,
+                format_version=ctx.format_version,
+                spec=ctx.spec,
+                schema=ctx.schema,
+                snapshot_id=ctx.snapshot_id,
+                name_prefix=f"{ctx.commit_uuid}-",
+                per_manifest=per_manifest,
+                threads=1,  # a task per core already
+            )
+        if files is not None and manifests is not None:
+            return TaskOutput(tuple(manifests), added_delta(files, manifests), ())
+    return next(iter(build_task(ctx, table.to_pylist(), per_manifest)))
 
 
 def task_count(spark: SparkSession) -> int:
