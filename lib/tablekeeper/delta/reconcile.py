@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from hashlib import blake2b
 from urllib.parse import unquote
 
 import numpy as np
@@ -213,3 +214,19 @@ def unique_keys(table: pa.Table) -> bool:
     if len(pc.unique(paths, memory_pool=pool)) == n:
         return True
     return bool(len(pc.unique(_full_keys(table), memory_pool=pool)) == n)
+
+
+def key_digests(table: pa.Table) -> bytes:
+    """Eight bytes per row of ``table`` (keyed) that equal keys share: processes that each hold a
+    share of a checkpoint send these, not their keys, to check the checkpoint names each file once.
+    A BLAKE2 digest is the same in every process, unlike Python's salted ``hash``."""
+    if not table.num_rows:
+        return b""
+    return b"".join(blake2b(key.encode(), digest_size=8).digest() for key in _full_keys(table).to_pylist())
+
+
+def unique_digests(digests: Iterable[bytes]) -> bool:
+    """Whether no two rows share a digest (``key_digests``). Two keys may share one by chance; the
+    caller then takes the path that compares keys, so a collision costs time, never a file."""
+    values = np.frombuffer(b"".join(digests), dtype=np.uint64)
+    return bool(len(np.unique(values)) == len(values))

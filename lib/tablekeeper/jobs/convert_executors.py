@@ -29,11 +29,13 @@ from tablekeeper.jobs.convert_versions import (
     version_change,
 )
 from tablekeeper.jobs.delta_files import delete_files
-from tablekeeper.tables.delta import (
-    commit_time,
-)
+from tablekeeper.tables.delta import commit_time, read_checkpoint_tail
 
 log = logging.getLogger(__name__)
+
+# The commits after the checkpoint are parsed on the driver: past this many bytes of them, the
+# whole log is replayed in Spark SQL instead.
+TAIL_BYTES = 64 * 1024 * 1024
 
 
 def convert_on_executors(
@@ -47,13 +49,20 @@ def convert_on_executors(
 ) -> int:
     """The latest version as one snapshot, data files built and their manifests written by the
     executors; returns the bytes the data files hold."""
+    from tablekeeper.spark.checkpoint_files import checkpoint_manifests
     from tablekeeper.spark.convert_files import DataFileContext, Written, task_count, write_data_manifests
-    from tablekeeper.spark.delta_replay import spark_state
+    from tablekeeper.spark.delta_replay import SparkDeltaState, snapshot_without_files, spark_state
 
     io = FileIO.for_location(plan.root)
     assert plan.latest_segment is not None
-    state = spark_state(spark, plan.root, plan.latest_segment, partitions=task_count(spark))
-    snap = state.snapshot_without_files(0)
+    segment = plan.latest_segment
+    tail = read_checkpoint_tail(io, plan.root, segment, TAIL_BYTES)
+    state: SparkDeltaState | None = None
+    if tail is None:
+        state = spark_state(spark, plan.root, segment, partitions=task_count(spark))
+        snap = snapshot_without_files(plan.root, segment, state.state)
+    else:
+        snap = snapshot_without_files(plan.root, segment, tail.state)
     snap = replace(snap, timestamp_ms=commit_time(io, snap, plan.log))
     if not catalog.table_exists(options.target):
         create_target(options, plan, catalog, snap)
@@ -83,23 +92,34 @@ def convert_on_executors(
             operations = commit_operations(io, plan.root, plan.log, log_versions(plan.log))
         ctx = replace(ctx, carry_row_ids=True, materialized=lineage.materialized, operations=operations)
     table_io = FileIO.for_location(meta.location)
-    live = state.live_files()
 
     def staged() -> list[str]:
         # Every manifest the tasks wrote carries this commit's id.
         return [i.location for i in table_io.list(f"{meta.location}/metadata") if commit_uuid in i.location]
 
-    try:
-        written = (
-            write_data_manifests(live, ctx) if live is not None else Written([], SummaryDelta(), [], {}, {})
+    def write(context: DataFileContext) -> Written:
+        nonlocal state
+        if state is None:
+            assert tail is not None
+            written = checkpoint_manifests(spark, plan.root, tail, context)
+            if written is not None:
+                return written
+            state = spark_state(spark, plan.root, segment, partitions=task_count(spark))
+        live = state.live_files()
+        return (
+            write_data_manifests(live, context)
+            if live is not None
+            else Written([], SummaryDelta(), [], {}, {})
         )
+
+    try:
+        written = write(ctx)
         if written.unsound is not None:
             # A file holds row ids Iceberg cannot see: all files take fresh ids instead.
             log.info("row ids are assigned fresh: %s", written.unsound)
             lineage = Lineage(False, written.unsound)
             table_io.delete_many(staged())
-            assert live is not None
-            written = write_data_manifests(live, replace(ctx, carry_row_ids=False))
+            written = write(replace(ctx, carry_row_ids=False))
     except BaseException:
         table_io.delete_many(staged())
         raise

@@ -24,6 +24,7 @@ from tablekeeper.delta.schema import ColumnMapping, DeltaStruct
 from tablekeeper.delta.snapshot import add_file_from_row
 from tablekeeper.delta.to_iceberg import MappedSchema
 from tablekeeper.delta_row_ids import unsound_file
+from tablekeeper.errors import TablekeeperError
 from tablekeeper.iceberg.content import DataFile, ManifestFile
 from tablekeeper.iceberg.partitioning import PartitionSpec
 from tablekeeper.iceberg.types import Schema
@@ -76,6 +77,8 @@ class TaskOutput:
     manifest_counts: dict[str, Counts] | None = None
     names: dict[PartitionKey, tuple[Any, ...]] | None = None
     unsound: str | None = None  # why this task's files cannot carry Delta's row ids
+    # A typed error the task met: raised on the driver as itself, not as Spark's task failure.
+    error: TablekeeperError | None = None
 
 
 def build_task(
@@ -155,11 +158,16 @@ def _write(
     return manifests
 
 
-def _arrow_task(ctx: DataFileContext, batches: Iterable[pa.RecordBatch], per_manifest: int) -> TaskOutput:
+def arrow_task(ctx: DataFileContext, table: pa.Table, per_manifest: int) -> TaskOutput:
     """One task's adds: as columns when they can be (``delta.file_columns``), else one at a time."""
-    chunks = list(batches)
-    table = pa.Table.from_batches(chunks) if chunks else None
-    if table is None or table.num_rows == 0:  # an empty partition may come without a batch
+    try:
+        return _arrow_task(ctx, table, per_manifest)
+    except TablekeeperError as err:
+        return TaskOutput((), SummaryDelta(), (), error=err)
+
+
+def _arrow_task(ctx: DataFileContext, table: pa.Table, per_manifest: int) -> TaskOutput:
+    if table.num_rows == 0:
         return TaskOutput((), SummaryDelta(), ())
     if not ctx.verify and not ctx.carry_row_ids:
         files = added_files(table, ctx.struct, ctx.mapping, ctx.mapped, ctx.partition_columns)
@@ -219,13 +227,24 @@ def write_data_manifests(live: DataFrame, ctx: DataFileContext, per_manifest: in
     live = live.select(*columns)
 
     def task(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
-        output = _arrow_task(ctx, batches, per_manifest)
+        # An empty partition may come without a batch.
+        chunks = list(batches)
+        output = arrow_task(ctx, pa.Table.from_batches(chunks), per_manifest) if chunks else None
         yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(output)], pa.binary())], ["output"])
 
     # No count first: that would replay the log twice. Every task writes its own manifests.
     # Arrow batches, not rows: a task whose adds come out as columns builds no object per file.
     rows = live.mapInArrow(task, "output binary").collect()
-    outputs: list[TaskOutput] = [pickle.loads(r.output) for r in rows]
+    outputs = [pickle.loads(r.output) for r in rows]
+    return gathered([o for o in outputs if o is not None], ctx)
+
+
+def gathered(outputs: list[TaskOutput], ctx: DataFileContext) -> Written:
+    """The tasks' outputs as one ``Written``; the first typed error a task met is raised (what
+    the tasks wrote is the caller's to remove)."""
+    error = next((o.error for o in outputs if o.error is not None), None)
+    if error is not None:
+        raise error
     manifests = [m for o in outputs for m in o.manifests]
     delta = SummaryDelta()
     for o in outputs:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from urllib.parse import unquote
 
 import orjson
@@ -160,13 +160,11 @@ class SparkDeltaState:
     def live_files(self) -> DataFrame | None:
         return None if self.winners is None else self.winners.where(F.col("is_add"))
 
-    def snapshot_without_files(self, timestamp_ms: int) -> DeltaSnapshot:
-        """Protocol, metadata and the rest, with empty file tables: the files stay in Spark."""
-        empty = _no_files()
-        snapshot = snapshot_from_replay(
-            self.root, self.segment, self.state, Reconciled(empty, empty), "spark"
-        )
-        return replace(snapshot, timestamp_ms=timestamp_ms)
+
+def snapshot_without_files(root: str, segment: LogSegment, state: NonFileState) -> DeltaSnapshot:
+    """Protocol, metadata and the rest, with empty file tables: the files stay on the executors."""
+    empty = _no_files()
+    return snapshot_from_replay(root, segment, state, Reconciled(empty, empty), "spark")
 
 
 def spark_state(

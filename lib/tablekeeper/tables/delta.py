@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from tablekeeper.cycles import no_cycle_collection
 from tablekeeper.delta.deletion_vectors import delta_dv_relative_path, read_delta_dv, read_delta_inline_dv
 from tablekeeper.delta.models import AddFile, DeletionVector
-from tablekeeper.delta.reconcile import absolute_paths, reconcile
+from tablekeeper.delta.reconcile import absolute_paths, keyed, reconcile
 from tablekeeper.delta.replay import (
     NON_FILE_COLUMNS,
     CommitActions,
@@ -167,6 +167,13 @@ def _replay_segment(io: FileIO, root: str, segment: LogSegment) -> DeltaSnapshot
     if checkpoint is not None and checkpoint.version == segment.version:
         # Checkpoints drop commitInfo; the version's own commit still has it (and its ICT).
         _commit_info_only(io, root, segment.version, state)
+    actions = _commit_actions(io, root, segment, state)
+    base = _checkpoint_files(io, root, checkpoint, state, json_actions) if checkpoint is not None else ()
+    return snapshot_from_replay(root, segment, state, reconcile([actions.table()], root, base), "pure")
+
+
+def _commit_actions(io: FileIO, root: str, segment: LogSegment, state: NonFileState) -> CommitActions:
+    """The segment's commits parsed in order; their non-file actions go to ``state``."""
     actions = CommitActions()
     order = 0
     for entry in segment.commits:
@@ -174,8 +181,41 @@ def _replay_segment(io: FileIO, root: str, segment: LogSegment) -> DeltaSnapshot
         order = parse_commit(version, io.read(f"{root}/{LOG_DIR}/{entry.name}"), actions, state, order)
     if state.protocol is not None:
         state.protocol.check_readable()
-    base = _checkpoint_files(io, root, checkpoint, state, json_actions) if checkpoint is not None else ()
-    return snapshot_from_replay(root, segment, state, reconcile([actions.table()], root, base), "pure")
+    return actions
+
+
+@dataclass(frozen=True, eq=False)
+class CheckpointTail:
+    """A segment read but for its checkpoint's file actions, which readers elsewhere take a row
+    group at a time: the non-file state, the commits' file actions after the checkpoint (keyed),
+    and the Parquet files holding the checkpoint's file actions (its parts, then its sidecars)."""
+
+    state: NonFileState
+    newer: pa.Table
+    parquet: tuple[str, ...]
+
+
+def read_checkpoint_tail(
+    io: FileIO, root: str, segment: LogSegment, max_commit_bytes: int
+) -> CheckpointTail | None:
+    """The segment as a ``CheckpointTail``, or None when it has no Parquet checkpoint or the
+    commits after it hold more than ``max_commit_bytes`` (their actions are kept here)."""
+    checkpoint = segment.checkpoint
+    if checkpoint is None or any(part.name.endswith(".json") for part in checkpoint.files):
+        return None
+    if sum(entry.size for entry in segment.commits) > max_commit_bytes:
+        return None
+    state = NonFileState()
+    _checkpoint_state(io, root, checkpoint, state)
+    if checkpoint.version == segment.version:
+        _commit_info_only(io, root, segment.version, state)
+    newer = keyed(_commit_actions(io, root, segment, state).table(), root)
+    log_dir = f"{root}/{LOG_DIR}"
+    parquet = (
+        *(f"{log_dir}/{part.name}" for part in checkpoint.files),
+        *(sidecar_location(log_dir, sidecar) for sidecar in state.sidecars),
+    )
+    return CheckpointTail(state, newer, parquet)
 
 
 def _hint(io: FileIO, root: str) -> LastCheckpointHint | None:
