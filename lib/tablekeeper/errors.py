@@ -72,6 +72,10 @@ class CountsDiffer(TablekeeperError):
         super().__init__(message)
         self.metrics = MappingProxyType(dict(metrics))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors travel from Spark tasks to the driver pickled; the default passes only ``args``.
+        return (type(self), (self.message, dict(self.metrics)))
+
     @property
     def status(self) -> Literal["refused", "failed"]:
         # Exit 3 like a refusal, but nothing was refused: the check ran and failed.

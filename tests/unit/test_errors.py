@@ -30,3 +30,19 @@ def test_messages_are_folded_to_one_line() -> None:
 
 def test_foreign_exceptions_are_unexpected() -> None:
     assert errors.exit_code(ValueError("x")) == ExitCode.UNEXPECTED
+
+
+def _error_classes(base: type[errors.TablekeeperError]) -> list[type[errors.TablekeeperError]]:
+    return [base, *(c for sub in base.__subclasses__() for c in _error_classes(sub))]
+
+
+@pytest.mark.parametrize("cls", _error_classes(errors.TablekeeperError))
+def test_every_error_survives_the_trip_from_a_task_to_the_driver(cls: type[errors.TablekeeperError]) -> None:
+    import pickle
+
+    err = (
+        cls("what broke: the fix", {"files": 3}) if cls is errors.CountsDiffer else cls("what broke: the fix")
+    )
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is cls and back.message == err.message and back.exit_code == err.exit_code
+    assert dict(back.metrics) == dict(err.metrics)
