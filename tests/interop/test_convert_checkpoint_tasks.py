@@ -1,9 +1,11 @@
-"""convert-delta's executor path reading the checkpoint in its tasks gives the driver's answer.
+"""Delta replay and convert-delta's executor path reading the checkpoint in Spark tasks give the
+driver's answer.
 
 Every shared table with a Parquet checkpoint, and tables delta-spark writes here with commits that
-supersede checkpointed files (deletes through deletion vectors, OPTIMIZE, re-adds), are converted
-on the executors and on the driver: the data files (paths, counts, bounds, partitions, row ids)
-must be the same. A checkpoint that names a file twice is caught and replayed in Spark SQL.
+supersede checkpointed files (deletes through deletion vectors, OPTIMIZE, re-adds), are replayed
+and converted on the executors and on the driver: the replayed state (every column of the live
+files, the tombstones) and the data files (paths, counts, bounds, partitions, row ids) must be
+the same. A checkpoint that names a file twice is caught and replayed in Spark SQL.
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from tablekeeper.catalog import catalog_for
+from tablekeeper.delta.segment import build_segment
 from tablekeeper.errors import TablekeeperError
-from tablekeeper.jobs import convert_executors
+from tablekeeper.io import FileIO
 from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
+from tablekeeper.spark import checkpoint_files
+from tablekeeper.spark.delta_replay import spark_replay
+from tablekeeper.tables.delta import list_log, load_snapshot
 from tablekeeper.tables.iceberg import live_files
 from tests.conftest import SQL_CATALOG
 from tests.interop.test_convert_delta import assert_same_rows
@@ -62,6 +68,38 @@ def _outcome(catalogs: Any, spark: Any, source: Path, target: str, engine: str, 
     return _files(catalogs, target)
 
 
+def _segment(root: Path) -> Any:
+    io = FileIO.for_location(str(root))
+    return build_segment(list_log(io, str(root)), table=str(root))
+
+
+STATE_COLUMNS = [
+    "absolute_path",
+    "dv_id",
+    "path",
+    "partition_values",
+    "size",
+    "modification_time",
+    "data_change",
+    "stats",
+    "tags",
+    "dv",
+    "base_row_id",
+    "default_row_commit_version",
+    "clustering_provider",
+]
+
+
+def _state(snapshot: Any, paths: set[str] | None = None) -> tuple[list[Any], list[Any]]:
+    """The live files (every column the replay fills) and the tombstones' keys, sorted."""
+    files = snapshot.files.select(STATE_COLUMNS).to_pylist()
+    tombstones = snapshot.tombstones.select(["absolute_path", "dv_id", "deletion_timestamp"]).to_pylist()
+    if paths is not None:
+        files = [f for f in files if f["absolute_path"] in paths]
+        tombstones = [t for t in tombstones if t["absolute_path"] in paths]
+    return sorted(files, key=repr), sorted(tombstones, key=repr)
+
+
 def _ident(name: str) -> str:
     return "ckt." + "".join(c if c.isalnum() else "_" for c in name).lower()
 
@@ -80,6 +118,11 @@ def test_shared_checkpointed_tables_convert_alike_on_the_executors(
     if isinstance(on_executors[0], dict):
         assert on_executors[0], "no data files: the comparison would be empty"
         assert "checkpoint read by" in caplog.text
+    try:
+        pure = load_snapshot(str(source))
+    except TablekeeperError:
+        return
+    assert _state(spark_replay(spark, str(source), _segment(source))) == _state(pure)
 
 
 @pytest.fixture(scope="module")
@@ -130,11 +173,21 @@ def test_superseding_commits_convert_alike_on_either_replay_and_the_driver(
     assert result.metrics["row_lineage"]["row_ids"] == "fresh"
     tasks = _without_row_ids(tasks)
     caplog.clear()
-    monkeypatch.setattr(convert_executors, "TAIL_BYTES", 0)  # the commits are too many: Spark SQL
+    monkeypatch.setattr(checkpoint_files, "TAIL_BYTES", 0)  # the commits are too many: Spark SQL
     with caplog.at_level(logging.INFO, logger=TASKS_LOGGER):
         _convert(catalogs, spark, source, "ckt.sup_sql", "spark", format_version=3)
     assert "checkpoint read by" not in caplog.text
     _convert(catalogs, spark, source, "ckt.sup_driver", "driver", format_version=3)
+    # The Spark replay too: the whole state, then only some files', as an incremental run asks.
+    pure = load_snapshot(str(source))
+    assert _state(spark_replay(spark, str(source), _segment(source))) == _state(pure)
+    some = {
+        *pure.files.column("absolute_path").to_pylist()[::5],
+        *pure.tombstones.column("absolute_path").to_pylist()[::3],
+    }
+    assert _state(spark_replay(spark, str(source), _segment(source), sorted(some)), some) == _state(
+        pure, some
+    )
     for other in ("ckt.sup_sql", "ckt.sup_driver"):
         assert _differences(tasks, _without_row_ids(_files(catalogs, other))) == [], other
 
@@ -181,6 +234,11 @@ def test_a_checkpoint_naming_a_file_twice_is_replayed_in_spark_sql(
     _convert(catalogs, spark, source, "ckt.dup_driver", "driver")
     on_executors, on_driver = _files(catalogs, "ckt.dup_exec"), _files(catalogs, "ckt.dup_driver")
     assert on_executors == on_driver and len(on_executors[0]) == 6
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=TASKS_LOGGER):
+        replayed = spark_replay(spark, str(source), _segment(source))
+    assert "names a file more than once" in caplog.text
+    assert replayed.file_keys() == load_snapshot(str(source)).file_keys()
     # The tasks' manifests were removed before the replay wrote its own: none is left unreferenced.
     table_meta = catalog_for(catalogs.get(SQL_CATALOG)).require("ckt.dup_exec").metadata
     referenced = {m.manifest_path.rsplit("/", 1)[-1] for m in _manifests(catalogs, "ckt.dup_exec")}

@@ -33,10 +33,6 @@ from tablekeeper.tables.delta import commit_time, read_checkpoint_tail
 
 log = logging.getLogger(__name__)
 
-# The commits after the checkpoint are parsed on the driver: past this many bytes of them, the
-# whole log is replayed in Spark SQL instead.
-TAIL_BYTES = 64 * 1024 * 1024
-
 
 def convert_on_executors(
     plan: ConvertPlan,
@@ -49,7 +45,7 @@ def convert_on_executors(
 ) -> int:
     """The latest version as one snapshot, data files built and their manifests written by the
     executors; returns the bytes the data files hold."""
-    from tablekeeper.spark.checkpoint_files import checkpoint_manifests
+    from tablekeeper.spark.checkpoint_files import TAIL_BYTES, checkpoint_manifests
     from tablekeeper.spark.convert_files import DataFileContext, Written, task_count, write_data_manifests
     from tablekeeper.spark.delta_replay import SparkDeltaState, snapshot_without_files, spark_state
 

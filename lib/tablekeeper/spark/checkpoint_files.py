@@ -1,6 +1,8 @@
-"""convert-delta's executor path from a Parquet checkpoint: each task reads its share of the
-checkpoint's row groups itself, drops the files the commits after the checkpoint supersede, and
-writes the manifests of the rest. The driver parses only those commits (``CheckpointTail``).
+"""Delta replay from a Parquet checkpoint on the executors: each task reads its share of the
+checkpoint's row groups itself and drops the files the commits after the checkpoint supersede;
+the driver parses only those commits (``CheckpointTail``). convert-delta's executor path then
+writes the manifests of the rest in the same tasks (``checkpoint_manifests``); the Spark replay
+brings them to the driver as Arrow (``checkpoint_state``).
 
 Against replaying in Spark SQL this has no scan job, no shuffle and no window, and no file row
 crosses between the JVM and Python: a checkpoint names each file once (the protocol), so no file
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -22,31 +24,41 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from tablekeeper.commit.summary import SummaryDelta
-from tablekeeper.delta.reconcile import Superseded, key_digests, keyed, reconcile, unique_digests
+from tablekeeper.delta.reconcile import Reconciled, Superseded, key_digests, keyed, reconcile, unique_digests
 from tablekeeper.delta.replay import UnreadableCheckpoint, checkpoint_file_actions
 from tablekeeper.errors import CorruptMetadataError, FileNotFound, TablekeeperError
 from tablekeeper.io import FileIO
 from tablekeeper.spark.convert_files import DataFileContext, TaskOutput, Written, arrow_task, gathered
-from tablekeeper.tables.delta import CheckpointTail
+from tablekeeper.tables.delta import CHECKPOINT_ORDER_BASE, CheckpointTail
 
 log = logging.getLogger(__name__)
 
+# The commits after the checkpoint are parsed on the driver: past this many bytes of them, the
+# whole log is replayed in Spark SQL instead.
+TAIL_BYTES = 64 * 1024 * 1024
 # A slice smaller than this costs more in task overhead than it saves in parallel work.
 MIN_SLICE_ROWS = 25_000
+# Slices whose state comes to the driver are kept this small: the driver's JVM holds a round of
+# them at once on their way.
+STATE_SLICE_ROWS = 100_000
 _BATCH_ROWS = 32_768
 
 
 @dataclass(frozen=True)
 class Slice:
-    """Rows ``start``..``stop`` of one row group of one checkpoint file."""
+    """Rows ``start``..``stop`` of one row group of one checkpoint file; ``offset``: the rows of
+    the checkpoint before them (which orders its actions as the driver's replay does)."""
 
     location: str
     row_group: int
     start: int
     stop: int
+    offset: int = 0
 
 
-def plan_slices(io: FileIO, locations: tuple[str, ...], tasks: int) -> list[Slice]:
+def plan_slices(
+    io: FileIO, locations: tuple[str, ...], tasks: int, max_rows: int | None = None
+) -> list[Slice]:
     """The checkpoint's row groups cut into about ``tasks`` slices of even size: a writer that
     put a million files in one row group (Spark's 128 MiB) still spreads over every core; a
     slice within a row group decodes the group up to its own end, no further."""
@@ -63,12 +75,14 @@ def plan_slices(io: FileIO, locations: tuple[str, ...], tasks: int) -> list[Slic
         groups.extend((location, i, meta.row_group(i).num_rows) for i in range(meta.num_row_groups))
     total = sum(rows for _, _, rows in groups)
     target = max(MIN_SLICE_ROWS, math.ceil(total / max(1, tasks)))
+    target = target if max_rows is None else min(target, max_rows)
     slices: list[Slice] = []
+    offset = 0
     for location, index, rows in groups:
         step = math.ceil(rows / max(1, math.ceil(rows / target)))
-        slices.extend(
-            Slice(location, index, start, min(rows, start + step)) for start in range(0, rows, step)
-        )
+        for start in range(0, rows, step):
+            slices.append(Slice(location, index, start, min(rows, start + step), offset + start))
+        offset += rows
     return slices
 
 
@@ -98,18 +112,31 @@ def read_slice(io: FileIO, piece: Slice) -> pa.Table | None:
         raise UnreadableCheckpoint(f"{piece.location} is not a readable Parquet file ({err})") from err
 
 
-def slice_files(root: str, piece: Slice, superseded: Superseded) -> tuple[pa.Table | None, bytes]:
-    """The slice's live adds (keyed; None without any) and the digests of every key it keeps."""
+def slice_actions(root: str, piece: Slice, superseded: Superseded) -> tuple[list[pa.Table], bytes]:
+    """The slice's actions no newer one supersedes (keyed; a table per kind, each non-empty) and
+    the digests of their keys."""
     table = read_slice(FileIO.for_location(piece.location), piece)
     if table is None:
-        return None, b""
-    kept = [superseded.survivors(keyed(part, root)) for part in checkpoint_file_actions(table, 0)]
-    digests = b"".join(key_digests(part) for part in kept)
-    # checkpoint_file_actions gives one table per kind; an empty kind gives none.
-    adds = [part for part in kept if part.num_rows and pc.all(part.column("is_add")).as_py()]
-    if not adds:
-        return None, digests
-    return (adds[0] if len(adds) == 1 else pa.concat_tables(adds, promote_options="permissive")), digests
+        return [], b""
+    order = CHECKPOINT_ORDER_BASE + piece.offset
+    kept = [superseded.survivors(keyed(part, root)) for part in checkpoint_file_actions(table, order)]
+    kept = [part for part in kept if part.num_rows]
+    return kept, b"".join(key_digests(part) for part in kept)
+
+
+def _is_add(part: pa.Table) -> bool:
+    return bool(pc.all(part.column("is_add")).as_py())
+
+
+def slice_files(root: str, piece: Slice, superseded: Superseded) -> tuple[pa.Table | None, bytes]:
+    """The slice's live adds (keyed; None without any) and the digests of every key it keeps."""
+    kept, digests = slice_actions(root, piece, superseded)
+    adds = [part for part in kept if _is_add(part)]
+    return (_concat(adds) if adds else None), digests
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 
 
 def checkpoint_manifests(
@@ -151,3 +178,63 @@ def checkpoint_manifests(
     log.warning("the checkpoint names a file more than once: the log is replayed in Spark SQL instead")
     FileIO.for_location(ctx.table_location).delete_many([m.manifest_path for m in written.manifests])
     return None
+
+
+def _ipc(tables: list[pa.Table]) -> bytes:
+    sink = pa.BufferOutputStream()
+    for table in tables:
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
+
+
+def _from_ipc(data: bytes) -> list[pa.Table]:
+    tables = []
+    reader = pa.BufferReader(data)
+    while reader.tell() < len(data):
+        tables.append(pa.ipc.open_stream(reader).read_all())
+    return tables
+
+
+def checkpoint_state(
+    spark: SparkSession, root: str, tail: CheckpointTail, paths: Sequence[str] | None = None
+) -> Reconciled | None:
+    """The live files and tombstones (all, or those of the absolute ``paths``) in the driver's
+    replay layout: the checkpoint's read by the tasks and sent as Arrow streams, the commits' from
+    ``tail``. None when the checkpoint names a file twice: the caller replays in Spark SQL."""
+    from tablekeeper.spark.convert_files import task_count
+
+    sc = spark.sparkContext
+    slices = plan_slices(FileIO.for_location(root), tail.parquet, task_count(spark), STATE_SLICE_ROWS)
+    wanted = None if paths is None else pa.array(sorted(set(paths)), pa.string())
+    newer = tail.newer
+
+    def pick(part: pa.Table) -> pa.Table:
+        if wanted is None:
+            return part
+        return part.filter(pc.is_in(part.column("absolute_path"), value_set=wanted))
+
+    def task(pieces: Iterable[Slice]) -> Iterable[tuple[bytes, bytes]]:
+        superseded = Superseded(newer)
+        for piece in pieces:
+            kept, digests = slice_actions(root, piece, superseded)
+            yield _ipc([t for t in (pick(part) for part in kept) if t.num_rows]), digests
+
+    parts: list[pa.Table] = []
+    digests: list[bytes] = []
+    if slices:
+        rdd = sc.parallelize(slices, len(slices)).mapPartitions(task)
+        # A round of partitions at a time: the JVM holds no more than a round's results.
+        step = max(1, sc.defaultParallelism)
+        for first in range(0, len(slices), step):
+            for data, keys in sc.runJob(rdd, lambda rows: rows, range(first, min(first + step, len(slices)))):
+                parts.extend(_from_ipc(data))
+                digests.append(keys)
+    if not unique_digests(digests):
+        log.warning("the checkpoint names a file more than once: the log is replayed in Spark SQL instead")
+        return None
+    commits = reconcile([tail.newer], root)
+    files = [*(p for p in parts if _is_add(p)), pick(commits.files)]
+    tombstones = [*(p for p in parts if not _is_add(p)), pick(commits.tombstones)]
+    return Reconciled(_concat(files), _concat(tombstones))

@@ -24,7 +24,7 @@ from tablekeeper.delta.segment import LogSegment, sidecar_location
 from tablekeeper.delta.snapshot import DeltaSnapshot, snapshot_from_replay
 from tablekeeper.errors import CorruptMetadataError
 from tablekeeper.io import FileIO
-from tablekeeper.tables.delta import read_checkpoint_non_file_actions
+from tablekeeper.tables.delta import read_checkpoint_non_file_actions, read_checkpoint_tail
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +243,18 @@ def spark_replay(
 ) -> DeltaSnapshot:
     """Replay in Spark and bring the live files and tombstones to the driver as Arrow: all of
     them, or only those of the given absolute ``paths`` (an incremental run needs no more than
-    what its commits touched, and a million-file state would not fit a small driver)."""
+    what its commits touched, and a million-file state would not fit a small driver).
+
+    A log with a Parquet checkpoint is read by tasks that each take a slice of its row groups
+    (``checkpoint_files``); the rest (no checkpoint, a JSON one, a long tail of commits, or a
+    checkpoint naming a file twice) is replayed in Spark SQL."""
+    from tablekeeper.spark.checkpoint_files import TAIL_BYTES, checkpoint_state
+
+    tail = read_checkpoint_tail(FileIO.for_location(root), root, segment, TAIL_BYTES)
+    if tail is not None:
+        files = checkpoint_state(spark, root, tail, paths)
+        if files is not None:
+            return snapshot_from_replay(root, segment, tail.state, files, "spark")
     replayed = spark_state(spark, root, segment)
     state = replayed.state
     assert state.protocol is not None and state.metadata is not None
