@@ -127,12 +127,16 @@ class Protocol:
         """The protocol gate: refuse what the log reader cannot read correctly, naming the feature."""
         if self.min_reader_version > MAX_READER_VERSION:
             raise UnsupportedFeatureError(
-                f"Delta reader version {self.min_reader_version} is not supported (tablekeeper reads up to 3)"
+                f"Delta reader version {self.min_reader_version} is not supported (tablekeeper reads "
+                "versions 1-3): the table needs a newer Delta reader; upgrade tablekeeper, or have "
+                "delta-spark downgrade the table's protocol"
             )
         for feature in sorted(self.effective_reader_features):
             if FEATURE_SUPPORT.get(feature) != "read":
                 raise UnsupportedFeatureError(
-                    f"Delta reader feature {feature!r} is not supported by tablekeeper"
+                    f"Delta reader feature {feature!r} is not supported by tablekeeper, and the table "
+                    f"cannot be read correctly without it: drop it with delta-spark (ALTER TABLE ... "
+                    f"DROP FEATURE {feature}) where Delta allows, or upgrade tablekeeper"
                 )
         for feature in sorted(self.effective_writer_features):
             verdict = FEATURE_SUPPORT.get(feature)
