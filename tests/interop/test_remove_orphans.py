@@ -142,6 +142,30 @@ def test_refusals_delete_nothing(spark, catalogs, warehouse: Path) -> None:  # t
     assert before - _files(root) == set()
 
 
+def test_a_table_copied_as_files_is_refused_and_neither_copy_loses_a_file(
+    spark, catalogs, warehouse: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A copy keeps the original's location in its metadata: its orphans would be listed in the
+    original's directory, where every file the copy does not reference looks orphaned."""
+    name = "orphans_original"
+    _build(spark, name, 2)
+    root = warehouse / "files" / "db" / name
+    copy = root.parent / f"{name}_copy"
+    shutil.copytree(root, copy)
+    _age(root, 5)
+    _age(copy, 5)
+    extra = _plant(root / "data" / "written-after-the-copy.parquet", 5)
+    before = _files(root) | _files(copy)
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    # No session given: the refusal comes from the metadata alone, before any Spark work.
+    with pytest.raises(SafetyRefusal, match="copied or moved"):
+        run_orphans(RemoveOrphansOptions(table=f"db.{name}_copy"), catalog, f"db.{name}_copy", None)
+    assert _files(root) | _files(copy) == before and extra.exists()
+    # The original itself is fine: its extra file is an orphan there.
+    dry = run_orphans(RemoveOrphansOptions(table=f"db.{name}", dry_run=True), catalog, f"db.{name}", None)
+    assert dry.files is not None and str(extra) in {p.removeprefix("file:") for p in dry.files}
+
+
 @pytest.mark.parametrize("engine", ["driver", "spark"])
 def test_gc_disabled_cleans_only_the_metadata_location(spark, catalogs, warehouse: Path, engine: str) -> None:  # type: ignore[no-untyped-def]
     """A table whose data files may belong to another table (gc.enabled=false, e.g. a converted

@@ -39,6 +39,7 @@ from tablekeeper.iceberg.updates import set_statistics
 from tablekeeper.io.uri import join_location
 from tablekeeper.jobs.context import JobContext, add_run_arguments, add_table_arguments
 from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.tables.iceberg import metadata_directory
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,7 @@ def plan_stats(meta: TableMetadata, identifier: str, options: ComputeStatsOption
 
 def stats_location(meta: TableMetadata, snapshot_id: int) -> str:
     """Where Java puts it: the metadata directory (``write.metadata.path`` when set)."""
-    directory = meta.properties.get("write.metadata.path") or join_location(meta.location, "metadata")
-    return join_location(directory, f"{snapshot_id}-{uuid.uuid4()}.stats")
+    return join_location(metadata_directory(meta), f"{snapshot_id}-{uuid.uuid4()}.stats")
 
 
 def run_compute_stats(

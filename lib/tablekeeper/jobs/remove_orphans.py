@@ -47,6 +47,7 @@ from tablekeeper.jobs.engines import SparkSource, check_engine, choose_engine, s
 from tablekeeper.jobs.expire_snapshots import DRIVER_DELETE_THREADS, GC_ENABLED
 from tablekeeper.jobs.options import parse_older_than, report_files, write_file_list
 from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.tables.iceberg import metadata_directory
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,16 @@ def _check(options: RemoveOrphansOptions, table: LoadedTable, rules: PathRules, 
     own = join_location(meta.location, "metadata") if metadata_only else meta.location
     location = options.location or own
     schemes, authorities = rules.equivalent_schemes, rules.equivalent_authorities
+    metadata_dir = metadata_directory(meta)
+    if not is_under(table.metadata_location, metadata_dir, schemes, authorities):
+        # A table copied or moved as files keeps its old location in its metadata: listing that
+        # location would take another table's files, or a live copy's, for orphans.
+        raise SafetyRefusal(
+            f"{options.table}'s metadata file {table.metadata_location} is not under its metadata "
+            f"location {metadata_dir}: the table was copied or moved without its location being "
+            f"rewritten, so {meta.location} may hold another table's files; register the table where "
+            "its metadata says it lives, or rewrite its location, before removing orphans"
+        )
     if not is_under(location, meta.location, schemes, authorities):
         raise SafetyRefusal(
             f"--location {location} is outside the table location {meta.location}: "

@@ -16,6 +16,12 @@ from tablekeeper.iceberg.manifest import read_manifest, read_manifest_list
 from tablekeeper.iceberg.metadata import Snapshot, TableMetadata
 from tablekeeper.iceberg.rewrite_plan import RewriteOptions
 from tablekeeper.io import FileIO
+from tablekeeper.io.uri import join_location
+
+
+def metadata_directory(meta: TableMetadata) -> str:
+    """Where the table's metadata files go: ``write.metadata.path`` when set, as Iceberg Java."""
+    return meta.properties.get("write.metadata.path") or join_location(meta.location, "metadata")
 
 
 def _read(io: FileIO, location: str, what: str) -> bytes:
