@@ -75,6 +75,8 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     text = json.loads(newest.read_text())
     text["format-version"] = 9
     (future / "metadata" / newest.name).write_text(json.dumps(text))
+    copied = root / "copied"  # its metadata still names the original's location
+    shutil.copytree(table_dir, copied)
     delta = root / "delta"
     shutil.copytree(DELTA_TABLES / "simple_table", delta)
     bad_yaml = root / "bad.yaml"
@@ -84,6 +86,7 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "wh": str(root),
         "corrupt": str(corrupt),
         "future": str(future),
+        "copied": str(copied),
         "delta": str(delta),
         "features": str(DELTA_TABLES / "simple_table_features"),
         "bad_yaml": str(bad_yaml),
@@ -150,6 +153,7 @@ CASES: list[tuple[str, list[str], int, str | None]] = [
     ("bad-size", ["compact", "--table", "db.t", "--target-file-size", "big"], 2, "is not a size"),
     ("bad-engine", ["remove-orphans", "--table", "db.t", "--engine", "gpu"], 2, "invalid choice: 'gpu'"),
     ("short-retention", ["remove-orphans", "--table", "db.t", "--older-than", "2h"], 3, "under 24 hours"),
+    ("copied-table-orphans", ["remove-orphans", "--table", "{copied}"], 3, "copied or moved"),
     (
         "unsupported-delta-reader",
         ["convert-delta", "--source", "{features}", "--target", "db.y"],
