@@ -164,6 +164,13 @@ def test_a_table_copied_as_files_is_refused_and_neither_copy_loses_a_file(
     # The original itself is fine: its extra file is an orphan there.
     dry = run_orphans(RemoveOrphansOptions(table=f"db.{name}", dry_run=True), catalog, f"db.{name}", None)
     assert dry.files is not None and str(extra) in {p.removeprefix("file:") for p in dry.files}
+    # write.metadata.path names another directory, but this catalog (as tablekeeper's own) keeps
+    # writing under <location>/metadata: still the table's own metadata, not a copy.
+    spark.sql(f"ALTER TABLE {FS_CATALOG}.db.{name} SET TBLPROPERTIES ('write.metadata.path'='{root}/meta2')")
+    table = catalog.require(f"db.{name}")
+    assert table.metadata.properties["write.metadata.path"] == f"{root}/meta2"
+    assert f"{root}/metadata/" in table.metadata_location
+    run_orphans(RemoveOrphansOptions(table=f"db.{name}", dry_run=True), catalog, f"db.{name}", None)
 
 
 @pytest.mark.parametrize("engine", ["driver", "spark"])

@@ -133,13 +133,15 @@ def _check(options: RemoveOrphansOptions, table: LoadedTable, rules: PathRules, 
     own = join_location(meta.location, "metadata") if metadata_only else meta.location
     location = options.location or own
     schemes, authorities = rules.equivalent_schemes, rules.equivalent_authorities
-    metadata_dir = metadata_directory(meta)
-    if not is_under(table.metadata_location, metadata_dir, schemes, authorities):
+    # Iceberg Java writes under write.metadata.path when set; tablekeeper's catalogs always under
+    # <location>/metadata: either is the table's own.
+    metadata_dirs = (metadata_directory(meta), join_location(meta.location, "metadata"))
+    if not any(is_under(table.metadata_location, d, schemes, authorities) for d in metadata_dirs):
         # A table copied or moved as files keeps its old location in its metadata: listing that
         # location would take another table's files, or a live copy's, for orphans.
         raise SafetyRefusal(
             f"{options.table}'s metadata file {table.metadata_location} is not under its metadata "
-            f"location {metadata_dir}: the table was copied or moved without its location being "
+            f"location {metadata_dirs[0]}: the table was copied or moved without its location being "
             f"rewritten, so {meta.location} may hold another table's files; register the table where "
             "its metadata says it lives, or rewrite its location, before removing orphans"
         )

@@ -8,7 +8,8 @@ Against replaying in Spark SQL this has no scan job, no shuffle and no window, a
 crosses between the JVM and Python: a checkpoint names each file once (the protocol), so no file
 needs to meet the others. That promise is checked, not trusted: the tasks send a digest per
 surviving key, and a checkpoint that breaks it is handed back (``None``) for the Spark SQL
-replay, which groups every action, as the driver's replay would.
+replay, which groups every action (keeping one of a checkpoint's duplicates, not necessarily
+the one the driver's replay keeps: Delta's writers never produce them).
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def plan_slices(
     slices: list[Slice] = []
     offset = 0
     for location, index, rows in groups:
+        if rows == 0:
+            continue  # pyarrow writes an empty table as one empty row group
         step = math.ceil(rows / max(1, math.ceil(rows / target)))
         for start in range(0, rows, step):
             slices.append(Slice(location, index, start, min(rows, start + step), offset + start))
@@ -151,10 +154,10 @@ def checkpoint_manifests(
     slices = plan_slices(io, tail.parquet, task_count(spark))
     commit_adds = reconcile([tail.newer], root).files
     items: list[Slice | pa.Table] = [*slices, *([commit_adds] if commit_adds.num_rows else [])]
-    newer = tail.newer
+    newer = spark.sparkContext.broadcast(tail.newer)
 
     def task(pieces: Iterable[Slice | pa.Table]) -> Iterable[tuple[TaskOutput, bytes]]:
-        superseded = Superseded(newer)
+        superseded = Superseded(newer.value)
         for piece in pieces:
             try:
                 adds, digests = (
@@ -170,7 +173,10 @@ def checkpoint_manifests(
 
     if not items:
         return gathered([], ctx)
-    results = spark.sparkContext.parallelize(items, len(items)).mapPartitions(task).collect()
+    try:
+        results = spark.sparkContext.parallelize(items, len(items)).mapPartitions(task).collect()
+    finally:
+        newer.unpersist()
     written = gathered([output for output, _ in results], ctx)
     if unique_digests(digests for _, digests in results):
         log.info("checkpoint read by %d tasks: %d manifests", len(items), len(written.manifests))
@@ -208,29 +214,40 @@ def checkpoint_state(
     sc = spark.sparkContext
     slices = plan_slices(FileIO.for_location(root), tail.parquet, task_count(spark), STATE_SLICE_ROWS)
     wanted = None if paths is None else pa.array(sorted(set(paths)), pa.string())
-    newer = tail.newer
+    # Broadcast once: each round's job would otherwise ship the commits' actions again.
+    newer = sc.broadcast(tail.newer)
 
     def pick(part: pa.Table) -> pa.Table:
         if wanted is None:
             return part
         return part.filter(pc.is_in(part.column("absolute_path"), value_set=wanted))
 
-    def task(pieces: Iterable[Slice]) -> Iterable[tuple[bytes, bytes]]:
-        superseded = Superseded(newer)
+    def task(pieces: Iterable[Slice]) -> Iterable[tuple[bytes, bytes, TablekeeperError | None]]:
+        superseded = Superseded(newer.value)
         for piece in pieces:
-            kept, digests = slice_actions(root, piece, superseded)
-            yield _ipc([t for t in (pick(part) for part in kept) if t.num_rows]), digests
+            try:
+                kept, digests = slice_actions(root, piece, superseded)
+            except TablekeeperError as err:  # raised on the driver as itself
+                yield b"", b"", err
+                continue
+            yield _ipc([t for t in (pick(part) for part in kept) if t.num_rows]), digests, None
 
     parts: list[pa.Table] = []
     digests: list[bytes] = []
-    if slices:
-        rdd = sc.parallelize(slices, len(slices)).mapPartitions(task)
-        # A round of partitions at a time: the JVM holds no more than a round's results.
-        step = max(1, sc.defaultParallelism)
-        for first in range(0, len(slices), step):
-            for data, keys in sc.runJob(rdd, lambda rows: rows, range(first, min(first + step, len(slices)))):
-                parts.extend(_from_ipc(data))
-                digests.append(keys)
+    try:
+        if slices:
+            rdd = sc.parallelize(slices, len(slices)).mapPartitions(task)
+            # A round of partitions at a time: the JVM holds no more than a round's results.
+            step = max(1, sc.defaultParallelism)
+            for first in range(0, len(slices), step):
+                wanted_parts = range(first, min(first + step, len(slices)))
+                for data, keys, error in sc.runJob(rdd, lambda rows: rows, wanted_parts):
+                    if error is not None:
+                        raise error
+                    parts.extend(_from_ipc(data))
+                    digests.append(keys)
+    finally:
+        newer.unpersist()
     if not unique_digests(digests):
         log.warning("the checkpoint names a file more than once: the log is replayed in Spark SQL instead")
         return None

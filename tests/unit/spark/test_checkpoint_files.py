@@ -124,6 +124,13 @@ def test_plan_slices_keeps_small_row_groups_whole(tmp_path: Path) -> None:
     assert slices == [Slice(str(path), i, 0, 3, offset=3 * i) for i in range(3)]
 
 
+def test_empty_row_groups_give_no_slice(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"add": pa.array([], pa.struct([("path", pa.string())]))}), empty)
+    assert pq.read_metadata(empty).num_row_groups == 1  # pyarrow writes one, with no rows
+    assert plan_slices(FileIO.for_location(str(empty)), (str(empty),), tasks=4) == []
+
+
 def test_a_file_without_file_actions_reads_as_none(tmp_path: Path) -> None:
     path = tmp_path / "meta_only.parquet"
     pq.write_table(pa.table({"metaData": [None]}), path)
