@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tablekeeper.catalog import catalog_for
 from tablekeeper.errors import CorruptMetadataError, SafetyRefusal
-from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
+from tablekeeper.files.rules import PathRules
+from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, _check, run_orphans
 from tests.conftest import FS_CATALOG
 from tests.interop.test_expire_snapshots import _build, _files, _reads, _snapshot_ids
 
@@ -164,13 +166,20 @@ def test_a_table_copied_as_files_is_refused_and_neither_copy_loses_a_file(
     # The original itself is fine: its extra file is an orphan there.
     dry = run_orphans(RemoveOrphansOptions(table=f"db.{name}", dry_run=True), catalog, f"db.{name}", None)
     assert dry.files is not None and str(extra) in {p.removeprefix("file:") for p in dry.files}
-    # write.metadata.path names another directory, but this catalog (as tablekeeper's own) keeps
-    # writing under <location>/metadata: still the table's own metadata, not a copy.
-    spark.sql(f"ALTER TABLE {FS_CATALOG}.db.{name} SET TBLPROPERTIES ('write.metadata.path'='{root}/meta2')")
+    # With write.metadata.path, metadata written there (by Iceberg Java) or under
+    # <location>/metadata (by catalogs that ignore the property, tablekeeper's among them) is the
+    # table's own; anywhere else it is a copy's.
     table = catalog.require(f"db.{name}")
-    assert table.metadata.properties["write.metadata.path"] == f"{root}/meta2"
-    assert f"{root}/metadata/" in table.metadata_location
-    run_orphans(RemoveOrphansOptions(table=f"db.{name}", dry_run=True), catalog, f"db.{name}", None)
+    meta = replace(
+        table.metadata, properties={**table.metadata.properties, "write.metadata.path": f"{root}/m2"}
+    )
+    options = RemoveOrphansOptions(table=f"db.{name}")
+    now = int(time.time() * 1000)
+    for own in (table.metadata_location, f"{root}/m2/00003-x.metadata.json"):
+        _check(options, replace(table, metadata_location=own, metadata=meta), PathRules(), now)
+    with pytest.raises(SafetyRefusal, match="copied or moved"):
+        elsewhere = f"{copy}/metadata/00003-x.metadata.json"
+        _check(options, replace(table, metadata_location=elsewhere, metadata=meta), PathRules(), now)
 
 
 @pytest.mark.parametrize("engine", ["driver", "spark"])
