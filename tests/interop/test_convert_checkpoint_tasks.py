@@ -25,6 +25,7 @@ from tablekeeper.errors import TablekeeperError
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tablekeeper.spark import checkpoint_files
+from tablekeeper.spark.convert_files import ADD_COLUMNS
 from tablekeeper.spark.delta_replay import spark_replay
 from tablekeeper.tables.delta import list_log, load_snapshot
 from tablekeeper.tables.iceberg import live_files
@@ -73,21 +74,8 @@ def _segment(root: Path) -> Any:
     return build_segment(list_log(io, str(root)), table=str(root))
 
 
-STATE_COLUMNS = [
-    "absolute_path",
-    "dv_id",
-    "path",
-    "partition_values",
-    "size",
-    "modification_time",
-    "data_change",
-    "stats",
-    "tags",
-    "dv",
-    "base_row_id",
-    "default_row_commit_version",
-    "clustering_provider",
-]
+# Every column a data file is built from, and the key.
+STATE_COLUMNS = ["dv_id", *ADD_COLUMNS]
 
 
 def _state(snapshot: Any, paths: set[str] | None = None) -> tuple[list[Any], list[Any]]:

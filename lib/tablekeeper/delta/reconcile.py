@@ -176,12 +176,13 @@ def reconcile(
         return Reconciled(empty, empty)
     # An empty side keeps the other's columns, as a filter of one table would have.
     return Reconciled(
-        _concat(files) if files else _concat(tombstones).slice(0, 0),
-        _concat(tombstones) if tombstones else _concat(files).slice(0, 0),
+        concat_tables(files) if files else concat_tables(tombstones).slice(0, 0),
+        concat_tables(tombstones) if tombstones else concat_tables(files).slice(0, 0),
     )
 
 
-def _concat(tables: list[pa.Table]) -> pa.Table:
+def concat_tables(tables: list[pa.Table]) -> pa.Table:
+    """One table of ``tables`` (at least one), without a copy when there is one."""
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
 
 

@@ -53,9 +53,13 @@ def convert_on_executors(
     assert plan.latest_segment is not None
     segment = plan.latest_segment
     tail = read_checkpoint_tail(io, plan.root, segment, TAIL_BYTES)
+
+    def in_spark_sql() -> SparkDeltaState:
+        return spark_state(spark, plan.root, segment, partitions=task_count(spark))
+
     state: SparkDeltaState | None = None
     if tail is None:
-        state = spark_state(spark, plan.root, segment, partitions=task_count(spark))
+        state = in_spark_sql()
         snap = snapshot_without_files(plan.root, segment, state.state)
     else:
         snap = snapshot_without_files(plan.root, segment, tail.state)
@@ -100,7 +104,7 @@ def convert_on_executors(
             written = checkpoint_manifests(spark, plan.root, tail, context)
             if written is not None:
                 return written
-            state = spark_state(spark, plan.root, segment, partitions=task_count(spark))
+            state = in_spark_sql()
         live = state.live_files()
         return (
             write_data_manifests(live, context)

@@ -25,11 +25,26 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from tablekeeper.commit.summary import SummaryDelta
-from tablekeeper.delta.reconcile import Reconciled, Superseded, key_digests, keyed, reconcile, unique_digests
+from tablekeeper.delta.reconcile import (
+    Reconciled,
+    Superseded,
+    concat_tables,
+    key_digests,
+    keyed,
+    reconcile,
+    unique_digests,
+)
 from tablekeeper.delta.replay import UnreadableCheckpoint, checkpoint_file_actions
 from tablekeeper.errors import CorruptMetadataError, FileNotFound, TablekeeperError
 from tablekeeper.io import FileIO
-from tablekeeper.spark.convert_files import DataFileContext, TaskOutput, Written, arrow_task, gathered
+from tablekeeper.spark.convert_files import (
+    DataFileContext,
+    TaskOutput,
+    Written,
+    arrow_task,
+    gathered,
+    task_count,
+)
 from tablekeeper.tables.delta import CHECKPOINT_ORDER_BASE, CheckpointTail
 
 log = logging.getLogger(__name__)
@@ -43,6 +58,7 @@ MIN_SLICE_ROWS = 25_000
 # them at once on their way.
 STATE_SLICE_ROWS = 100_000
 _BATCH_ROWS = 32_768
+_DUPLICATES = "the checkpoint names a file more than once: the log is replayed in Spark SQL instead"
 
 
 @dataclass(frozen=True)
@@ -135,11 +151,7 @@ def slice_files(root: str, piece: Slice, superseded: Superseded) -> tuple[pa.Tab
     """The slice's live adds (keyed; None without any) and the digests of every key it keeps."""
     kept, digests = slice_actions(root, piece, superseded)
     adds = [part for part in kept if _is_add(part)]
-    return (_concat(adds) if adds else None), digests
-
-
-def _concat(tables: list[pa.Table]) -> pa.Table:
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+    return (concat_tables(adds) if adds else None), digests
 
 
 def checkpoint_manifests(
@@ -148,8 +160,6 @@ def checkpoint_manifests(
     """Manifests for every live add: the checkpoint's, read by the tasks, and the commits'
     winners, which go to one more task. None (after removing what the tasks wrote) when the
     checkpoint names a file twice: the caller replays in Spark SQL instead."""
-    from tablekeeper.spark.convert_files import task_count
-
     io = FileIO.for_location(root)
     slices = plan_slices(io, tail.parquet, task_count(spark))
     commit_adds = reconcile([tail.newer], root).files
@@ -181,7 +191,7 @@ def checkpoint_manifests(
     if unique_digests(digests for _, digests in results):
         log.info("checkpoint read by %d tasks: %d manifests", len(items), len(written.manifests))
         return written
-    log.warning("the checkpoint names a file more than once: the log is replayed in Spark SQL instead")
+    log.warning(_DUPLICATES)
     FileIO.for_location(ctx.table_location).delete_many([m.manifest_path for m in written.manifests])
     return None
 
@@ -209,8 +219,6 @@ def checkpoint_state(
     """The live files and tombstones (all, or those of the absolute ``paths``) in the driver's
     replay layout: the checkpoint's read by the tasks and sent as Arrow streams, the commits' from
     ``tail``. None when the checkpoint names a file twice: the caller replays in Spark SQL."""
-    from tablekeeper.spark.convert_files import task_count
-
     sc = spark.sparkContext
     slices = plan_slices(FileIO.for_location(root), tail.parquet, task_count(spark), STATE_SLICE_ROWS)
     wanted = None if paths is None else pa.array(sorted(set(paths)), pa.string())
@@ -249,9 +257,9 @@ def checkpoint_state(
     finally:
         newer.unpersist()
     if not unique_digests(digests):
-        log.warning("the checkpoint names a file more than once: the log is replayed in Spark SQL instead")
+        log.warning(_DUPLICATES)
         return None
     commits = reconcile([tail.newer], root)
     files = [*(p for p in parts if _is_add(p)), pick(commits.files)]
     tombstones = [*(p for p in parts if not _is_add(p)), pick(commits.tombstones)]
-    return Reconciled(_concat(files), _concat(tombstones))
+    return Reconciled(concat_tables(files), concat_tables(tombstones))

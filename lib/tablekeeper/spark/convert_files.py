@@ -208,23 +208,26 @@ class Written:
     unsound: str | None = None
 
 
+# What the tasks read of a live add: the replay's columns a data file is built from.
+ADD_COLUMNS = (
+    "path",
+    "absolute_path",
+    "partition_values",
+    "size",
+    "modification_time",
+    "data_change",
+    "stats",
+    "tags",
+    "dv",
+    "base_row_id",
+    "default_row_commit_version",
+    "clustering_provider",
+)
+
+
 def write_data_manifests(live: DataFrame, ctx: DataFileContext, per_manifest: int = 20_000) -> Written:
     """Manifests for every live add in ``live`` (one task per partition, see ``task_count``)."""
-    columns = [
-        "path",
-        "absolute_path",
-        "partition_values",
-        "size",
-        "modification_time",
-        "data_change",
-        "stats",
-        "tags",
-        "dv",
-        "base_row_id",
-        "default_row_commit_version",
-        "clustering_provider",
-    ]
-    live = live.select(*columns)
+    live = live.select(*ADD_COLUMNS)
 
     def task(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
         # An empty partition may come without a batch.

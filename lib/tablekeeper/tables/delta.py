@@ -161,19 +161,23 @@ def replay_segment(io: FileIO, root: str, segment: LogSegment) -> DeltaSnapshot:
 
 
 def _replay_segment(io: FileIO, root: str, segment: LogSegment) -> DeltaSnapshot:
+    state, json_actions, actions = _read_log(io, root, segment)
+    checkpoint = segment.checkpoint
+    base = _checkpoint_files(io, root, checkpoint, state, json_actions) if checkpoint is not None else ()
+    return snapshot_from_replay(root, segment, state, reconcile([actions.table()], root, base), "pure")
+
+
+def _read_log(
+    io: FileIO, root: str, segment: LogSegment
+) -> tuple[NonFileState, list[pa.Table], CommitActions]:
+    """The segment read but for its Parquet checkpoint's file actions: the non-file state, the
+    file actions of JSON checkpoint parts, and the commits' file actions, parsed in order."""
     state = NonFileState()
     checkpoint = segment.checkpoint
     json_actions = _checkpoint_state(io, root, checkpoint, state) if checkpoint is not None else []
     if checkpoint is not None and checkpoint.version == segment.version:
         # Checkpoints drop commitInfo; the version's own commit still has it (and its ICT).
         _commit_info_only(io, root, segment.version, state)
-    actions = _commit_actions(io, root, segment, state)
-    base = _checkpoint_files(io, root, checkpoint, state, json_actions) if checkpoint is not None else ()
-    return snapshot_from_replay(root, segment, state, reconcile([actions.table()], root, base), "pure")
-
-
-def _commit_actions(io: FileIO, root: str, segment: LogSegment, state: NonFileState) -> CommitActions:
-    """The segment's commits parsed in order; their non-file actions go to ``state``."""
     actions = CommitActions()
     order = 0
     for entry in segment.commits:
@@ -181,7 +185,7 @@ def _commit_actions(io: FileIO, root: str, segment: LogSegment, state: NonFileSt
         order = parse_commit(version, io.read(f"{root}/{LOG_DIR}/{entry.name}"), actions, state, order)
     if state.protocol is not None:
         state.protocol.check_readable()
-    return actions
+    return state, json_actions, actions
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,11 +209,9 @@ def read_checkpoint_tail(
         return None
     if sum(entry.size for entry in segment.commits) > max_commit_bytes:
         return None
-    state = NonFileState()
-    _checkpoint_state(io, root, checkpoint, state)
-    if checkpoint.version == segment.version:
-        _commit_info_only(io, root, segment.version, state)
-    newer = keyed(_commit_actions(io, root, segment, state).table(), root)
+    with no_cycle_collection():
+        state, _, actions = _read_log(io, root, segment)
+    newer = keyed(actions.table(), root)
     log_dir = f"{root}/{LOG_DIR}"
     parquet = (
         *(f"{log_dir}/{part.name}" for part in checkpoint.files),
