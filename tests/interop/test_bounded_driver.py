@@ -15,12 +15,15 @@ import pytest
 import tablekeeper.jobs.options as job_options
 import tablekeeper.spark.maintenance as spark_maintenance
 from tablekeeper.catalog import catalog_for
-from tablekeeper.files.local import IndexCache
+from tablekeeper.files.engine import MetadataOnly
+from tablekeeper.files.local import IndexCache, LocalEngine
 from tablekeeper.files.manifests import seeds
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.reachable import MANIFEST, MANIFEST_LIST
 from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
 from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
+from tablekeeper.spark import reachability
+from tablekeeper.spark.maintenance import SparkEngine
 from tablekeeper.spark.reachability import index_manifests, listed_files
 from tests.conftest import FS_CATALOG
 from tests.interop.test_expire_snapshots import _build, _files
@@ -62,6 +65,37 @@ def test_manifest_lists_bring_one_row_per_distinct_file(spark, catalogs) -> None
     on_driver = IndexCache().index(meta, ids, rules)
     assert sorted(on_executors.rows) == sorted(on_driver.rows)
     assert sorted(on_executors.manifests) == sorted(on_driver.manifests)
+
+
+@pytest.mark.parametrize("buckets", ["one", "many"])
+def test_executors_doom_the_files_the_driver_dooms(  # type: ignore[no-untyped-def]
+    spark, catalogs, monkeypatch: pytest.MonkeyPatch, buckets: str
+) -> None:
+    """The expired snapshots' files the kept ones do not reach, compared in a shuffle of keys,
+    are the driver engine's set, row for row, whether a bucket holds every key or a few; so is
+    the table's own metadata alone (``MetadataOnly``)."""
+    if buckets == "many":
+        monkeypatch.setattr(reachability, "ROWS_PER_BUCKET", 3)
+    name = f"doomed_{buckets}"
+    _build(spark, name, 2)
+    meta = catalog_for(catalogs.get(FS_CATALOG)).require(f"db.{name}").metadata
+    rules = PathRules()
+    ordered = sorted(meta.snapshots, key=lambda s: s.timestamp_ms)
+    current = meta.current_snapshot_id
+    gone_ids = [s.snapshot_id for s in ordered[:4] if s.snapshot_id != current]
+    kept_ids = [s.snapshot_id for s in meta.snapshots if s.snapshot_id not in gone_ids]
+    local, executors = LocalEngine(), SparkEngine(spark, "test")
+    gone, kept = local.index(meta, gone_ids, rules), local.index(meta, kept_ids, rules)
+    on_driver = local.doomed(gone, kept, rules)
+    on_executors = executors.doomed(gone, kept, rules)
+    assert len(on_driver.files) > 4  # the comparison has files to decide on
+    assert sorted(on_executors.files.collect()) == sorted(on_driver.files)
+    assert on_executors.tally() == on_driver.tally()
+    assert list(on_executors.paths()) == list(on_driver.paths())
+    only = MetadataOnly(rules.prefix(meta.location.rstrip("/") + "/metadata"))
+    metadata_only = local.doomed(gone, kept, rules, only).files
+    assert metadata_only and len(metadata_only) < len(on_driver.files)
+    assert sorted(executors.doomed(gone, kept, rules, only).files.collect()) == sorted(metadata_only)
 
 
 @pytest.mark.parametrize("engine", ["driver", "spark"])

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from pyspark import RDD, StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from tablekeeper.files.deletes import NOTHING, DeleteOutcome
 from tablekeeper.files.engine import FileTally, KeySet, MetadataOnly, merge_tallies, tally_rows
@@ -26,8 +26,8 @@ from tablekeeper.spark.listing import list_location
 from tablekeeper.spark.reachability import (
     delete_files,
     index_manifests,
-    reachable_files,
     reachable_keys,
+    unkept_files,
 )
 from tablekeeper.spark.unreferenced import summarize, unreferenced
 
@@ -59,7 +59,10 @@ def sorted_paths(rows: RDD[Any], count: int, limit: int | None) -> Iterator[str]
     return paths.sortBy(lambda p: p, numPartitions=parts).toLocalIterator()
 
 
-def _write_parts(rows: RDD[Any], journal: JournalWriter, parallelism: int) -> Ready:
+def _write_parts(rows: RDD[Any], journal: JournalWriter, parallelism: int | None) -> Ready:
+    """Each partition's rows into one part, written by the task that holds them; more partitions
+    than ``parallelism`` are merged first (None: never, for rows still to be computed per
+    partition, whose merge would pipe them through a second Python worker)."""
     directory = journal.location
 
     def write(index: int, part: Iterable[Any]) -> Iterator[tuple[str, int, int]]:
@@ -67,29 +70,22 @@ def _write_parts(rows: RDD[Any], journal: JournalWriter, parallelism: int) -> Re
         if batch:
             yield write_part(directory, index, batch)
 
-    if rows.getNumPartitions() > parallelism:
+    if parallelism is not None and rows.getNumPartitions() > parallelism:
         rows = rows.coalesce(parallelism)
     return journal.ready(rows.mapPartitionsWithIndex(write).collect())
 
 
 class SparkDoomed:
-    def __init__(self, spark: SparkSession, files: DataFrame, only: MetadataOnly | None) -> None:
+    def __init__(self, spark: SparkSession, files: RDD[Any]) -> None:
         self.spark = spark
         self.files = files
-        self.only = only
         self._held: RDD[Any] | None = None
         self._tally: FileTally | None = None
-
-    def _rdd(self) -> RDD[Any]:
-        rdd = self.files.select("path", "key", "kind", "size").rdd.map(
-            lambda r: (r[0], r[1], r[2], int(r[3]))
-        )
-        return rdd.filter(self.only) if self.only is not None else rdd
 
     def _kept(self) -> RDD[Any]:
         # A dry run reads the set twice (its tally, then its paths): the second sees the first's.
         if self._held is None:
-            self._held = self._rdd().persist(StorageLevel.MEMORY_AND_DISK)
+            self._held = self.files.persist(StorageLevel.MEMORY_AND_DISK)
             self._held.localCheckpoint()
         return self._held
 
@@ -102,7 +98,10 @@ class SparkDoomed:
         return sorted_paths(self._kept(), self.tally().files, limit)
 
     def write(self, journal: JournalWriter) -> Ready:
-        return _write_parts(self._rdd(), journal, self.spark.sparkContext.defaultParallelism)
+        # A run that deletes computes the set once, in the tasks that write it.
+        if self._held is not None:
+            return _write_parts(self._held, journal, self.spark.sparkContext.defaultParallelism)
+        return _write_parts(self.files, journal, None)
 
 
 class SparkOrphans:
@@ -147,13 +146,7 @@ class SparkEngine:
     def doomed(
         self, gone: ManifestIndex, kept: ManifestIndex, rules: PathRules, only: MetadataOnly | None = None
     ) -> SparkDoomed:
-        # A manifest the kept snapshots also list holds only files they keep, and one without
-        # live entries holds none: the candidates need neither opened.
-        candidates = reachable_files(
-            self.spark, gone, rules, skip_manifests=kept.manifest_keys, skip_empty=True
-        )
-        valid = reachable_files(self.spark, kept, rules)
-        return SparkDoomed(self.spark, candidates.join(valid.select("key"), on="key", how="left_anti"), only)
+        return SparkDoomed(self.spark, unkept_files(self.spark, gone, kept, rules, only))
 
     def keys(self, index: ManifestIndex, rules: PathRules, extra: Iterable[str] = ()) -> KeySet:
         found = reachable_keys(self.spark, index, rules)

@@ -2,9 +2,10 @@
 
 A table's reachable files are its snapshots' manifest lists, the manifests they name, the live
 entries of those manifests (data files, delete files, DV Puffin files) and the statistics files.
-Executors read the manifest lists and manifests; the driver only sees per-task counts and the
-deletes that failed. Paths carry a comparison key (``normalize_location``), so spellings of one
-file (``s3a://`` and ``s3://``) count as one.
+Executors read the manifest lists and manifests, and compare the files some snapshots reach with
+those others keep; the driver only sees per-task counts and the deletes that failed. Paths carry
+a comparison key (``normalize_location``), so spellings of one file (``s3a://`` and ``s3://``)
+count as one.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from typing import Any
 
 from pyspark import RDD
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from tablekeeper import faults
 from tablekeeper.cycles import no_cycle_collection
 from tablekeeper.files.deletes import DeleteOutcome, delete_rows
-from tablekeeper.files.engine import task_failure
+from tablekeeper.files.doomed import DoomedPair, candidate_pair, kept_pair, unkept
+from tablekeeper.files.engine import MetadataOnly, task_failure
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.manifests import (
+    FileRow,
     ListedRow,
     ManifestIndex,
     Seed,
@@ -39,12 +41,13 @@ from tablekeeper.files.manifests import (
     statistics_rows,
     tasks,
 )
+from tablekeeper.files.orphans import bucket_of
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.reachable import DATA_FILE, live_files
+from tablekeeper.spark.unreferenced import ROWS_PER_BUCKET
 
 __all__ = [
-    "FILES_SCHEMA",
     "DeleteOutcome",
     "ManifestIndex",
     "PathRules",
@@ -52,22 +55,13 @@ __all__ = [
     "delete_files",
     "index_manifests",
     "listed_files",
-    "reachable_files",
     "reachable_keys",
     "task_failure",
+    "unkept_files",
     "unlisted_data_files",
 ]
 
 log = logging.getLogger(__name__)
-
-FILES_SCHEMA = StructType(
-    [
-        StructField("path", StringType(), False),
-        StructField("key", StringType(), False),
-        StructField("kind", StringType(), False),
-        StructField("size", LongType(), False),
-    ]
-)
 
 
 def index_manifests(
@@ -105,41 +99,64 @@ def same_listing(a: ListedRow, b: ListedRow) -> ListedRow:
     return (a[0], a[1], a[2], a[3], agreed_count(a[4], b[4]))
 
 
-def _manifest_entries(task: Task, rules: PathRules) -> Iterator[tuple[Any, ...]]:
-    with no_cycle_collection():
-        rows = entry_rows(task, rules)
-    return iter(rows)
-
-
 def _manifest_keys(task: Task, rules: PathRules) -> Iterator[str]:
     with no_cycle_collection():
         keys = entry_keys(task, rules)
     return iter(keys)
 
 
-def reachable_files(
-    spark: SparkSession,
-    index: ManifestIndex,
-    rules: PathRules,
-    skip_manifests: frozenset[str] = frozenset(),
-    skip_empty: bool = False,
-) -> DataFrame:
-    """Every file the indexed snapshots reach (columns path, key, kind, size; one row per key and
-    kind); manifests are read on the executors, large ones split across tasks.
+def _side_pairs(item: tuple[bool, Task], rules: PathRules) -> Iterator[DoomedPair]:
+    gone, task = item
+    with no_cycle_collection():
+        if gone:
+            pairs = [candidate_pair(row) for row in entry_rows(task, rules)]
+        else:
+            # A kept file several of this manifest's entries name is one reference.
+            pairs = [kept_pair(key) for key in set(entry_keys(task, rules))]
+    return iter(pairs)
 
-    ``skip_manifests`` (keys) are not opened: callers pass manifests whose entries are counted
-    elsewhere. ``skip_empty`` trusts the lists' counts and leaves manifests without live entries
-    unopened; only for sets where a missed file means keeping it, never for what must be kept.
-    Unreadable manifests fail the job with the file's name.
+
+def _unkept_bucket(pairs: Iterable[DoomedPair], only: MetadataOnly | None) -> Iterator[FileRow]:
+    with no_cycle_collection():
+        rows = unkept(pairs, only)
+    return iter(rows)
+
+
+def unkept_files(
+    spark: SparkSession,
+    gone: ManifestIndex,
+    kept: ManifestIndex,
+    rules: PathRules,
+    only: MetadataOnly | None = None,
+) -> RDD[FileRow]:
+    """Files (path, key, kind, size) ``gone`` reaches and ``kept`` does not, one per key and
+    kind; of them, those ``only`` allows. One round of tasks reads both sides' manifests (large
+    ones split), one shuffle of Python rows brings each key's rows to one bucket, and a pass over
+    the bucket decides: the rows never become Spark SQL rows, whose conversion and join cost more
+    than the comparison.
+
+    A manifest ``kept`` also lists holds only files it keeps, and one without live entries holds
+    none: the candidates need neither opened. Every kept manifest is read, since a missed
+    reference would delete a live file. Unreadable manifests fail the job with the file's name.
     """
     sc = spark.sparkContext
-    work = tasks(index, sc.defaultParallelism, skip_manifests, skip_empty)
-    out = spark.createDataFrame(list(index.rows), FILES_SCHEMA, verifySchema=False)
+    n = sc.defaultParallelism
+    work = [(True, t) for t in tasks(gone, n, kept.manifest_keys, True)]
+    work += [(False, t) for t in tasks(kept, n)]
+    # What the driver holds (lists, manifests, statistics files) goes in one partition.
+    known = [candidate_pair(r) for r in gone.rows] + [kept_pair(r[1]) for r in kept.rows]
+    sides: list[RDD[DoomedPair]] = [sc.parallelize(known, 1)] if known else []
     if work:
-        slices = max(1, min(len(work), sc.defaultParallelism))  # one round of Python tasks
-        entries = sc.parallelize(work, slices).flatMap(lambda task: _manifest_entries(task, rules))
-        out = out.unionByName(spark.createDataFrame(entries, FILES_SCHEMA, verifySchema=False))
-    return out.dropDuplicates(["key", "kind"])
+        slices = max(1, min(len(work), n))  # one round of Python tasks
+        sides.append(sc.parallelize(work, slices).flatMap(lambda item: _side_pairs(item, rules)))
+    if not sides:
+        return sc.emptyRDD()
+    buckets = max(1, n, -(-(gone.estimate + kept.estimate) // ROWS_PER_BUCKET))
+    return (
+        sc.union(sides)
+        .partitionBy(buckets, bucket_of)
+        .mapPartitions(lambda pairs: _unkept_bucket(pairs, only))
+    )
 
 
 @dataclass(frozen=True)
