@@ -63,6 +63,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# Manifest lists the driver reads itself rather than in a Spark job.
+DRIVER_LISTS = 32
+
 
 def index_manifests(
     spark: SparkSession,
@@ -71,14 +74,20 @@ def index_manifests(
     rules: PathRules,
     cache: IndexCache | None = None,
 ) -> ManifestIndex:
-    """Read the given snapshots' manifest lists on the executors (those ``cache`` holds are not
-    read again). Unreadable lists fail the job."""
+    """Read the given snapshots' manifest lists on the executors, or a few on the driver (those
+    ``cache`` holds are not read again). Unreadable lists fail the job."""
     ids = list(snapshot_ids)
     wanted = seeds(meta, ids)
     known = cache.found if cache is not None else {}
     missing = [s for s in wanted if s not in known]
     found: list[ListedRow] = [r for s in wanted if s in known for r in known[s]]
-    if missing:
+    if 0 < len(missing) <= DRIVER_LISTS:
+        # A few lists read by driver threads take milliseconds; a job takes a round of tasks
+        # and, in a run's first job, the Python workers' start.
+        local = cache if cache is not None else IndexCache()
+        local.fill(missing, rules)
+        found += [r for s in missing for r in local.found[s]]
+    elif missing:
         found += listed_files(spark, missing, rules).collect()
     return build_index(statistics_rows(meta, ids, rules), found)
 
