@@ -1,8 +1,10 @@
-"""The files one manifest keeps alive, read without decoding partitions or metrics.
+"""The files one manifest keeps alive: each live entry's path, kind and size.
 
-Reachability (what expire-snapshots may delete, what remove-orphans must keep) only needs each
-live entry's path, content and size; reading just those makes a pass over every manifest of every
-snapshot cheap. Fields are resolved by id, like the full reader.
+Reachability (what expire-snapshots may delete, what remove-orphans must keep) only needs those
+three fields; no partition, metric or typed model is built from an entry, which keeps a pass over
+every manifest of every snapshot cheap. fastavro still decodes each record whole (a reader schema
+of just these fields is no faster), so decoding is most of the cost. Fields are resolved by id,
+like the full reader.
 """
 
 from __future__ import annotations
