@@ -8,7 +8,7 @@ file counts once per key and kind, as the driver engine counts it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 
 from tablekeeper.files.manifests import FileRow
 
@@ -23,14 +23,24 @@ def kept_pair(key: str) -> DoomedPair:
     return key, None
 
 
-def unkept(pairs: Iterable[DoomedPair], only: Callable[[FileRow], bool] | None = None) -> list[FileRow]:
-    """The candidates among ``pairs`` whose key no kept pair names (of them, those ``only``
-    allows), one per key and kind."""
+def unkept(
+    candidates: Iterable[FileRow], kept: Container[str], only: Callable[[FileRow], bool] | None = None
+) -> list[FileRow]:
+    """The ``candidates`` whose key ``kept`` does not hold (of them, those ``only`` allows), one
+    per key and kind: the first row of each."""
+    first: dict[tuple[str, str], FileRow] = {}
+    for row in candidates:
+        first.setdefault((row[1], row[2]), row)
+    return [row for (key, _), row in first.items() if key not in kept and (only is None or only(row))]
+
+
+def unkept_pairs(pairs: Iterable[DoomedPair], only: Callable[[FileRow], bool] | None = None) -> list[FileRow]:
+    """``unkept`` over one bucket of candidate and kept pairs, in any order."""
     kept: set[str] = set()
-    candidates: dict[tuple[str, str], FileRow] = {}
+    candidates: list[FileRow] = []
     for key, row in pairs:
         if row is None:
             kept.add(key)
         else:
-            candidates.setdefault((key, row[2]), row)
-    return [row for (key, _), row in candidates.items() if key not in kept and (only is None or only(row))]
+            candidates.append(row)
+    return unkept(candidates, kept, only)

@@ -12,11 +12,13 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, TypeVar
 
 from tablekeeper import faults
 from tablekeeper.cycles import no_cycle_collection
 from tablekeeper.files.deletes import DeleteOutcome, delete_rows
+from tablekeeper.files.doomed import unkept
 from tablekeeper.files.engine import (
     DRIVER_MAX_LISTED,
     FileTally,
@@ -139,13 +141,8 @@ class LocalEngine:
     ) -> LocalDoomed:
         # A manifest the kept snapshots also list holds only files they keep, and one without
         # live entries holds none: the candidates need neither opened.
-        candidates: dict[tuple[str, str], FileRow] = {(r[1], r[2]): r for r in gone.rows}
-        for row in _entries(gone, rules, kept.manifest_keys, True):
-            candidates.setdefault((row[1], row[2]), row)
-        valid = self.keys(kept, rules).known
-        return LocalDoomed(
-            tuple(r for r in candidates.values() if r[1] not in valid and (only is None or only(r)))
-        )
+        candidates = chain(gone.rows, _entries(gone, rules, kept.manifest_keys, True))
+        return LocalDoomed(tuple(unkept(candidates, self.keys(kept, rules).known, only)))
 
     def keys(self, index: ManifestIndex, rules: PathRules, extra: Iterable[str] = ()) -> KeySet:
         work = tasks(index, 1)

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from tablekeeper import faults
 from tablekeeper.cycles import no_cycle_collection
 from tablekeeper.files.deletes import DeleteOutcome, delete_rows
-from tablekeeper.files.doomed import DoomedPair, candidate_pair, kept_pair, unkept
+from tablekeeper.files.doomed import DoomedPair, candidate_pair, kept_pair, unkept_pairs
 from tablekeeper.files.engine import MetadataOnly, task_failure
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.manifests import (
@@ -80,15 +80,12 @@ def index_manifests(
     wanted = seeds(meta, ids)
     known = cache.found if cache is not None else {}
     missing = [s for s in wanted if s not in known]
-    found: list[ListedRow] = [r for s in wanted if s in known for r in known[s]]
-    if 0 < len(missing) <= DRIVER_LISTS:
+    if len(missing) <= DRIVER_LISTS:
         # A few lists read by driver threads take milliseconds; a job takes a round of tasks
         # and, in a run's first job, the Python workers' start.
-        local = cache if cache is not None else IndexCache()
-        local.fill(missing, rules)
-        found += [r for s in missing for r in local.found[s]]
-    elif missing:
-        found += listed_files(spark, missing, rules).collect()
+        return (cache if cache is not None else IndexCache()).index(meta, ids, rules)
+    found: list[ListedRow] = [r for s in wanted if s in known for r in known[s]]
+    found += listed_files(spark, missing, rules).collect()
     return build_index(statistics_rows(meta, ids, rules), found)
 
 
@@ -127,7 +124,7 @@ def _side_pairs(item: tuple[bool, Task], rules: PathRules) -> Iterator[DoomedPai
 
 def _unkept_bucket(pairs: Iterable[DoomedPair], only: MetadataOnly | None) -> Iterator[FileRow]:
     with no_cycle_collection():
-        rows = unkept(pairs, only)
+        rows = unkept_pairs(pairs, only)
     return iter(rows)
 
 
