@@ -21,6 +21,7 @@ from tablekeeper.catalog.spark_conf import ICEBERG_CATALOG, iceberg_catalog_conf
 from tablekeeper.errors import ConfigError
 from tablekeeper.io.storage import STORAGE_ENV, on_storage_change
 from tablekeeper.settings import PACKAGE_ROLES, JarSpec, jar_specs, jars_dir, spark_defaults
+from tablekeeper.spark import daemon
 
 log = logging.getLogger(__name__)
 
@@ -178,8 +179,9 @@ def get_spark(
         return active
     catalogs = catalogs or load_catalogs()
     settings = session_conf(catalogs, local_jar_paths(), conf)
-    if logging.getLogger("tablekeeper").getEffectiveLevel() > logging.DEBUG:
-        settings.setdefault(DAEMON_MODULE, "tablekeeper.spark.quiet_daemon")
+    settings.setdefault(DAEMON_MODULE, "tablekeeper.spark.daemon")
+    if logging.getLogger("tablekeeper").getEffectiveLevel() <= logging.DEBUG:
+        settings.setdefault(f"spark.executorEnv.{daemon.TRACEBACKS}", "1")
     _prepare_local_dirs(catalogs)
     # Executors in local mode must run the same interpreter as the driver (the project's venv).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
