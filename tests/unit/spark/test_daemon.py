@@ -3,7 +3,6 @@ and only then (the stock re-read costs every task of a session a read of Spark's
 
 from __future__ import annotations
 
-import os
 import sys
 import zipfile
 import zipimport
@@ -43,7 +42,7 @@ def test_an_unchanged_archive_is_not_read_again(tmp_path: Path, patched: list[st
     assert patched == [str(archive)]
 
 
-def test_a_changed_archive_is_read_again_and_its_new_modules_found(tmp_path: Path, patched: list[str]) -> None:
+def test_a_changed_archive_is_read_again_and_its_modules_found(tmp_path: Path, patched: list[str]) -> None:
     archive = tmp_path / "a.zip"
     _zip(archive, "X = 1\n")
     importer = zipimport.zipimporter(str(archive))
@@ -52,7 +51,7 @@ def test_a_changed_archive_is_read_again_and_its_new_modules_found(tmp_path: Pat
     _zip(replacement, "X = 2\n# longer than before\n")
     with zipfile.ZipFile(replacement, "a") as more:
         more.writestr("zmod_daemon_added.py", "Y = 3\n")
-    os.replace(replacement, archive)
+    replacement.replace(archive)
     assert importer.find_spec("zmod_daemon_added") is None  # the stale directory, as before
     importer.invalidate_caches()
     assert patched == [str(archive), str(archive)]
