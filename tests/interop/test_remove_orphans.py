@@ -93,21 +93,31 @@ def test_same_orphans_as_iceberg_and_reads_unchanged(spark, catalogs, warehouse:
     assert again.metrics["orphan_file_count"] == 0
 
 
-def test_dry_run_lists_what_a_run_deletes_and_neighbours_survive(spark, catalogs, warehouse: Path) -> None:  # type: ignore[no-untyped-def]
-    name = "orphans_dry"
+@pytest.mark.parametrize("engine", ["auto", "spark"])
+def test_dry_run_lists_what_a_run_deletes_and_neighbours_survive(
+    spark, catalogs, warehouse: Path, engine: str
+) -> None:  # type: ignore[no-untyped-def]
+    name = f"orphans_dry_{engine}"
     _, root, planted = _table(spark, warehouse, name)
-    # Another table nested under the location, and a sibling whose name extends this one's.
+    # Other tables nested under the location, two levels down and one (where the Spark engine's
+    # tasks start listing; tests/unit/spark/test_listing_plan.py puts them at every depth), and a
+    # sibling whose name extends this one's.
     nested = [
         _plant(root / "data" / "nested_t" / "metadata" / "v1.metadata.json", 5, b"{}"),
         _plant(root / "data" / "nested_t" / "data" / "f.parquet", 5),
         _plant(root / "data" / "delta_t" / "_delta_log" / "00000000000000000000.json", 5, b"{}"),
         _plant(root / "data" / "delta_t" / "part-0.parquet", 5),
+        _plant(root / "side_t" / "metadata" / "v1.metadata.json", 5, b"{}"),
+        _plant(root / "side_t" / "data" / "g.parquet", 5),
+        _plant(root / "side_t" / "h.parquet", 5),
     ]
     sibling = _plant(root.parent / f"{name}_2" / "data" / "x.parquet", 5)
     catalog = catalog_for(catalogs.get(FS_CATALOG))
-    options = RemoveOrphansOptions(table=f"db.{name}")
+    options = RemoveOrphansOptions(table=f"db.{name}", engine=engine)
     before = _files(root)
-    dry = run_orphans(RemoveOrphansOptions(table=f"db.{name}", dry_run=True), catalog, f"db.{name}", spark)
+    dry = run_orphans(
+        RemoveOrphansOptions(table=f"db.{name}", dry_run=True, engine=engine), catalog, f"db.{name}", spark
+    )
     assert _files(root) == before
     assert dry.files is not None
     listed = {p.removeprefix("file:") for p in dry.files}

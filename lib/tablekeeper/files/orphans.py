@@ -9,12 +9,15 @@ orphan (its path is referenced under no spelling).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 ORPHAN = "orphan"
 MISMATCH = "mismatch"
+
+ListedPair = tuple[str, tuple[str, str, int]]  # path part, (key, path, size)
+Referenced = dict[str, set[str] | str]  # path part: the key(s) referencing it
 
 
 def path_part(key: str) -> str:
@@ -31,7 +34,7 @@ def bucket_of(path: str) -> int:
     return zlib.crc32(path.encode("utf-8", "surrogatepass"))
 
 
-def listed_pair(row: tuple[Any, ...]) -> tuple[str, tuple[str, str, int]]:
+def listed_pair(row: tuple[Any, ...]) -> ListedPair:
     """A listed (path, key, size, ...) row keyed by its path part."""
     path, key, size = row[0], row[1], row[2]
     return path_part(key), (key, path, size)
@@ -41,12 +44,10 @@ def reference_pair(key: str) -> tuple[str, str]:
     return path_part(key), key
 
 
-def classify(pairs: Iterable[tuple[str, Any]]) -> list[tuple[str, str, str, int]]:
-    """(status, path, key, size) of each unreferenced listed file among ``pairs`` (listed and
-    reference pairs mixed): ``orphan``, or ``mismatch`` when its path is referenced under another
-    scheme or authority."""
-    referenced: dict[str, set[str] | str] = {}
-    listed: list[tuple[str, tuple[str, str, int]]] = []
+def gather(pairs: Iterable[tuple[str, Any]], listed: Callable[[ListedPair], object]) -> Referenced:
+    """The referenced keys of each path among ``pairs`` (listed and reference pairs mixed);
+    the listed pairs are handed to ``listed``."""
+    referenced: Referenced = {}
     for path, value in pairs:
         if isinstance(value, str):
             seen = referenced.get(path)
@@ -58,15 +59,27 @@ def classify(pairs: Iterable[tuple[str, Any]]) -> list[tuple[str, str, str, int]
             else:
                 seen.add(value)
         else:
-            listed.append((path, value))
-    out: list[tuple[str, str, str, int]] = []
+            listed((path, value))
+    return referenced
+
+
+def judge(referenced: Referenced, listed: Iterable[ListedPair]) -> Iterator[tuple[str, str, str, int]]:
+    """(status, path, key, size) of each listed file no reference names: ``orphan``, or
+    ``mismatch`` when its path is referenced under another scheme or authority."""
     for path, (key, location, size) in listed:
         keys = referenced.get(path)
         if keys is None:
-            out.append((ORPHAN, location, key, size))
+            yield ORPHAN, location, key, size
         elif not (keys == key if isinstance(keys, str) else key in keys):
-            out.append((MISMATCH, location, key, size))
-    return out
+            yield MISMATCH, location, key, size
+
+
+def classify(pairs: Iterable[tuple[str, Any]]) -> list[tuple[str, str, str, int]]:
+    """(status, path, key, size) of each unreferenced listed file among ``pairs`` (listed and
+    reference pairs mixed), as ``judge`` tells them."""
+    listed: list[ListedPair] = []
+    referenced = gather(pairs, listed.append)
+    return list(judge(referenced, listed))
 
 
 @dataclass(frozen=True)

@@ -3,85 +3,96 @@
 The driver lists the first levels (breadth first, until there are enough subtrees to spread);
 each executor task lists whole subtrees through the FileIO. What a listing keeps (hidden paths,
 nested tables) is decided by ``files.listing``, the same rules the driver engine lists by.
+
+A task decides which of its files belong to a nested table from the markers it lists itself, so
+that its rows can go straight into the comparison's shuffle: no second pass over a stored
+listing. That holds when every nested table lies whole inside one task's subtree, which the plan
+ensures: a table whose markers the driver saw is left out with all its files, and a table that
+sits above a subtree holding its log or metadata directory (found from the subtree's own path)
+is given whole to one task.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark import RDD, StorageLevel
-from pyspark.sql import SparkSession
-
 from tablekeeper.cycles import no_cycle_collection
-from tablekeeper.files.listing import Classifier, is_hidden, markers, nested
-from tablekeeper.files.rules import PathRules
+from tablekeeper.files.listing import Classifier, nested
 from tablekeeper.io import FileIO
-from tablekeeper.io.uri import strip_trailing_slash
 
-__all__ = ["Listing", "is_hidden", "list_location"]
+__all__ = ["ListingPlan", "plan_listing", "tree_rows"]
 
 _DRIVER_DEPTH = 3
 
-
-def _list_tree(location: str, classify: Classifier) -> Iterator[tuple[Any, ...]]:
-    with no_cycle_collection():
-        rows = list(classify.rows(FileIO.for_location(location).list(location, recursive=True)))
-    return iter(rows)
+Row = tuple[str, str, int, int]  # path, key, size, mtime_ms
 
 
 @dataclass(frozen=True)
-class Listing:
-    """The files of a location that are not hidden and not in a nested table, as rows (path,
-    key, size, mtime_ms): those the driver listed, and those executor tasks listed (listed once:
-    checkpointed, since a second listing could differ)."""
+class ListingPlan:
+    """The files the driver listed and keeps, and the directories left to tasks (each listed
+    whole by one task, none inside another)."""
 
-    driver_rows: tuple[tuple[str, str, int, int], ...]
-    rows: RDD[tuple[str, str, int, int]] | None
-    count: int
+    rows: tuple[Row, ...]
+    trees: tuple[str, ...]
 
 
-def list_location(
-    spark: SparkSession, location: str, rules: PathRules, partition_names: frozenset[str]
-) -> Listing:
-    """List ``location``: the driver the first levels, executor tasks whole subtrees."""
-    io = FileIO.for_location(location)
-    stem = strip_trailing_slash(location)
-    classify = Classifier(stem, rules, partition_names)
-    sc = spark.sparkContext
-    wanted = sc.defaultParallelism  # one round of tasks: each Python task costs to start
-    driver_rows: list[tuple[Any, ...]] = []
-    frontier = [stem]
+def _root_above(directory: str) -> str | None:
+    """The root of a table whose marker files ``directory`` may hold while the root lies above
+    it: the table of a ``_delta_log`` it is in, or of the ``metadata`` directory it is."""
+    cut = (directory + "/").rfind("/_delta_log/")
+    if cut >= 0:
+        return directory[:cut]
+    if directory.endswith("/metadata"):
+        return directory[: -len("/metadata")]
+    return None
+
+
+def _outside(rows: Iterable[tuple[Any, ...]], roots: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    return [r for r in rows if not (roots and r[1].startswith(roots))]
+
+
+def plan_listing(io: FileIO, classify: Classifier, own_key: str, wanted: int) -> ListingPlan:
+    """List the first levels of ``classify.stem`` on the driver until ``wanted`` subtrees are
+    found (or a few levels are done); ``own_key`` is the location's own key (its markers are
+    this table's, not a nested one's)."""
+    rules = classify.rules
+    found: list[tuple[Any, ...]] = []
+    frontier = [classify.stem]
     for _ in range(_DRIVER_DEPTH):
         if len(frontier) >= wanted:
             break
         deeper: list[str] = []
-        for d in frontier:
-            files, dirs = io.list_dir(d)
-            driver_rows.extend(classify.rows(files))
+        for directory in frontier:
+            files, dirs = io.list_dir(directory)
+            found.extend(classify.rows(files))
             deeper.extend(dirs)
         frontier = deeper
-    visible = sum(1 for r in driver_rows if not r[4])
-    roots = {r[5] for r in driver_rows if r[5] is not None}
-    trees = None
-    if frontier:
-        slices = max(1, min(len(frontier), wanted))
-        trees = sc.parallelize(frontier, slices).flatMap(lambda d: _list_tree(d, classify))
-        # Persisted first: a Python RDD that is only checkpointed would still be pipelined into
-        # (and so recomputed by) every RDD derived from it.
-        trees.persist(StorageLevel.MEMORY_AND_DISK)
-        trees.localCheckpoint()
-        for count, found in trees.mapPartitions(lambda rows: [markers(rows)]).collect():
-            visible += count
-            roots |= found
-    inner = tuple(root + "/" for root in nested(roots, rules.prefix(stem)[:-1]))
+    # Tables the driver saw the markers of: none of their files, listed or not, are ours.
+    seen = tuple(r + "/" for r in nested({r[5] for r in found if r[5] is not None}, own_key))
+    found = _outside(found, seen)
+    frontier = [d for d in frontier if not (seen and rules.prefix(d).startswith(seen))]
+    # A table above a subtree that may hold its markers: its whole tree goes to one task, and
+    # what the driver listed of it is listed there again.
+    above: dict[str, str] = {}
+    for directory in frontier:
+        root = _root_above(directory)
+        if root is not None:
+            above[rules.prefix(root)[:-1]] = root
+    whole = nested(above, own_key)
+    if whole:
+        cut = tuple(k + "/" for k in whole)
+        found = _outside(found, cut)
+        frontier = [d for d in frontier if not rules.prefix(d).startswith(cut)]
+        frontier += [above[k] for k in whole]
+    return ListingPlan(tuple((r[0], r[1], r[2], r[3]) for r in found if not r[4]), tuple(frontier))
 
-    def keep(row: tuple[Any, ...]) -> bool:
-        return not row[4] and not (inner and row[1].startswith(inner))
 
-    return Listing(
-        tuple((r[0], r[1], r[2], r[3]) for r in driver_rows if keep(r)),
-        trees.filter(keep).map(lambda r: (r[0], r[1], r[2], r[3])) if trees is not None else None,
-        visible,
-    )
+def tree_rows(directory: str, classify: Classifier, own_key: str) -> list[Row]:
+    """The files under ``directory`` (one of a plan's trees) that are not hidden and not in a
+    table nested in it."""
+    with no_cycle_collection():
+        rows = list(classify.rows(FileIO.for_location(directory).list(directory, recursive=True)))
+        inner = tuple(r + "/" for r in nested({r[5] for r in rows if r[5] is not None}, own_key))
+        return [(r[0], r[1], r[2], r[3]) for r in rows if not r[4] and not (inner and r[1].startswith(inner))]

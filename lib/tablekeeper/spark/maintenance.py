@@ -16,13 +16,16 @@ from pyspark.sql import SparkSession
 from tablekeeper.files.deletes import NOTHING, DeleteOutcome
 from tablekeeper.files.engine import FileTally, KeySet, MetadataOnly, merge_tallies, tally_rows
 from tablekeeper.files.journal import JournalWriter, Ready, decode_rows, write_part
+from tablekeeper.files.listing import Classifier
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.manifests import FileRow, ManifestIndex, read
 from tablekeeper.files.orphans import ORPHAN, Summary
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.io import FileIO
+from tablekeeper.io.uri import strip_trailing_slash
 from tablekeeper.spark.concurrent import Background
-from tablekeeper.spark.listing import list_location
+from tablekeeper.spark.listing import plan_listing, tree_rows
 from tablekeeper.spark.reachability import (
     delete_files,
     index_manifests,
@@ -187,21 +190,37 @@ class SparkEngine:
 
         def referenced() -> tuple[KeySet, int]:
             index, extra = references()
-            return self.keys(index, rules, extra), index.estimate + len(extra)
+            # The manifests are read beside the location's listing, whose tasks are few and long.
+            found = reachable_keys(self.spark, index, rules, spread=3)
+            keys = KeySet(frozenset(found.known) | frozenset(extra), found.entries)
+            return keys, index.estimate + len(extra)
 
         # The manifest lists are read while the driver lists: both leave cores idle on their own.
         refs_job = Background(self.spark, f"{self.job}: files the table references", referenced)
-        self.describe(f"list {location}")
-        listing = list_location(self.spark, location, rules, partition_names)
+        stem = strip_trailing_slash(location)
+        own_key = rules.prefix(stem)[:-1]
+        classifier = Classifier(stem, rules, partition_names)
+        # One round of tasks: each Python task costs to start.
+        plan = plan_listing(FileIO.for_location(location), classifier, own_key, sc.defaultParallelism)
         refs, estimate = refs_job.result()
-        self.describe("compare")
+        self.describe(f"compare the files under {location} with the table's")
 
         def old(row: tuple[Any, ...]) -> bool:
             return bool(row[3] < cutoff_ms and (deletable is None or deletable(row[0])))
 
-        old_rows = [r for r in listing.driver_rows if old(r)]
-        old_rdd = listing.rows.filter(old) if listing.rows is not None else None
-        found = unreferenced(sc, old_rows, old_rdd, tuple(refs.known), refs.handle, listing.count + estimate)
+        def old_rows(directory: str) -> list[tuple[str, str, int, int]]:
+            return [r for r in tree_rows(directory, classifier, own_key) if old(r)]
+
+        listed: RDD[tuple[str, str, int, int]] | None = None
+        if plan.trees:
+            # Listed in the tasks that feed the shuffle: the listing is never stored and read again.
+            trees = sc.parallelize(plan.trees, max(1, min(len(plan.trees), sc.defaultParallelism)))
+            listed = trees.flatMap(old_rows)
+        # A location holds about as many files as its table references (a bucket spills past that).
+        estimate = 2 * estimate + len(plan.rows)
+        found = unreferenced(
+            sc, [r for r in plan.rows if old(r)], listed, tuple(refs.known), refs.handle, estimate
+        )
         found.persist(StorageLevel.MEMORY_AND_DISK)
         found.localCheckpoint()  # what is deleted is exactly what was counted
         return SparkOrphans(self.spark, found, summarize(found, SAMPLE))

@@ -176,12 +176,16 @@ class ReachableKeys:
     estimate: int  # of all keys
 
 
-def reachable_keys(spark: SparkSession, index: ManifestIndex, rules: PathRules) -> ReachableKeys:
+def reachable_keys(
+    spark: SparkSession, index: ManifestIndex, rules: PathRules, spread: int = 1
+) -> ReachableKeys:
+    """``spread`` tasks per core: more, smaller reads balance a stage whose other tasks are long."""
     sc = spark.sparkContext
-    work = tasks(index, sc.defaultParallelism)
+    tasks_wanted = sc.defaultParallelism * max(1, spread)
+    work = tasks(index, tasks_wanted)
     entries = None
     if work:
-        slices = max(1, min(len(work), sc.defaultParallelism))
+        slices = max(1, min(len(work), tasks_wanted))
         entries = sc.parallelize(work, slices).flatMap(lambda task: _manifest_keys(task, rules))
     return ReachableKeys(tuple(row[1] for row in index.rows), entries, index.estimate)
 

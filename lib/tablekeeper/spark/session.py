@@ -21,7 +21,6 @@ from tablekeeper.catalog.spark_conf import ICEBERG_CATALOG, iceberg_catalog_conf
 from tablekeeper.errors import ConfigError
 from tablekeeper.io.storage import STORAGE_ENV, on_storage_change
 from tablekeeper.settings import PACKAGE_ROLES, JarSpec, jar_specs, jars_dir, spark_defaults
-from tablekeeper.spark import daemon
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +180,7 @@ def get_spark(
     settings = session_conf(catalogs, local_jar_paths(), conf)
     settings.setdefault(DAEMON_MODULE, "tablekeeper.spark.daemon")
     if logging.getLogger("tablekeeper").getEffectiveLevel() <= logging.DEBUG:
-        settings.setdefault(f"spark.executorEnv.{daemon.TRACEBACKS}", "1")
+        settings.setdefault(f"spark.executorEnv.{WORKER_TRACEBACKS}", "1")
     _prepare_local_dirs(catalogs)
     # Executors in local mode must run the same interpreter as the driver (the project's venv).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -200,6 +199,9 @@ def get_spark(
 
 
 DAEMON_MODULE = "spark.python.daemon.module"
+# Named here, not imported from the daemon module: importing it with the package would make Python
+# warn when Spark runs it as a script.
+WORKER_TRACEBACKS = "TABLEKEEPER_WORKER_TRACEBACKS"
 # Spark logs a failed task's whole Python traceback (the executor in local mode, the task set
 # manager on any driver); the job reports the same failure as one line, so below DEBUG they stay quiet.
 _TASK_FAILURE_LOGGERS = ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tablekeeper.spark import daemon
+from tablekeeper.spark import daemon, session
 
 
 def _zip(path: Path, body: str) -> None:
@@ -81,3 +81,7 @@ def test_install_marks_the_archives_already_read(tmp_path: Path, monkeypatch: py
     import traceback
 
     assert traceback.print_exc is daemon._print_exc  # asked for tracebacks: stock printing
+
+
+def test_the_session_names_the_daemons_switch() -> None:
+    assert session.WORKER_TRACEBACKS == daemon.TRACEBACKS
