@@ -11,7 +11,7 @@ for all its files. Nested tables are found from marker rows across the whole lis
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,19 +84,20 @@ class Classifier:
         return prefix, hidden, log_root, metadata_root
 
 
-def markers(rows: Iterable[tuple[Any, ...]]) -> tuple[int, set[str]]:
-    """(visible rows, roots of the tables the rows mark)."""
-    visible, roots = 0, set()
-    for row in rows:
-        if row[5] is not None:
-            roots.add(row[5])
-        if not row[4]:
-            visible += 1
-    return visible, roots
-
-
 def nested(roots: Iterable[str], own_key: str) -> list[str]:
     """Roots of other tables strictly under the location; a table nested inside a nested table
     is covered by the outer one."""
     inside = {r for r in roots if r.startswith(own_key + "/")}
     return sorted(r for r in inside if not any(r != o and r.startswith(o + "/") for o in inside))
+
+
+def nested_prefixes(rows: Iterable[tuple[Any, ...]], own_key: str) -> tuple[str, ...]:
+    """Key prefixes (each ending ``/``) of the tables that ``Classifier.rows`` rows mark, nested
+    under the location whose key is ``own_key``."""
+    return tuple(root + "/" for root in nested({r[5] for r in rows if r[5] is not None}, own_key))
+
+
+def table_rows(rows: Sequence[tuple[Any, ...]], own_key: str) -> list[tuple[str, str, int, int]]:
+    """(path, key, size, mtime_ms) of the rows neither hidden nor in a nested table they mark."""
+    inner = nested_prefixes(rows, own_key)
+    return [(r[0], r[1], r[2], r[3]) for r in rows if not r[4] and not (inner and r[1].startswith(inner))]

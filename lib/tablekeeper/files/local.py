@@ -29,7 +29,7 @@ from tablekeeper.files.engine import (
     tally_rows,
 )
 from tablekeeper.files.journal import JournalWriter, Ready, read_parts, write_part
-from tablekeeper.files.listing import Classifier, markers, nested
+from tablekeeper.files.listing import Classifier, table_rows
 from tablekeeper.files.manifests import (
     FileRow,
     ListedRow,
@@ -192,6 +192,4 @@ class LocalEngine:
                 rows.append(row)
                 if len(rows) > self.max_listed:
                     raise ListingTooLarge(f"{location} holds over {self.max_listed} files")
-        _, roots = markers(rows)
-        inner = tuple(root + "/" for root in nested(roots, rules.prefix(stem)[:-1]))
-        return [(r[0], r[1], r[2], r[3]) for r in rows if not r[4] and not (inner and r[1].startswith(inner))]
+        return table_rows(rows, rules.prefix(stem)[:-1])

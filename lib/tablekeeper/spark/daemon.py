@@ -7,7 +7,7 @@ Two changes to the stock daemon, made before it forks the workers so every worke
   directory: Spark puts ``pyspark.zip`` and its core jar (thousands of entries) on the path, with
   one importer per imported package. That cost about 0.15 s per task here, more than most of a
   maintenance job's tasks do, paid by each of thousands of tasks. Python 3.12 made the re-read
-  lazy; this keeps it eager but skips it while the archive's size and mtime are unchanged, so a
+  lazy; this keeps it eager but skips it while the archive's inode, size and mtime hold, so a
   zip Spark ships to the workers later is still seen.
 - **No traceback for a worker whose task Spark killed** (unless
   ``TABLEKEEPER_WORKER_TRACEBACKS`` is set, as sessions started at ``--log-level DEBUG`` do).

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tablekeeper.cycles import no_cycle_collection
-from tablekeeper.files.listing import Classifier, nested
+from tablekeeper.files.listing import Classifier, nested, nested_prefixes, table_rows
 from tablekeeper.io import FileIO
 
 __all__ = ["ListingPlan", "plan_listing", "tree_rows"]
@@ -70,7 +70,7 @@ def plan_listing(io: FileIO, classify: Classifier, own_key: str, wanted: int) ->
             deeper.extend(dirs)
         frontier = deeper
     # Tables the driver saw the markers of: none of their files, listed or not, are ours.
-    seen = tuple(r + "/" for r in nested({r[5] for r in found if r[5] is not None}, own_key))
+    seen = nested_prefixes(found, own_key)
     found = _outside(found, seen)
     frontier = [d for d in frontier if not (seen and rules.prefix(d).startswith(seen))]
     # A table above a subtree that may hold its markers: its whole tree goes to one task, and
@@ -94,5 +94,4 @@ def tree_rows(directory: str, classify: Classifier, own_key: str) -> list[Row]:
     table nested in it."""
     with no_cycle_collection():
         rows = list(classify.rows(FileIO.for_location(directory).list(directory, recursive=True)))
-        inner = tuple(r + "/" for r in nested({r[5] for r in rows if r[5] is not None}, own_key))
-        return [(r[0], r[1], r[2], r[3]) for r in rows if not r[4] and not (inner and r[1].startswith(inner))]
+        return table_rows(rows, own_key)

@@ -151,8 +151,10 @@ class SparkEngine:
     ) -> SparkDoomed:
         return SparkDoomed(self.spark, unkept_files(self.spark, gone, kept, rules, only))
 
-    def keys(self, index: ManifestIndex, rules: PathRules, extra: Iterable[str] = ()) -> KeySet:
-        found = reachable_keys(self.spark, index, rules)
+    def keys(
+        self, index: ManifestIndex, rules: PathRules, extra: Iterable[str] = (), spread: int = 1
+    ) -> KeySet:
+        found = reachable_keys(self.spark, index, rules, spread)
         return KeySet(frozenset(found.known) | frozenset(extra), found.entries)
 
     def delete(
@@ -191,9 +193,7 @@ class SparkEngine:
         def referenced() -> tuple[KeySet, int]:
             index, extra = references()
             # The manifests are read beside the location's listing, whose tasks are few and long.
-            found = reachable_keys(self.spark, index, rules, spread=3)
-            keys = KeySet(frozenset(found.known) | frozenset(extra), found.entries)
-            return keys, index.estimate + len(extra)
+            return self.keys(index, rules, extra, spread=3), index.estimate + len(extra)
 
         # The manifest lists are read while the driver lists: both leave cores idle on their own.
         refs_job = Background(self.spark, f"{self.job}: files the table references", referenced)

@@ -106,8 +106,8 @@ def unreferenced(
 ) -> RDD[tuple[str, str, str, int]]:
     """Listed rows ``(path, key, size, ...)`` whose key no reference names, as (status, path,
     key, size). Each side comes as rows the driver holds and rows executor tasks produce (the
-    listing first: its tasks are the longest); ``estimate`` counts the references, to size the
-    buckets."""
+    listing first: its tasks are the longest); ``estimate`` guesses the rows of both sides, to
+    size the buckets (past it, buckets spill listed rows)."""
     buckets = max(1, sc.defaultParallelism, -(-estimate // ROWS_PER_BUCKET))
     sides: list[RDD[Any]] = []
     if listed is not None:

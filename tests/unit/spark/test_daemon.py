@@ -18,6 +18,12 @@ def _zip(path: Path, body: str) -> None:
         archive.writestr("zmod_daemon_probe.py", body)
 
 
+def _importer(tmp_path: Path) -> tuple[Path, zipimport.zipimporter]:
+    archive = tmp_path / "a.zip"
+    _zip(archive, "X = 1\n")
+    return archive, zipimport.zipimporter(str(archive))
+
+
 @pytest.fixture
 def patched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     reads: list[str] = []
@@ -33,9 +39,7 @@ def patched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_an_unchanged_archive_is_not_read_again(tmp_path: Path, patched: list[str]) -> None:
-    archive = tmp_path / "a.zip"
-    _zip(archive, "X = 1\n")
-    importer = zipimport.zipimporter(str(archive))
+    archive, importer = _importer(tmp_path)
     importer.invalidate_caches()
     importer.invalidate_caches()
     importer.invalidate_caches()
@@ -43,9 +47,7 @@ def test_an_unchanged_archive_is_not_read_again(tmp_path: Path, patched: list[st
 
 
 def test_a_changed_archive_is_read_again_and_its_modules_found(tmp_path: Path, patched: list[str]) -> None:
-    archive = tmp_path / "a.zip"
-    _zip(archive, "X = 1\n")
-    importer = zipimport.zipimporter(str(archive))
+    archive, importer = _importer(tmp_path)
     importer.invalidate_caches()
     replacement = tmp_path / "b.zip"
     _zip(replacement, "X = 2\n# longer than before\n")
@@ -59,9 +61,7 @@ def test_a_changed_archive_is_read_again_and_its_modules_found(tmp_path: Path, p
 
 
 def test_a_vanished_archive_is_read_again_every_time(tmp_path: Path, patched: list[str]) -> None:
-    archive = tmp_path / "a.zip"
-    _zip(archive, "X = 1\n")
-    importer = zipimport.zipimporter(str(archive))
+    archive, importer = _importer(tmp_path)
     archive.unlink()
     importer.invalidate_caches()
     importer.invalidate_caches()
@@ -69,9 +69,7 @@ def test_a_vanished_archive_is_read_again_every_time(tmp_path: Path, patched: li
 
 
 def test_install_marks_the_archives_already_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    archive = tmp_path / "a.zip"
-    _zip(archive, "X = 1\n")
-    importer = zipimport.zipimporter(str(archive))
+    archive, importer = _importer(tmp_path)
     monkeypatch.setitem(sys.path_importer_cache, str(archive), importer)
     monkeypatch.setattr(zipimport.zipimporter, "invalidate_caches", zipimport.zipimporter.invalidate_caches)
     monkeypatch.setattr("traceback.print_exc", daemon._print_exc)
