@@ -54,6 +54,9 @@ class SnapshotChange:
     # Data files whose live position deletes and DVs this commit removes (the data files stay):
     # how a deletion vector is replaced without touching other DVs sharing its Puffin file.
     removed_deletes_for: frozenset[str] = frozenset()
+    # Data files whose live DVs this commit replaces (and nothing else: a position delete file
+    # naming them stays unless ``removed_paths`` has it, since only a file that was read may go).
+    removed_dvs_for: frozenset[str] = frozenset()
     # Schema/spec/property changes made in the same commit, applied to every attempt's base.
     prepare: Callable[[TableMetadata, int], TableMetadata] | None = field(default=None, hash=False)
     # The snapshot's own time when it records an event from elsewhere (a Delta commit); the
@@ -215,6 +218,7 @@ def _apply_change(
     rewritten: list[ManifestFile] = []
     to_remove = set(change.removed_paths)
     deletes_of = set(change.removed_deletes_for)
+    dvs_of = set(change.removed_dvs_for) | deletes_of
     found: set[str] = set()
     removed_data: list[ManifestEntry] = []
     # At most one DV per data file: a new DV must replace (remove) any live one for the same file.
@@ -246,7 +250,7 @@ def _apply_change(
             not to_remove
             and not checks_dvs
             and not obsolete
-            and not (deletes_of and m.content == MANIFEST_DELETES)
+            and not (dvs_of and m.content == MANIFEST_DELETES)
         ):
             kept.append(m)
             continue
@@ -260,7 +264,7 @@ def _apply_change(
                     and e.data_file.is_dv
                     and e.data_file.referenced_data_file in dv_targets
                     and e.data_file.file_path not in to_remove
-                    and e.data_file.referenced_data_file not in deletes_of
+                    and e.data_file.referenced_data_file not in dvs_of
                 ),
                 None,
             )
@@ -276,6 +280,7 @@ def _apply_change(
                 f.file_path in to_remove
                 # A removed data file's DVs go with it (spec).
                 or (f.is_dv and f.referenced_data_file in to_remove)
+                or (f.is_dv and f.referenced_data_file in dvs_of)
                 or (f.content == POSITION_DELETES and f.referenced_data_file in deletes_of)
                 or (
                     floor is not None

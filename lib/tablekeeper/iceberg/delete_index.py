@@ -1,7 +1,8 @@
 """Which delete files apply to which data file: the spec's scan-planning rules.
 
 - A deletion vector applies to the data file it names (``referenced_data_file``) when the data
-  file's data sequence number is at most the DV's and the partitions are equal. Where a DV
+  file's data sequence number is at most the DV's and the partitions are equal. One that fails
+  either test does not apply to that file: it is ignored, not an error (spec). Where a DV
   applies, position delete files do not: a DV holds every earlier position delete of its file.
 - A position delete file applies when the data file's data sequence number is at most the delete
   file's, the partitions (spec and values) are equal, and the delete file may name the data file:
@@ -133,12 +134,10 @@ class DeleteIndex:
         seq = _seq(entry)
         scope = (f.spec_id, partition_key(f.partition))
         dv = self._dvs.get(f.file_path)
-        if dv is not None and _seq(dv) < seq:
-            raise CorruptMetadataError(
-                f"deletion vector for {f.file_path} is older than the file (sequence {_seq(dv)} < {seq})"
-            )
-        if dv is not None and (dv.data_file.spec_id, partition_key(dv.data_file.partition)) != scope:
-            raise CorruptMetadataError(f"deletion vector for {f.file_path} is in another partition")
+        if dv is not None and (
+            _seq(dv) < seq or (dv.data_file.spec_id, partition_key(dv.data_file.partition)) != scope
+        ):
+            dv = None  # older than the file, or in another spec or partition: it does not apply
         positions: tuple[ManifestEntry, ...] = ()
         if dv is None and scope in self._positions:
             positions = tuple(

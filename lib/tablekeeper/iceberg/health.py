@@ -36,6 +36,7 @@ from tablekeeper.iceberg.rewrite_plan import (
     delete_issue,
     is_candidate,
     pack,
+    readable,
     worth_rewriting,
 )
 from tablekeeper.iceberg.types import StructType
@@ -144,8 +145,7 @@ class Tally:
             small[0] += 1
             small[1] += size
             self.partition_values.setdefault(key, (f.spec_id, f.partition))
-        formats = {f.file_format.upper(), *(d.data_file.file_format.upper() for d in deletes.files)}
-        if not formats <= READABLE_FORMATS:
+        if not readable(f, deletes):
             self.skipped_files += 1
             return
         task = FileTask(entry, deletes)

@@ -17,11 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import fastavro
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyarrow import orc
 
-from tablekeeper.errors import CorruptMetadataError
+from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
 from tablekeeper.iceberg.content import POSITION_DELETES, DataFile
 from tablekeeper.iceberg.parquet import FIELD_ID_KEY
 from tablekeeper.iceberg.roaring import RoaringBitmap64
@@ -66,10 +68,30 @@ def empty() -> pa.Table:
     return POSITION_DELETE_SCHEMA.empty_table()
 
 
-def read_position_deletes(source: Any) -> pa.Table:
-    """The (file_path, pos) rows of a Parquet position delete file (bytes or a seekable binary
-    stream); columns found by field id, else by name."""
-    f = pq.ParquetFile(pa.BufferReader(source) if isinstance(source, (bytes, bytearray)) else source)
+def read_position_deletes(source: Any, file_format: str = "PARQUET") -> pa.Table:
+    """The (file_path, pos) rows of a position delete file (bytes or a seekable binary stream) in
+    any format the spec allows: Parquet, ORC or Avro. Columns are found by field id where the
+    format's reader exposes it (Parquet, Avro), else by the spec's reserved names (ORC: pyarrow
+    does not expose ORC type attributes); the optional ``row`` column is not needed."""
+    stream = pa.BufferReader(source) if isinstance(source, (bytes, bytearray)) else source
+    fmt = file_format.upper()
+    if fmt == "PARQUET":
+        return _read_parquet(stream)
+    if fmt == "ORC":
+        return _read_orc(stream)
+    if fmt == "AVRO":
+        return _read_avro(stream)
+    raise UnsupportedFeatureError(
+        f"position delete file format {file_format!r} is not one the spec allows (Parquet, ORC, Avro)"
+    )
+
+
+def _typed(paths: Any, positions: Any) -> pa.Table:
+    return pa.table([paths.cast(pa.string()), positions.cast(pa.int64())], schema=POSITION_DELETE_SCHEMA)
+
+
+def _read_parquet(stream: Any) -> pa.Table:
+    f = pq.ParquetFile(stream)
     by_id = {(c.metadata or {}).get(FIELD_ID_KEY, b""): c.name for c in f.schema_arrow}
     path_col = by_id.get(str(FILE_PATH_ID).encode(), "file_path")
     pos_col = by_id.get(str(POS_ID).encode(), "pos")
@@ -77,10 +99,34 @@ def read_position_deletes(source: Any) -> pa.Table:
     if path_col not in names or pos_col not in names:
         raise CorruptMetadataError("position delete file has no file_path and pos columns")
     table = f.read(columns=[path_col, pos_col], use_threads=False)
-    return pa.table(
-        [table.column(path_col).cast(pa.string()), table.column(pos_col).cast(pa.int64())],
-        schema=POSITION_DELETE_SCHEMA,
-    )
+    return _typed(table.column(path_col), table.column(pos_col))
+
+
+def _read_orc(stream: Any) -> pa.Table:
+    f = orc.ORCFile(stream)
+    names = set(f.schema.names)
+    if "file_path" not in names or "pos" not in names:
+        raise CorruptMetadataError("ORC position delete file has no file_path and pos columns")
+    table = f.read(columns=["file_path", "pos"])
+    return _typed(table.column("file_path"), table.column("pos"))
+
+
+def _read_avro(stream: Any) -> pa.Table:
+    reader = fastavro.reader(stream)
+    schema = reader.writer_schema
+    fields = schema.get("fields", []) if isinstance(schema, dict) else []
+    by_id = {str(f.get("field-id")): f["name"] for f in fields if "field-id" in f}
+    path_col = by_id.get(str(FILE_PATH_ID), "file_path")
+    pos_col = by_id.get(str(POS_ID), "pos")
+    names = {f["name"] for f in fields}
+    if path_col not in names or pos_col not in names:
+        raise CorruptMetadataError("Avro position delete file has no file_path and pos columns")
+    paths: list[Any] = []
+    positions: list[Any] = []
+    for record in reader:
+        paths.append(record[path_col])  # type: ignore[index]
+        positions.append(record[pos_col])  # type: ignore[index]
+    return _typed(pa.array(paths, pa.string()), pa.array(positions, pa.int64()))
 
 
 def applying(rows: pa.Table, delete_sequence: int, live: Mapping[str, int]) -> pa.Table:

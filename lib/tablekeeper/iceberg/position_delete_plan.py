@@ -9,8 +9,15 @@ most ``max_group_size`` bytes; a group is rewritten when it has several files an
 
 v3 tables: every data file may have one deletion vector and no position delete file may apply
 beside it, so every position delete file (a table upgraded from v2 keeps them) is planned: one
-group per spec and partition, with the partition's live DVs, which the group merges into for
-the data files its delete files name.
+group per spec and partition, with the partition's live DVs that apply, which the group merges
+into for the data files its delete files name. A DV applies to its data file only when it is in
+the file's spec and partition with a data sequence number at least the file's (spec); one that
+does not apply is not merged (its positions would delete rows it never deleted) but is carried as
+``stale_dvs``, so the commit replaces it rather than leave two DVs for one data file.
+
+Every format the spec allows for position delete files (Parquet, ORC, Avro) is planned and read:
+a delete file left out of a group would be shadowed by the DV the group writes for a data file it
+names (a DV must hold every delete of the file's position delete files), and its rows come back.
 
 Every group carries the partition's live data files with their data sequence numbers: an entry
 ``(file_path, pos)`` of a delete file is kept only when it applies now (its data file is live, in
@@ -79,6 +86,9 @@ class DeleteGroup:
     # v3: the partition's live DVs; the group merges and replaces those of the files it names.
     dvs: tuple[TrackedFile, ...] = ()
     to_dvs: bool = False
+    # v3: DVs naming the partition's live data files that do not apply to them (an older data
+    # sequence number, or another spec or partition): never merged, replaced by the new DVs.
+    stale_dvs: tuple[TrackedFile, ...] = ()
 
     @property
     def input_size(self) -> int:
@@ -99,7 +109,6 @@ class PositionDeletePlan:
     groups: tuple[DeleteGroup, ...]
     position_delete_files: int  # live position delete files (not DVs) in scope
     dvs: int  # live DVs
-    skipped_files: int  # position delete files in a format the job does not read (not Parquet)
 
     @property
     def files(self) -> int:
@@ -158,9 +167,11 @@ def plan_position_deletes(
     for e in data:
         if e.data_file.content == DATA:
             live.setdefault(scope_of(e.data_file), {})[e.data_file.file_path] = _seq(e)
+    home = {path: (scope, seq) for scope, files in live.items() for path, seq in files.items()}
     positions: dict[Scope, list[TrackedFile]] = {}
     dvs: dict[Scope, list[TrackedFile]] = {}
-    counted = skipped = dv_count = 0
+    stale: dict[Scope, list[TrackedFile]] = {}
+    counted = dv_count = 0
     seen_dv: set[str] = set()
     for e in deletes:
         f = e.data_file
@@ -173,14 +184,18 @@ def plan_position_deletes(
                     f"deletion vector in {f.file_path} names no data file, or one that has another DV"
                 )
             seen_dv.add(f.referenced_data_file)
-            dvs.setdefault(scope_of(f), []).append(TrackedFile(f, _seq(e)))
+            tracked = TrackedFile(f, _seq(e))
+            target = home.get(f.referenced_data_file)
+            if target is None:
+                continue  # its data file is gone: it applies to nothing and nothing is written for it
+            if target[0] == scope_of(f) and target[1] <= tracked.sequence_number:
+                dvs.setdefault(target[0], []).append(tracked)
+            else:
+                stale.setdefault(target[0], []).append(tracked)  # does not apply (spec): not read
             continue
         if matches is not None and not matches(f):
             continue
         counted += 1
-        if f.file_format.upper() != "PARQUET":
-            skipped += 1
-            continue
         positions.setdefault(scope_of(f), []).append(TrackedFile(f, _seq(e)))
     groups: list[DeleteGroup] = []
     for scope in sorted(positions, key=repr):
@@ -204,10 +219,13 @@ def plan_position_deletes(
                     partition=b[0].file.partition,
                     deletes=tuple(b),
                     data_files=data_files,
-                    dvs=tuple(sorted(dvs.get(scope, []), key=lambda t: str(t.file.referenced_data_file)))
-                    if format_version >= 3
-                    else (),
+                    dvs=_by_target(dvs.get(scope, [])) if format_version >= 3 else (),
                     to_dvs=format_version >= 3,
+                    stale_dvs=_by_target(stale.get(scope, [])) if format_version >= 3 else (),
                 )
             )
-    return PositionDeletePlan(tuple(groups), counted, dv_count, skipped)
+    return PositionDeletePlan(tuple(groups), counted, dv_count)
+
+
+def _by_target(dvs: Iterable[TrackedFile]) -> tuple[TrackedFile, ...]:
+    return tuple(sorted(dvs, key=lambda t: str(t.file.referenced_data_file)))

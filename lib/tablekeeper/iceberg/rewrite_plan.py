@@ -31,7 +31,10 @@ DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
 DEFAULT_MAX_GROUP_SIZE = 100 * 1024 * 1024 * 1024
 NO_DELETE_THRESHOLD = 2**31 - 1
 SPLIT_OVERHEAD = 5 * 1024
+# Compaction reads data files and equality deletes in Parquet, DVs in Puffin, and position delete
+# files in every format the spec allows. A data file read with anything else is left as it is.
 READABLE_FORMATS = frozenset({"PARQUET", "PUFFIN"})
+POSITION_DELETE_FORMATS = frozenset({"PARQUET", "ORC", "AVRO"})
 T = TypeVar("T")
 
 
@@ -239,6 +242,16 @@ def pack(tasks: Iterable[T], max_size: int, size: Callable[[T], int] = _task_siz
     return groups
 
 
+def readable(data: DataFile, deletes: AppliedDeletes) -> bool:
+    """Whether compaction reads ``data`` and every delete file applied to it."""
+    return (
+        data.file_format.upper() in READABLE_FORMATS
+        and all(e.data_file.file_format.upper() in READABLE_FORMATS for e in deletes.equalities)
+        and (deletes.dv is None or deletes.dv.data_file.file_format.upper() in READABLE_FORMATS)
+        and all(p.data_file.file_format.upper() in POSITION_DELETE_FORMATS for p in deletes.positions)
+    )
+
+
 def plan_rewrite(
     data: Iterable[ManifestEntry],
     deletes: DeleteIndex,
@@ -257,12 +270,8 @@ def plan_rewrite(
         if matches is not None and not matches(entry):
             continue
         task = FileTask(entry, deletes.for_data_file(entry))
-        formats = {
-            entry.data_file.file_format.upper(),
-            *(d.data_file.file_format.upper() for d in task.deletes.files),
-        }
-        if not formats <= READABLE_FORMATS:
-            skipped += 1  # ORC and Avro files are left as they are
+        if not readable(entry.data_file, task.deletes):
+            skipped += 1  # ORC and Avro data files (or equality deletes) are left as they are
             continue
         if not options.rewrite_all and not is_candidate(task, options):
             continue

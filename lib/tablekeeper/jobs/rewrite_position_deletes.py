@@ -51,6 +51,7 @@ from tablekeeper.iceberg.content import (
     ManifestEntry,
     ManifestFile,
 )
+from tablekeeper.iceberg.delete_index import referenced_file
 from tablekeeper.iceberg.manifest import write_manifest
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
 from tablekeeper.iceberg.position_delete_plan import (
@@ -137,7 +138,7 @@ def plan(
     snapshot = meta.ref_snapshot(MAIN_BRANCH)
     plan_options = options.plan_options(dict(meta.properties))
     if snapshot is None or meta.format_version < 2:
-        return PositionDeletePlan((), 0, 0, 0)
+        return PositionDeletePlan((), 0, 0)
     files = live_files(table.io, meta, snapshot)
     matches = None
     if options.where:
@@ -216,16 +217,21 @@ def _validator(
 ) -> Callable[[TableMetadata, int], TableMetadata]:
     """A check of each commit attempt's base: when other commits landed since the plan, the DVs
     this commit replaces must still be the live ones for their data files (another DV would hold
-    deletes this one lacks), and those data files must still be live."""
+    deletes this one lacks), those data files must still be live, and no position delete file
+    the run did not read may name one of them: the new DV would shadow its deletes (a DV must
+    hold every delete of its file's position delete files)."""
     targets: dict[str, tuple[str, int] | None] = {}
-    for _, out in done:
-        merged = {str(d.file.referenced_data_file): d.file for d in out.merged_dvs}
+    scopes: set[tuple[int, tuple[Any, ...]]] = set()
+    read = {d.file.file_path for g, _ in done for d in g.deletes}
+    for group, out in done:
+        seen = {str(d.file.referenced_data_file): d.file for d in (*out.merged_dvs, *group.stale_dvs)}
         for f in out.added:
             if f.is_dv and f.referenced_data_file is not None:
-                old = merged.get(f.referenced_data_file)
+                old = seen.get(f.referenced_data_file)
                 targets[f.referenced_data_file] = (
                     (old.file_path, old.content_offset or 0) if old is not None else None
                 )
+                scopes.add(scope_of(f))
 
     def check(base: TableMetadata, _timestamp_ms: int) -> TableMetadata:
         snapshot = base.ref_snapshot(MAIN_BRANCH)
@@ -244,6 +250,23 @@ def _validator(
                     f"another commit removed {path} or changed its deletion vector since the job "
                     "planned: nothing committed; run rewrite-position-deletes again"
                 )
+        unread = next(
+            (
+                f.file_path
+                for f in (e.data_file for e in files.deletes)
+                if f.content == POSITION_DELETES
+                and not f.is_dv
+                and f.file_path not in read
+                and scope_of(f) in scopes
+                and (referenced_file(f) is None or referenced_file(f) in targets)
+            ),
+            None,
+        )
+        if unread is not None:
+            raise CommitConflict(
+                f"another commit added position delete file {unread}, which the new deletion vectors "
+                "would shadow: nothing committed; run rewrite-position-deletes again"
+            )
         return base
 
     return check
@@ -263,7 +286,8 @@ def _commit(
     added = tuple(f for _, out in done for f in out.added)
     manifests = _write_manifests(table, meta, done, snapshot_id, token)
     removed = frozenset(d.file.file_path for g, _ in done for d in g.deletes)
-    # DVs share Puffin files with other data files' DVs: they are replaced by data file.
+    # DVs share Puffin files with other data files' DVs: they are replaced by data file. Only DVs:
+    # a position delete file goes only by path, when the run read it.
     replaced_dvs = frozenset(f.referenced_data_file for f in added if f.is_dv and f.referenced_data_file)
     partitions = {(g.spec_id, scope_of(d.file)[1]) for g, _ in done for d in g.deletes}
     change = SnapshotChange(
@@ -271,7 +295,7 @@ def _commit(
         added_manifests=tuple(manifests),
         added_manifests_delta=SummaryDelta.of(added),
         removed_paths=removed,
-        removed_deletes_for=replaced_dvs,
+        removed_dvs_for=replaced_dvs,
         prepare=_validator(table.io, start.snapshot_id, done),
         summary={"tablekeeper.job": JOB, "changed-partition-count": str(len(partitions))},
     )
@@ -342,7 +366,6 @@ def _run_once(
         "target_file_size_bytes": options.plan_options(dict(meta.properties)).target_file_size,
         "live_position_delete_files": the_plan.position_delete_files,
         "live_dvs": the_plan.dvs,
-        "skipped_non_parquet_files": the_plan.skipped_files,
         "planned_groups": len(the_plan.groups),
         "files_to_rewrite": the_plan.files,
         "bytes_to_rewrite": the_plan.bytes,

@@ -40,7 +40,8 @@ from tablekeeper.iceberg.content import DataFile
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.metrics import FloatCollector, MetricsConfig
 from tablekeeper.iceberg.name_mapping import NameMapping
-from tablekeeper.iceberg.parquet import FIELD_ID_KEY, data_file_from_footer
+from tablekeeper.iceberg.parquet import data_file_from_footer
+from tablekeeper.iceberg.position_delete_merge import read_position_deletes
 from tablekeeper.iceberg.puffin import deserialize_dv
 from tablekeeper.iceberg.rewrite_plan import FileTask
 from tablekeeper.iceberg.transforms import parse_transform
@@ -61,7 +62,6 @@ LEVEL = "write.parquet.compression-level"
 _DEFAULT_LEVELS = {"zstd": 3, "gzip": 6}
 # Spark's lz4 is Hadoop's LZ4 framing, pyarrow's is LZ4_RAW, which older readers lack: Spark writes it.
 _PYARROW_CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "none": "none"}
-_POS_FILE_ID, _POS_ID = b"2147483546", b"2147483545"
 _BATCH_ROWS = 1 << 16
 
 
@@ -90,7 +90,7 @@ class _Input:
     sequence_number: int
     first_row_id: int | None
     dv: tuple[str, int, int, int] | None  # puffin location, offset, length, cardinality
-    position_files: tuple[str, ...]
+    position_files: tuple[tuple[str, str], ...]  # (position delete file, its format)
     fills: tuple[tuple[int, IcebergType, Any], ...]  # (index in fields, type, partition value)
     equalities: tuple[tuple[str, tuple[int, ...]], ...]  # (delete file, equality field ids)
 
@@ -211,7 +211,9 @@ def make_input(meta: TableMetadata, job: Job, t: FileTask) -> _Input:
         int(t.entry.sequence_number or 0),
         t.file.first_row_id,
         dv,
-        tuple(sorted({p.data_file.file_path for p in t.deletes.positions})),
+        tuple(
+            sorted({(p.data_file.file_path, p.data_file.file_format.upper()) for p in t.deletes.positions})
+        ),
         fills,
         tuple(equalities),
     )
@@ -298,16 +300,13 @@ def _dv_positions(location: str, offset: int, length: int, cardinality: int) -> 
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
-def _position_file(location: str, wanted: frozenset[str]) -> dict[str, pa.Array]:
-    """A position delete file's positions by the path key of the data file they delete from,
-    for the ``wanted`` data files only (a delete file may cover many more)."""
+def _position_file(location: str, file_format: str, wanted: frozenset[str]) -> dict[str, pa.Array]:
+    """A position delete file's positions (Parquet, ORC or Avro) by the path key of the data file
+    they delete from, for the ``wanted`` data files only (a delete file may cover many more)."""
     with FileIO.for_location(location).open_input(location) as stream:
-        f = pq.ParquetFile(stream)
-        names: dict[bytes, str] = {(c.metadata or {}).get(FIELD_ID_KEY, b""): c.name for c in f.schema_arrow}
-        path_col, pos_col = names.get(_POS_FILE_ID, "file_path"), names.get(_POS_ID, "pos")
-        table = f.read(columns=[path_col, pos_col], use_threads=False)
-    keys = pc.replace_substring_regex(table.column(path_col), SCHEME_AUTHORITY, "", max_replacements=1)
-    rows = pa.table({"k": keys, "p": table.column(pos_col).cast(pa.int64())})
+        table = read_position_deletes(stream, file_format)
+    keys = pc.replace_substring_regex(table.column("file_path"), SCHEME_AUTHORITY, "", max_replacements=1)
+    rows = pa.table({"k": keys, "p": table.column("pos")})
     rows = rows.filter(pc.is_in(rows.column("k"), value_set=pa.array(sorted(wanted), pa.string())))
     grouped = rows.group_by("k").aggregate([("p", "list")])
     lists = grouped.column("p_list").combine_chunks()
@@ -319,9 +318,9 @@ def _deleted(item: _Input, wanted: frozenset[str], cache: dict[str, dict[str, pa
     if item.dv is not None:
         parts.append(_dv_positions(*item.dv))
     key = path_key(item.location)
-    for location in item.position_files:
+    for location, file_format in item.position_files:
         if location not in cache:
-            cache[location] = _position_file(location, wanted)
+            cache[location] = _position_file(location, file_format, wanted)
         found = cache[location].get(key)
         if found is not None:
             parts.append(found)

@@ -1,8 +1,9 @@
 """rewrite-position-deletes on the executors: one Spark task per group reads the group's position
-delete files (and, on v3, the DVs it merges into), keeps the entries that still apply, and writes
-the new files: Parquet position delete files of about the target size (v2) or one Puffin file
-with a deletion vector per data file (v3). The task returns the new files' metadata, so the
-driver lists nothing and commits only what it was told about.
+delete files, whatever their format (Parquet, ORC, Avro), and on v3 the DVs it merges into; keeps
+the entries that still apply, and writes the new files: Parquet position delete files of about
+the target size (v2) or one Puffin file with a deletion vector per data file (v3).
+The task returns the new files' metadata, so the driver lists nothing and commits only what it
+was told about.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def rewrite_group(work: GroupWork) -> GroupOutput:
     read = 0
     for d in group.deletes:
         with FileIO.for_location(d.file.file_path).open_input(d.file.file_path) as stream:
-            rows = read_position_deletes(stream)
+            rows = read_position_deletes(stream, d.file.file_format)
         read += rows.num_rows
         parts.append(applying(rows, d.sequence_number, live))
     rows = merge(parts)

@@ -37,6 +37,7 @@ from tablekeeper.iceberg.metrics import FloatCollector, FloatStats, MetricsConfi
 from tablekeeper.iceberg.name_mapping import NameMapping, parse_name_mapping
 from tablekeeper.iceberg.parquet import data_file_from_footer
 from tablekeeper.iceberg.partitioning import PartitionSpec, partition_key
+from tablekeeper.iceberg.position_delete_merge import read_position_deletes
 from tablekeeper.iceberg.puffin import deserialize_dv
 from tablekeeper.iceberg.rewrite_plan import FileTask
 from tablekeeper.iceberg.types import FixedType, IcebergType, NestedField, Schema, StructType
@@ -170,12 +171,26 @@ _DELETED_SCHEMA = T.StructType(
 )
 
 
+def _other_format_positions(item: tuple[str, str, tuple[str, ...]]) -> Iterator[tuple[str, int]]:
+    """(data file key, position) of an ORC or Avro position delete file's rows for ``wanted`` data
+    files (Spark reads Parquet ones itself; it has no Avro source and would match ORC by name)."""
+    location, file_format, wanted = item
+    with FileIO.for_location(location).open_input(location) as stream:
+        rows = read_position_deletes(stream, file_format)
+    keep = set(wanted)
+    for path, pos in zip(rows.column("file_path").to_pylist(), rows.column("pos").to_pylist(), strict=True):
+        key = path_key(path)
+        if key in keep:
+            yield key, int(pos)
+
+
 def _position_deletes(spark: SparkSession, tasks: Sequence[FileTask]) -> tuple[DataFrame | None, int]:
-    """(file key, position) of every row a DV or position delete file removes from the tasks'
-    files, and an upper bound of their number."""
+    """(file key, position) of every row a DV or position delete file (Parquet, ORC or Avro)
+    removes from the tasks' files, and an upper bound of their number."""
     parts: list[DataFrame] = []
     dvs = []
     pairs: set[tuple[str, str]] = set()
+    others: dict[str, tuple[str, set[str]]] = {}  # ORC and Avro files: (format, data file keys)
     bound = 0
     for t in tasks:
         data_key = path_key(t.file.file_path)
@@ -187,13 +202,23 @@ def _position_deletes(spark: SparkSession, tasks: Sequence[FileTask]) -> tuple[D
             dvs.append((f.file_path, f.content_offset, f.content_size_in_bytes, data_key, f.record_count))
             bound += f.record_count
         for p in t.deletes.positions:
-            pairs.add((path_key(p.data_file.file_path), data_key))
+            fmt = p.data_file.file_format.upper()
+            if fmt == "PARQUET":
+                pairs.add((path_key(p.data_file.file_path), data_key))
+            else:
+                others.setdefault(p.data_file.file_path, (fmt, set()))[1].add(data_key)
             bound += p.data_file.record_count
     if dvs:
         rdd = spark.sparkContext.parallelize(
             dvs, max(1, min(len(dvs), spark.sparkContext.defaultParallelism))
         )
         parts.append(spark.createDataFrame(rdd.flatMap(_dv_positions), _DELETED_SCHEMA))
+    if others:
+        items = [(loc, fmt, tuple(sorted(keys))) for loc, (fmt, keys) in sorted(others.items())]
+        reads = spark.sparkContext.parallelize(
+            items, max(1, min(len(items), spark.sparkContext.defaultParallelism))
+        )
+        parts.append(spark.createDataFrame(reads.flatMap(_other_format_positions), _DELETED_SCHEMA))
     if pairs:
         schema = T.StructType(
             [

@@ -76,13 +76,26 @@ def test_position_delete_files_naming_one_file_apply_only_to_it() -> None:
     assert _paths(index.for_data_file(_entry("0.parquet", 5)).positions) == ["by-range"]
 
 
-def test_inconsistent_dvs_fail_closed() -> None:
+def test_a_dv_that_does_not_apply_is_ignored_and_the_position_deletes_apply() -> None:
+    """Spec: a DV applies only when its data sequence number is at least the data file's and it is
+    in the file's spec and partition; otherwise it does not apply to that file (not an error), and
+    the file's position delete files apply as if it were absent."""
+    pos = _entry("pos", 6, POSITION_DELETES)
     older = _entry("dv.puffin", 3, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data")
-    with pytest.raises(CorruptMetadataError, match="older than the file"):
-        _index(older).for_data_file(_entry("data", 5))
+    applied = _index(older, pos).for_data_file(_entry("data", 5))
+    assert applied.dv is None and _paths(applied.positions) == ["pos"]
+    moved = _entry("dv.puffin", 6, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data", part=(2,))
+    applied = _index(moved, pos).for_data_file(_entry("data", 5))
+    assert applied.dv is None and _paths(applied.positions) == ["pos"]
+    other_spec = _entry(
+        "dv.puffin", 6, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data", spec_id=7
+    )
+    assert _index(other_spec).for_data_file(_entry("data", 5)).dv is None
+    same = _entry("dv.puffin", 5, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data")
+    assert _index(same, pos).for_data_file(_entry("data", 5)).dv is same  # equal numbers apply
+
+
+def test_two_dvs_for_one_data_file_fail_closed() -> None:
     twice = _entry("dv2.puffin", 6, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data")
     with pytest.raises(CorruptMetadataError, match="two deletion vectors"):
         _index(_entry("dv.puffin", 6, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data"), twice)
-    moved = _entry("dv.puffin", 6, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data", part=(2,))
-    with pytest.raises(CorruptMetadataError, match="another partition"):
-        _index(moved).for_data_file(_entry("data", 5))

@@ -1,5 +1,6 @@
-"""Merging position deletes: which entries still apply, the merged order, and the Parquet files
-and DVs written (field ids and metrics as Iceberg Java writes them)."""
+"""Merging position deletes: reading them in every format the spec allows, which entries still
+apply, the merged order, and the Parquet files and DVs written (field ids and metrics as Iceberg
+Java writes them)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import struct
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from tablekeeper.errors import UnsupportedFeatureError
 from tablekeeper.iceberg.content import POSITION_DELETES
 from tablekeeper.iceberg.position_delete_merge import (
     FILE_PATH_ID,
@@ -20,6 +23,7 @@ from tablekeeper.iceberg.position_delete_merge import (
     split,
     write_position_delete_file,
 )
+from tests.support.delete_files import avro_deletes, orc_deletes
 
 
 def rows(*pairs: tuple[str, int]) -> pa.Table:
@@ -89,3 +93,16 @@ def test_bitmaps_split_and_rows_per_file() -> None:
     assert [c.num_rows for c in split(merged, 2)] == [2, 1]
     assert split(merged.slice(0, 0), 2) == []
     assert rows_per_file(1000, 100, 500) == 50  # 10 bytes a row
+
+
+@pytest.mark.parametrize("fmt", ["ORC", "AVRO", "orc", "avro"])
+def test_orc_and_avro_position_delete_files_are_read(fmt: str) -> None:
+    rows = [("s3://b/d1", 7), ("s3://b/d2", 1), ("s3://b/d1", 2)]
+    data = orc_deletes(rows) if fmt.upper() == "ORC" else avro_deletes(rows)
+    assert pairs(read_position_deletes(data, fmt)) == rows
+    assert pairs(read_position_deletes(pa.BufferReader(data), fmt)) == rows  # a stream
+
+
+def test_a_format_the_spec_does_not_allow_is_refused_by_name() -> None:
+    with pytest.raises(UnsupportedFeatureError, match="'CSV'"):
+        read_position_deletes(b"file_path,pos\n", "CSV")

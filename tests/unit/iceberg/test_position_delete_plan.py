@@ -71,14 +71,38 @@ def test_v2_min_input_files_and_more_than_a_target_of_content() -> None:
     assert len(plan_position_deletes(DATA_FILES, few, 2, two).groups) == 1
 
 
-def test_specs_are_separate_groups_and_other_formats_are_skipped() -> None:
+def test_specs_are_separate_groups_and_every_format_is_planned() -> None:
     deletes = [pos(f"s0-{i}", "a", 1, spec=0) for i in range(5)] + [
         pos(f"s1-{i}", "a", 1, spec=1) for i in range(5)
     ]
     deletes.append(pos("avro", "a", 1, fmt="AVRO"))
     plan = plan_position_deletes(DATA_FILES, deletes, 2, OPTIONS)
-    assert sorted((g.spec_id, len(g.deletes)) for g in plan.groups) == [(0, 5), (1, 5)]
-    assert plan.skipped_files == 1
+    assert sorted((g.spec_id, len(g.deletes)) for g in plan.groups) == [(0, 6), (1, 5)]
+
+
+def test_v3_plans_orc_and_avro_position_deletes_beside_parquet() -> None:
+    """A DV the group writes for a1 shadows every position delete file naming a1: each of them,
+    whatever its format, must be in the group (read, merged, and only then removed)."""
+    deletes = [pos("p.parquet", "a", 2), pos("o.orc", "a", 2, fmt="ORC"), pos("v.avro", "a", 2, fmt="AVRO")]
+    plan = plan_position_deletes(DATA_FILES, deletes, 3, OPTIONS)
+    assert [sorted(d.file.file_path for d in g.deletes) for g in plan.groups] == [
+        ["o.orc", "p.parquet", "v.avro"]
+    ]
+    assert plan.position_delete_files == 3
+
+
+def test_v3_a_dv_that_does_not_apply_is_not_merged_but_replaced() -> None:
+    """Spec: a DV older than its data file, or in another partition, does not apply to it: its
+    positions must not be merged into the new DV (rows it never deleted would go), but it is
+    carried so the commit replaces it (one DV per data file)."""
+    older = dv("p-old", "a2", "a", 1)  # a2's data sequence number is 2
+    moved = dv("p-moved", "a1", "b", 3)
+    plan = plan_position_deletes(DATA_FILES, [pos("da", "a", 3), older, moved], 3, OPTIONS)
+    (group,) = plan.groups
+    assert group.dvs == ()
+    assert sorted(d.file.file_path for d in group.stale_dvs) == ["p-moved", "p-old"]
+    applies = plan_position_deletes(DATA_FILES, [pos("da", "a", 3), dv("p", "a2", "a", 2)], 3, OPTIONS)
+    assert [d.file.file_path for d in applies.groups[0].dvs] == ["p"] and not applies.groups[0].stale_dvs
 
 
 def test_v3_converts_every_position_delete_file_whatever_its_size_and_brings_the_dvs() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tablekeeper.errors import ConfigError
-from tablekeeper.iceberg.content import DATA, POSITION_DELETES, DataFile, ManifestEntry
+from tablekeeper.iceberg.content import DATA, EQUALITY_DELETES, POSITION_DELETES, DataFile, ManifestEntry
 from tablekeeper.iceberg.delete_index import DeleteIndex
 from tablekeeper.iceberg.rewrite_plan import RewriteOptions, expected_files_after, pack, plan_rewrite
 
@@ -172,3 +172,19 @@ def test_files_spark_cannot_read_as_parquet_are_left_alone() -> None:
     data = [_data(f"a{i}", MB) for i in range(5)] + [orc]
     plan = _plan(data, _options())
     assert plan.skipped_files == 1 and [len(g.tasks) for g in plan.groups] == [5]
+
+
+@pytest.mark.parametrize("fmt", ["ORC", "AVRO"])
+def test_files_with_orc_or_avro_position_deletes_are_compacted(fmt: str) -> None:
+    """Compaction reads position delete files in every format the spec allows; only data files
+    and equality deletes it cannot read as Parquet leave a file as it is."""
+    data = [_data(f"a{i}", MB) for i in range(5)]
+    positions = DataFile(POSITION_DELETES, f"d.{fmt.lower()}", fmt, ("a",), 2, 100, spec_id=SPEC)
+    equalities = DataFile(
+        EQUALITY_DELETES, f"e.{fmt.lower()}", fmt, ("a",), 2, 100, spec_id=SPEC, equality_ids=(1,)
+    )
+    plan = _plan(data, _options(), ManifestEntry(1, 1, positions, 6, 6))
+    assert plan.skipped_files == 0 and [len(g.tasks) for g in plan.groups] == [5]
+    assert all(t.deletes.positions for t in plan.groups[0].tasks)
+    refused = _plan(data, _options(), ManifestEntry(1, 1, equalities, 6, 6))
+    assert refused.skipped_files == 5 and refused.groups == ()

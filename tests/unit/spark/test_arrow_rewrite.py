@@ -12,8 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from tablekeeper.iceberg.metrics import MetricsConfig
+from tablekeeper.iceberg.position_delete_merge import write_position_delete_file
 from tablekeeper.iceberg.types import NestedField, PrimitiveType, Schema
-from tablekeeper.spark.arrow_rewrite import Job, Output, _bins
+from tablekeeper.spark.arrow_rewrite import Job, Output, _bins, _position_file
+from tests.support.delete_files import avro_deletes, orc_deletes
 
 
 @dataclass(frozen=True)
@@ -163,3 +165,25 @@ def test_equality_deletes_compare_floats_as_java() -> None:
     assert _equality_mask(job, arrays, (5,), one).to_pylist() == [True, True, False, False]  # type: ignore[union-attr]
     two = pa.table({"c0": pa.array([float("nan"), -0.0]), "c1": pa.array([1, 1], pa.int64())})
     assert _equality_mask(job, arrays, (5, 1), two).to_pylist() == [True, True, False, False]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("fmt", ["PARQUET", "ORC", "AVRO"])
+def test_position_delete_files_are_read_in_every_format(tmp_path: Path, fmt: str) -> None:
+    """Compaction on the Arrow path reads a position delete file's rows for the wanted data files,
+    whatever the file's format."""
+    rows = [("file:/t/data/a.parquet", 3), ("file:/t/data/b.parquet", 1), ("file:/t/data/a.parquet", 0)]
+    if fmt == "PARQUET":
+        data = write_position_delete_file(
+            pa.table(
+                {"file_path": [p for p, _ in rows], "pos": pa.array([n for _, n in rows], pa.int64())}
+            ).sort_by([("file_path", "ascending"), ("pos", "ascending")]),
+            "x",
+            spec_id=0,
+            partition=(),
+        ).data
+    else:
+        data = orc_deletes(rows) if fmt == "ORC" else avro_deletes(rows)
+    location = tmp_path / f"deletes.{fmt.lower()}"
+    location.write_bytes(data)
+    found = _position_file(str(location), fmt, frozenset({"/t/data/a.parquet"}))
+    assert {k: sorted(v.to_pylist()) for k, v in found.items()} == {"/t/data/a.parquet": [0, 3]}
