@@ -535,3 +535,37 @@ def test_nan_partitions_keep_their_deletes(spark, catalogs, version: int, writer
     spark.sql(f"REFRESH TABLE {table}")
     assert _rows(spark, f"SELECT id, CAST(p AS STRING) FROM {table}") == before
     assert _delete_files(spark, table) == 0
+
+
+@pytest.mark.parametrize("writer", ["auto", "spark"])
+def test_orc_and_avro_position_deletes_written_by_iceberg_are_applied(spark, catalogs, writer: str) -> None:  # type: ignore[no-untyped-def]
+    """Iceberg Java writes position deletes in Parquet, ORC and Avro (``write.delete.format.default``):
+    both engines read every one, so every data file is compacted and Iceberg Spark reads the same
+    rows after."""
+    name = f"compact_delete_formats_{writer}"
+    table = f"{FS_CATALOG}.db.{name}"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, cat STRING) USING iceberg PARTITIONED BY (cat) "
+        "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read', "
+        "'write.delete.granularity'='partition')"
+    )
+    for i in range(3):
+        spark.sql(
+            f"INSERT INTO {table} SELECT id, IF(id % 2 = 0, 'a', 'b') FROM range({i * 30}, {(i + 1) * 30})"
+        )
+    for k, fmt in enumerate(["parquet", "orc", "avro"]):
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.format.default'='{fmt}')")
+        spark.sql(f"DELETE FROM {table} WHERE id % 7 = {k}")
+    formats = {str(r[0]) for r in spark.sql(f"SELECT file_format FROM {table}.delete_files").collect()}
+    assert formats == {"PARQUET", "ORC", "AVRO"}, formats
+    before = _rows(spark, f"SELECT id, cat FROM {table}")
+    files_before = _data_files(spark, table)
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    options = CompactOptions(table=f"db.{name}", min_input_files=2, writer=writer)  # type: ignore[arg-type]
+    m = run_compact(options, catalog, f"db.{name}", spark).metrics
+    assert _writers(m) == {"arrow" if writer == "auto" else "spark"}, m
+    assert m["rewritten_data_files_count"] == files_before, m
+    spark.sql(f"REFRESH TABLE {table}")
+    assert _rows(spark, f"SELECT id, cat FROM {table}") == before
+    assert _data_files(spark, table) == 2

@@ -222,3 +222,41 @@ def test_a_concurrent_rewrite_of_planned_delete_files_makes_the_job_plan_again(
     assert first and not any(Path(p.removeprefix("file:")).exists() for p in first)
     spark.sql(f"REFRESH TABLE {table}")
     assert _rows(spark, f"SELECT id, cat FROM {table}") == before
+
+
+def test_v3_orc_and_avro_position_deletes_written_by_iceberg_are_read_and_kept(spark, catalogs) -> None:  # type: ignore[no-untyped-def]
+    """Iceberg Java writes position deletes in Parquet, then ORC, then Avro (a v2 table's
+    ``write.delete.format.default``; partition-scoped files name several data files), and the table
+    is upgraded to v3. The job turns every one of them into DVs: Iceberg Spark reads the same rows
+    before and after, and no position delete file is left beside the DVs (an unread one would
+    have been shadowed, or removed, and its rows come back)."""
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    name = "rpd_formats"
+    table = f"{FS_CATALOG}.db.{name}"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, cat STRING) USING iceberg PARTITIONED BY (cat) "
+        "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read', "
+        "'write.delete.granularity'='partition')"
+    )
+    for i in range(2):
+        spark.sql(
+            f"INSERT INTO {table} SELECT id, IF(id % 2 = 0, 'a', 'b') FROM range({i * 30}, {(i + 1) * 30})"
+        )
+    for k, fmt in enumerate(["parquet", "orc", "avro"]):
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.format.default'='{fmt}')")
+        spark.sql(f"DELETE FROM {table} WHERE id % 7 = {k}")
+    formats = _deletes(spark, table)
+    assert {"PARQUET", "ORC", "AVRO"} <= set(formats), formats
+    run_backfill(BackfillRowLineageOptions(f"db.{name}"), catalog, f"db.{name}")
+    spark.sql(f"REFRESH TABLE {table}")
+    before = _rows(spark, f"SELECT id, cat FROM {table}")
+    assert len(before) == 60 - len([i for i in range(60) if i % 7 in (0, 1, 2)])
+
+    result = run_rewrite_position_deletes(
+        RewritePositionDeletesOptions(f"db.{name}"), catalog, f"db.{name}", spark
+    )
+    spark.sql(f"REFRESH TABLE {table}")
+    assert _rows(spark, f"SELECT id, cat FROM {table}") == before, result.metrics
+    assert set(_deletes(spark, table)) == {"PUFFIN"}, _deletes(spark, table)
+    assert result.metrics["rewritten_position_delete_files_count"] == sum(formats.values())
