@@ -12,7 +12,7 @@ from tablekeeper.commit import Committer, SnapshotChange
 from tablekeeper.errors import CommitConflict, UnsupportedFeatureError
 from tablekeeper.iceberg.content import DATA, POSITION_DELETES, DataFile
 from tablekeeper.iceberg.types import LONG, NestedField, Schema
-from tablekeeper.iceberg.updates import new_table_metadata
+from tablekeeper.iceberg.updates import new_table_metadata, upgrade_format_version
 from tablekeeper.tables.iceberg import live_files
 
 SCHEMA = Schema(0, (NestedField(1, "id", LONG, True),))
@@ -134,3 +134,27 @@ def test_replace_may_not_add_rows(tmp_path: Path) -> None:
     snapshot = catalog.load_table(ident).metadata.snapshots[-1]
     avro = {str(p) for p in Path(location, "metadata").glob("*.avro")}
     assert snapshot.manifest_list in avro and len(avro) == 2
+
+
+def test_replacing_dvs_by_data_file_keeps_position_delete_files_naming_it(tmp_path: Path) -> None:
+    """``removed_dvs_for`` replaces a data file's DV and nothing else: a position delete file naming
+    the same data file goes only by path (a job removes only what it read)."""
+    catalog, ident, location = table(tmp_path, 2)
+    committer = Committer(catalog, ident)
+    f = data(location, 1)
+    committer.commit_snapshot(SnapshotChange("append", added_files=(f,)))
+    named = DataFile(
+        POSITION_DELETES, f"{location}/data/p.orc", "ORC", (), 1, 10, referenced_data_file=f.file_path
+    )
+    committer.commit_snapshot(SnapshotChange("delete", added_files=(named,)))
+    committer.update_metadata(lambda m, ts: upgrade_format_version(m, 3, timestamp_ms=ts))
+    committer.commit_snapshot(SnapshotChange("delete", added_files=(dv(location, f, 1),)))
+    committer.commit_snapshot(
+        SnapshotChange("delete", added_files=(dv(location, f, 2),), removed_dvs_for=frozenset({f.file_path}))
+    )
+    loaded = catalog.load_table(ident)
+    live = live_files(loaded.io, loaded.metadata, loaded.metadata.current_snapshot())
+    assert sorted(e.data_file.file_path for e in live.deletes) == [
+        f"{location}/data/dv2.puffin",
+        named.file_path,
+    ]
