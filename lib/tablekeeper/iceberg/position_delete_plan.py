@@ -11,7 +11,7 @@ v3 tables: every data file may have one deletion vector and no position delete f
 beside it, so every position delete file (a table upgraded from v2 keeps them) is planned: one
 group per spec and partition, with the partition's live DVs that apply, which the group merges
 into for the data files its delete files name. A DV applies to its data file only when it is in
-the file's spec and partition with a data sequence number at least the file's (spec); one that
+the file's spec and partition with a data sequence number at least the file's (the spec); one that
 does not apply is not merged (its positions would delete rows it never deleted) but is carried as
 ``stale_dvs``, so the commit replaces it rather than leave two DVs for one data file.
 
@@ -83,7 +83,8 @@ class DeleteGroup:
     deletes: tuple[TrackedFile, ...]  # the position delete files the group replaces
     # The partition's live data files (path, data sequence number): what an entry may apply to.
     data_files: tuple[tuple[str, int], ...]
-    # v3: the partition's live DVs; the group merges and replaces those of the files it names.
+    # v3: the partition's live DVs that apply; the group merges and replaces those of the files
+    # it names.
     dvs: tuple[TrackedFile, ...] = ()
     to_dvs: bool = False
     # v3: DVs naming the partition's live data files that do not apply to them (an older data
