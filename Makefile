@@ -22,10 +22,13 @@ JAR_LINES = $(shell awk '!/^[[:space:]]*\#/ && NF >= 2 {print $$1 "=" $$2}' conf
 MVN_DEPENDENCY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 PYTEST_ARGS ?=
 
-.PHONY: help setup jars package test test-unit lint format demo bench bench-scale soak clean
+TIERS := corpus interop kill airflow cluster
+
+.PHONY: help setup jars package test test-unit $(addprefix test-,$(TIERS)) lint format demo bench bench-scale soak clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@printf '  make %-10s %s\n' "test-TIER" "one tier of the suite, TIER one of: $(TIERS) (tests/tiers.py)"
 
 setup: $(VENV)/.installed $(AIRFLOW_VENV)/.installed jars ## create .venv and .airflow-venv with the pinned deps, fetch the jars (idempotent)
 
@@ -91,8 +94,13 @@ $(PY_FILES_ZIP): $(WHEEL)
 test: setup package ## set up, then run every test (unit, spark, interop, dags)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-unit: $(VENV)/.installed ## the unit tests only: seconds, no JVM, no jars, no Airflow
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+# The unit tier proves it needs no JVM: JAVA_HOME unset, and no jars directory to find.
+test-unit: $(VENV)/.installed ## the unit tier only: no JVM, no jars, no ../shared, no Airflow
+	env -u JAVA_HOME TABLEKEEPER_JARS_DIR=/nonexistent-tablekeeper-jars $(PY) -m pytest tests/unit -m unit $(PYTEST_ARGS)
+
+# One target per other tier (tests/tiers.py says what each needs): make test-kill, make test-corpus, ...
+$(addprefix test-,$(TIERS)): test-%: setup package
+	$(PY) -m pytest -m $* $(PYTEST_ARGS)
 
 LINTED := lib tests jobs bench airflow_dags
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import tiers
 from tests.support.object_store import S3_BUCKET, S3Endpoint, run_s3proxy
 from tests.support.rest_catalog_server import REST_WAREHOUSE, RestCatalogServer, run_rest_catalog
 
@@ -28,6 +29,29 @@ os.environ["SPARK_LOCAL_DIRS"] = str(SPARK_SCRATCH)
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(SPARK_SCRATCH, ignore_errors=True)
+
+
+# Tiers (tests/tiers.py): each test gets its marker at collection; the run's end prints the time per tier.
+_TIER_BY_NODEID: dict[str, str] = {}
+_REPORTS: list[pytest.TestReport] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.assign(items, str(Path(__file__).resolve().parent))
+    for item in items:
+        _TIER_BY_NODEID[item.nodeid] = next(m.name for m in item.iter_markers() if m.name in tiers.TIERS)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _REPORTS.append(report)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
+    if not _REPORTS:
+        return
+    terminalreporter.write_sep("=", "time per tier (setup + call + teardown)")
+    for line in tiers.summary(_REPORTS, _TIER_BY_NODEID):
+        terminalreporter.write_line(line)
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -8,12 +8,14 @@ its SqlCatalog on the same sqlite file.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from tests.conftest import FS_CATALOG, SQL_CATALOG
+from tests.conftest import FS_CATALOG, REPO_ROOT, SQL_CATALOG
 
 pytestmark = pytest.mark.spark
 
@@ -120,3 +122,24 @@ def test_pyiceberg_reads_the_jdbc_catalog_table_with_the_same_rows(spark, catalo
             f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1"
         ).first()[0]
     )
+
+
+# The jars and a JDK are this tier's: the unit tier's doctor tests check only the refusals.
+def test_doctor_json_reports_versions_and_exits_zero() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tablekeeper", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["ok"] is True
+    assert report["spark"].startswith("4.1.")
+    assert report["delta"] == report["delta_python"]
+    assert report["iceberg"].startswith("1.1")
+    assert int(report["java"].split(".")[0]) >= 17
+    assert all(j["present"] and Path(j["path"]).is_file() for j in report["jars"])
+    assert "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13" in report["packages"]
