@@ -24,6 +24,7 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -322,7 +323,11 @@ def _read_journal(io: FileIO, directory: str, names: dict[str, int]) -> Journal:
         header = Header.from_bytes(io.read(f"{directory}/{HEADER}"), f"{directory}/{HEADER}")
         if READY in names:
             obj = orjson.loads(io.read(f"{directory}/{READY}"))
-            ready = Ready(tuple(obj["parts"]), int(obj["files"]), int(obj["bytes"]))
+            ready = Ready(tuple(str(p) for p in obj["parts"]), int(obj["files"]), int(obj["bytes"]))
+            stray = [p for p in ready.parts if not own_part(directory, p)]
+            if stray:
+                # Parts are written into the journal's own directory: any other file is not its.
+                raise CorruptMetadataError(f"journal {directory} names a part outside it: {stray[0]}")
             missing = [p for p in ready.parts if p.rsplit("/", 1)[-1] not in names]
             if missing:
                 raise CorruptMetadataError(f"journal {directory} lost its part {missing[0]}")
@@ -331,6 +336,16 @@ def _read_journal(io: FileIO, directory: str, names: dict[str, int]) -> Journal:
     except (TablekeeperError, ValueError, KeyError, TypeError, orjson.JSONDecodeError) as err:
         problem = err.message if isinstance(err, TablekeeperError) else f"{directory}: {err}"
     return Journal(directory, header, ready, committed, touched, problem)
+
+
+_PART = re.compile(r"part-[0-9]{5}\.jsonl\.gz")
+_KEYS = PathRules()
+
+
+def own_part(directory: str, part: str) -> bool:
+    """Whether ``part`` is a part file directly in the journal ``directory`` (however spelled)."""
+    name = part.rsplit("/", 1)[-1]
+    return _PART.fullmatch(name) is not None and _KEYS.key(part) == _KEYS.prefix(directory) + name
 
 
 def read_parts(ready: Ready) -> list[FileRow]:
@@ -361,6 +376,7 @@ class JournalWriter:
     def __init__(self, io: FileIO, table_location: str, header: Header) -> None:
         self.io = io
         self.header = header
+        self.table_location = table_location
         self.location = (
             f"{journals_location(table_location)}/{header.created_ms:013d}-{header.job}-{header.run_id}"
         )
