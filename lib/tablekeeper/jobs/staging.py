@@ -80,7 +80,7 @@ def staged_run(catalog: Catalog, identifier: str, base: LoadedTable | None, job:
                         f"the staging journal {journal.location} is gone or went quiet: another run may "
                         "have taken this one for dead and removed its files; run the job again"
                     )
-                require_staged(_new_files(run), journal.location)
+                _require_new_files(run)
                 run.published = run.table.publish()
                 journal.committed(run.published.metadata_location)
         except CommitStateUnknown:
@@ -93,22 +93,17 @@ def staged_run(catalog: Catalog, identifier: str, base: LoadedTable | None, job:
         journal.remove()
 
 
-def _new_files(run: StagedRun) -> list[str]:
-    """The manifest lists of the snapshots the run staged, and the manifests it wrote for them."""
+def _require_new_files(run: StagedRun) -> None:
+    """The manifest lists of the snapshots the run staged, then the manifests it wrote for them,
+    are all still there."""
     current = run.table.current
     if current is None:
-        return []
+        return
     before = {s.snapshot_id for s in run.table.base.metadata.snapshots} if run.table.base else set()
-    out: list[str] = []
-    for snapshot in current.snapshots:
-        if snapshot.snapshot_id in before:
-            continue
-        if snapshot.manifest_list:
-            out.append(snapshot.manifest_list)
-        out += [
-            m.manifest_path for m in load_manifests(run.table.io, snapshot) if run.token in m.manifest_path
-        ]
-    return out
+    new = [s for s in current.snapshots if s.snapshot_id not in before]
+    require_staged([s.manifest_list for s in new if s.manifest_list], run.journal.location)
+    manifests = (m.manifest_path for s in new for m in load_manifests(run.table.io, s))
+    require_staged([m for m in manifests if run.token in m], run.journal.location)
 
 
 def require_staged(paths: Iterable[str], journal: str) -> None:
