@@ -37,7 +37,7 @@ from tablekeeper.errors import AlreadyExists, ConfigError, FileNotFound, Storage
 from tablekeeper.io.s3 import S3Settings, bucket_filesystem, delete_keys, s3_filesystem
 from tablekeeper.io.storage import storage_properties
 from tablekeeper.io.uri import location_to_path, strip_trailing_slash
-from tablekeeper.io.walk import local_entries
+from tablekeeper.io.walk import entries
 
 __all__ = ["DeleteReport", "FileIO", "FileInfo", "InputStream"]
 
@@ -526,7 +526,7 @@ class FileIO:
             if top.type == pafs.FileType.File:
                 infos = [(str(top.path), False, top.size, top.mtime_ns)]
             else:
-                infos = self._entries(base, recursive)
+                infos = entries(self._fs, base, recursive, local=self._kind == "local")
         root = base if base.endswith("/") else base + "/"
         stem = strip_trailing_slash(prefix_location)
         for path, directory, size, mtime_ns in infos:
@@ -543,18 +543,6 @@ class FileIO:
                 raise StorageError(f"storage reports no modification time for {location}")
             yield FileInfo(location, int(size), int(mtime_ns) // 1_000_000)
 
-    def _entries(self, base: str, recursive: bool) -> builtins.list[tuple[str, bool, int, int | None]]:
-        """(path, is a directory, size, mtime ns) under ``base``: locally without following a
-        link into a directory (``io.walk``), elsewhere as the filesystem lists."""
-        if self._kind == "local":
-            return [(e.path, e.directory, e.size, e.mtime_ns) for e in local_entries(base, recursive)]
-        selector = pafs.FileSelector(base, recursive=recursive, allow_not_found=True)
-        return [
-            (str(i.path), i.type == pafs.FileType.Directory, int(i.size or 0), i.mtime_ns)
-            for i in self._fs.get_file_info(selector)
-            if i.type in (pafs.FileType.File, pafs.FileType.Directory)
-        ]
-
     def list_dir(self, location: str) -> tuple[tuple[FileInfo, ...], tuple[str, ...]]:
         """One level of a directory: its files, and its subdirectories as locations spelled like
         ``location``. A missing directory is empty."""
@@ -564,7 +552,7 @@ class FileIO:
         files: builtins.list[FileInfo] = []
         dirs: builtins.list[str] = []
         with _translate(location, "list"):
-            infos = self._entries(base, False)
+            infos = entries(self._fs, base, False, local=self._kind == "local")
         for path, directory, size, mtime_ns in infos:
             if not path.startswith(root):
                 raise StorageError(f"listing {location} returned {path}, outside it")

@@ -12,6 +12,8 @@ import os
 import stat
 from typing import NamedTuple
 
+import pyarrow.fs as pafs
+
 
 class Entry(NamedTuple):
     path: str
@@ -51,3 +53,18 @@ def local_entries(base: str, recursive: bool) -> list[Entry]:
         if recursive:
             stack.extend(e.path for e in found if e.directory)
     return out
+
+
+def entries(
+    filesystem: pafs.FileSystem, base: str, recursive: bool, *, local: bool
+) -> list[tuple[str, bool, int, int | None]]:
+    """(path, is a directory, size, mtime ns) under ``base``: locally without following a link
+    into a directory, elsewhere as the filesystem lists (object stores have no links)."""
+    if local:
+        return [(e.path, e.directory, e.size, e.mtime_ns) for e in local_entries(base, recursive)]
+    selector = pafs.FileSelector(base, recursive=recursive, allow_not_found=True)
+    return [
+        (str(i.path), i.type == pafs.FileType.Directory, int(i.size or 0), i.mtime_ns)
+        for i in filesystem.get_file_info(selector)
+        if i.type in (pafs.FileType.File, pafs.FileType.Directory)
+    ]
