@@ -4,16 +4,21 @@ in tests/unit/files/test_containment.py)."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 
+from tablekeeper import faults
 from tablekeeper.files.containment import Containment
 from tablekeeper.files.finish import finish_journals
 from tablekeeper.files.journal import JournalWriter, Staged
 from tablekeeper.io import FileIO
+from tablekeeper.jobs.compact import CompactOptions, run_compact
 from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
 from tablekeeper.spark.maintenance import SparkEngine
+from tablekeeper.tables.iceberg import iter_live_entries, load_manifests
 from tests.unit.files.test_containment import _journal, _old
 from tests.unit.files.test_journal import _table
 
@@ -55,3 +60,39 @@ def test_spark_engine_stays_inside_the_table(spark, tmp_path: Path) -> None:  # 
     outcome = engine.delete(rows, None, 2, Containment.of([str(location)]))
     assert outcome.total == 0 and len(outcome.failures) == 5
     assert all(v.exists() for v in victims)
+
+
+def test_a_short_retention_remove_orphans_during_a_compact_deletes_none_of_its_files(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """remove-orphans runs (its retention forced short, every file made old) right before the
+    compact commits: the files compact staged are named by its live journal, so none goes, and
+    the compact commits a table whose every file is there."""
+    catalog, ident = _table(tmp_path, appends=6)
+    location = Path(catalog.require(ident).metadata.location)
+    orphan = _old(location / "data" / "orphan.parquet")
+    ran: list[dict[str, object]] = []
+
+    def beside(phase: str) -> None:
+        if phase != "stage.written" or ran:
+            return
+        for p in location.rglob("*"):
+            if p.is_file() and "_tablekeeper" not in p.parts:
+                os.utime(p, (time.time() - 5 * 86_400,) * 2)
+        options = RemoveOrphansOptions(
+            table=ident, older_than="1s", force_short_retention=True, engine="driver"
+        )
+        ran.append(dict(run_orphans(options, catalog, ident).metrics))
+
+    monkeypatch.setattr(faults, "kill_point", beside)
+    result = run_compact(CompactOptions(table=ident, min_input_files=2), catalog, ident, spark)
+    assert ran and ran[0]["deleted_files_count"] == 1 and not orphan.exists(), ran
+    assert result.status == "ok" and result.metrics["rewritten_data_files_count"] == 6, result.metrics
+    table = catalog.require(ident)
+    snapshot = table.metadata.current_snapshot()
+    assert snapshot is not None and snapshot.manifest_list is not None
+    referenced = [snapshot.manifest_list]
+    for manifest in load_manifests(table.io, snapshot):
+        referenced.append(manifest.manifest_path)
+    referenced += [e.data_file.file_path for e in iter_live_entries(table.io, table.metadata, snapshot)]
+    assert [p for p in referenced if not Path(p).exists()] == []
