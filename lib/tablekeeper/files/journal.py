@@ -37,6 +37,7 @@ from typing import Any, Literal
 import orjson
 
 from tablekeeper.errors import CorruptMetadataError, TablekeeperError
+from tablekeeper.files.containment import Containment
 from tablekeeper.files.manifests import FileRow
 from tablekeeper.files.rules import PathRules
 from tablekeeper.io import FileIO
@@ -301,6 +302,8 @@ class Journal:
 def list_journals(io: FileIO, table_location: str) -> list[Journal]:
     """Every journal under a table's metadata location, oldest first."""
     root = journals_location(table_location)
+    # A journals directory that is a link elsewhere would make finishing delete there.
+    Containment.of((table_location,)).check_directory(root, "the journals directory")
     by_dir: dict[str, dict[str, int]] = {}
     for info in io.list(root, recursive=True):
         directory, _, name = info.location.rpartition("/")
@@ -356,6 +359,10 @@ def read_parts(ready: Ready) -> list[FileRow]:
 def remove(io: FileIO, directory: str) -> None:
     """Delete a journal: ``ready.json`` first, the header last, so a journal half removed by a
     kill is never a complete plan with parts missing, and still says what it was."""
+    cut = directory.rfind(f"/metadata/{JOURNALS}/")
+    if cut <= 0:
+        raise TablekeeperError(f"{directory} is not a journal directory: not removed")
+    Containment.of((directory[:cut],)).check_directory(directory, "journal")
     header, ready = f"{directory}/{HEADER}", f"{directory}/{READY}"
     io.delete(ready, missing_ok=True)
     names = [i.location for i in io.list(directory, recursive=True)]

@@ -306,3 +306,20 @@ def test_a_table_copied_as_files_is_refused_by_every_job(
     assert code == 3 and err and "copied or moved" in err[-1], (job, err[-3:])
     assert {p: p.stat().st_mtime_ns for p in _files(location) | _files(copy)} == before
     assert outside.exists()
+
+
+def test_a_journals_directory_linked_elsewhere_is_refused(
+    setup: tuple[FileSystemCatalog, str, Path, Path],
+) -> None:
+    """The journals directory itself a link: finishing would remove the files of whatever
+    journal-shaped directories it reaches. Refused by name; nothing there is touched."""
+    catalog, ident, location, outside = setup
+    fake = outside.parent / "journals"
+    _journal(str(outside.parent / "t"), "0000000000001-x-run", kind="stage")  # a journal-shaped dir
+    journal_dir = next((outside.parent / "t").rglob(HEADER)).parent
+    fake.symlink_to(journal_dir.parent, target_is_directory=True)
+    (location / "metadata" / "_tablekeeper").mkdir(parents=True)
+    (location / "metadata" / "_tablekeeper" / "journals").symlink_to(fake, target_is_directory=True)
+    with pytest.raises(OutsideTable, match="journals directory"):
+        _finish(catalog, ident)
+    assert (journal_dir / HEADER).exists() and outside.exists()
