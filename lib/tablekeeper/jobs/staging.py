@@ -94,16 +94,18 @@ def staged_run(catalog: Catalog, identifier: str, base: LoadedTable | None, job:
 
 
 def _require_new_files(run: StagedRun) -> None:
-    """The manifest lists of the snapshots the run staged, then the manifests it wrote for them,
-    are all still there."""
+    """The manifest lists of the snapshots the run staged, then the manifests it wrote that the
+    current one lists (a history's older snapshots share most of them), are all still there."""
     current = run.table.current
     if current is None:
         return
     before = {s.snapshot_id for s in run.table.base.metadata.snapshots} if run.table.base else set()
     new = [s for s in current.snapshots if s.snapshot_id not in before]
     require_staged([s.manifest_list for s in new if s.manifest_list], run.journal.location)
-    manifests = (m.manifest_path for s in new for m in load_manifests(run.table.io, s))
-    require_staged([m for m in manifests if run.token in m], run.journal.location)
+    head = current.current_snapshot()
+    if head is not None and head.snapshot_id not in before:
+        manifests = [m.manifest_path for m in load_manifests(run.table.io, head)]
+        require_staged(dict.fromkeys(m for m in manifests if run.token in m), run.journal.location)
 
 
 def require_staged(paths: Iterable[str], journal: str) -> None:
