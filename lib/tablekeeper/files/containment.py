@@ -79,23 +79,32 @@ class Containment:
             object.__setattr__(self, "_keys", cached)
         return cached
 
-    def refusal(self, location: str, seen: dict[str, str] | None = None) -> str | None:
+    def refusal(self, location: str, seen: dict[str, str | None] | None = None) -> str | None:
         """None when ``location`` may be deleted as the table's; else why not, in a few words.
-        ``seen`` caches resolved directories over one batch (links may change between runs)."""
-        if _bad_segment(location):
+        ``seen`` caches the verdict on each directory over one batch (most files share one; links
+        may change between runs, so never longer)."""
+        slash = location.rfind("/")
+        if slash < 0 or location[slash + 1 :] in ("", ".", ".."):
+            return "it does not name a file"
+        directory = location[:slash]
+        if seen is None:
+            return self._directory_refusal(directory)
+        if directory not in seen:
+            seen[directory] = self._directory_refusal(directory)
+        return seen[directory]
+
+    def _directory_refusal(self, directory: str) -> str | None:
+        """Why nothing directly in ``directory`` may be deleted (None: its files may)."""
+        probe = directory + "/x"
+        if _bad_segment(probe):
             return "it has a '.' or '..' segment"
-        if not location_to_path(location).path.startswith("/"):
+        if not location_to_path(probe).path.startswith("/"):
             return "it is not an absolute location"
-        if not _STRICT.key(location).startswith(self._prefixes()):
+        if not _STRICT.key(probe).startswith(self._prefixes()):
             return f"it is outside the table location {self.roots[0]}"
-        local = _local(location)
+        local = _local(probe)
         if local is not None:
-            parent = local.rsplit("/", 1)[0] or "/"
-            real = seen.get(parent) if seen is not None else None
-            if real is None:
-                real = os.path.realpath(parent)
-                if seen is not None:
-                    seen[parent] = real
+            real = os.path.realpath(local[:-2] or "/")
             if not any(real == r or real.startswith(r.rstrip("/") + "/") for r in self.resolved):
                 return f"its directory resolves to {real}, outside the table location {self.roots[0]}"
         return None

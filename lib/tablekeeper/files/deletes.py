@@ -97,7 +97,7 @@ def contained(
     rows: Iterable[FileRow], containment: Containment
 ) -> tuple[list[FileRow], list[tuple[str, str]]]:
     """The rows inside the table, and a failure (path, why) for each of the others."""
-    seen: dict[str, str] = {}
+    seen: dict[str, str | None] = {}
     inside: list[FileRow] = []
     refused: list[tuple[str, str]] = []
     for row in rows:

@@ -224,7 +224,7 @@ def hostile(journal: Journal, containment: Containment) -> str | None:
         return next((w for w in (staged_refusal(s, containment) for s in header.staged) if w), None)
     if journal.ready is None:
         return None
-    seen: dict[str, str] = {}
+    seen: dict[str, str | None] = {}
     for part in journal.ready.parts:
         if not own_part(journal.location, part):
             return f"journal {journal.location} names a part outside it: {part}"
