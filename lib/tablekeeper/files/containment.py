@@ -60,9 +60,11 @@ class Containment:
     def of(cls, roots: Iterable[str], rules: PathRules | None = None) -> Containment:
         found = tuple(dict.fromkeys(roots))
         for root in found:
-            if _bad_segment(root) or not location_to_path(root).path.startswith("/"):
+            path = location_to_path(root).path
+            # A root of a whole disk or bucket would let a table's deletes reach everything.
+            if _bad_segment(root) or not path.startswith("/") or not path.strip("/"):
                 raise SafetyRefusal(
-                    f"table location {root} is not a plain absolute location: nothing deleted"
+                    f"table location {root} is not a plain absolute location below a root: nothing deleted"
                 )
         local = [p for p in (_local(r) for r in found) if p is not None]
         resolved = tuple(os.path.realpath(p) for p in local)

@@ -202,6 +202,10 @@ def test_delete_rows_refuses_every_path_outside(tmp_path: Path) -> None:
     assert outcome.total == 1 and sorted(p for p, _ in outcome.failures) == sorted(paths)
     with pytest.raises(OutsideTable):
         containment.check_directory(f"{table}/data/link", "--location")
+    # A table (or its write.data.path) at the root of a disk or bucket would reach everything.
+    for root in ("/", "file:///", "s3://bucket", "s3://bucket/", "relative/t", f"{table}/../o"):
+        with pytest.raises(SafetyRefusal, match="plain absolute location"):
+            Containment.of([str(table), root])
 
 
 def _orphans(catalog: FileSystemCatalog, ident: str, **kw: object) -> dict[str, object]:
