@@ -94,6 +94,11 @@ class SafetyRefusal(TablekeeperError):
     exit_code = ExitCode.REFUSED
 
 
+class OutsideTable(SafetyRefusal):
+    """A path to delete or write lies outside the table's locations (or climbs out through ``..``
+    or a symbolic link): refused, whatever named it."""
+
+
 class CommitConflict(TablekeeperError):
     """Concurrent commits kept winning after every retry."""
 

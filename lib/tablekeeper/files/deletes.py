@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from tablekeeper import faults
 from tablekeeper.errors import TablekeeperError
+from tablekeeper.files.containment import Containment
 from tablekeeper.files.manifests import FileRow
 from tablekeeper.io import FileIO
 from tablekeeper.io.uri import location_to_path
@@ -92,15 +93,36 @@ def _batched(io: FileIO, rows: Sequence[FileRow], threads: int) -> DeleteOutcome
     return DeleteOutcome(deleted, freed, 0, tuple(report.failures))
 
 
+def contained(
+    rows: Iterable[FileRow], containment: Containment
+) -> tuple[list[FileRow], list[tuple[str, str]]]:
+    """The rows inside the table, and a failure (path, why) for each of the others."""
+    seen: dict[str, str | None] = {}
+    inside: list[FileRow] = []
+    refused: list[tuple[str, str]] = []
+    for row in rows:
+        why = containment.refusal(row[0], seen)
+        if why is None:
+            inside.append(row)
+        else:
+            refused.append((row[0], f"refused, not deleted: {why}"))
+    return inside, refused
+
+
 def delete_rows(
-    rows: Sequence[FileRow], threads: int = 1, kill: faults.RemoteKill | None = None
+    rows: Sequence[FileRow],
+    containment: Containment,
+    threads: int = 1,
+    kill: faults.RemoteKill | None = None,
 ) -> DeleteOutcome:
-    """Delete every row's path, carrying on past failures and reporting each one.
+    """Delete every row's path that lies inside the table (``containment``: every engine's
+    deletes come through here), carrying on past failures and reporting each one; a path outside
+    is a failure, so whatever named it (a journal) is kept for a person.
 
     ``kill`` (crash tests only) fires once the first file is gone: a run dies mid-delete.
     """
-    outcomes = []
-    rest = list(rows)
+    rest, refused = contained(rows, containment)
+    outcomes = [DeleteOutcome({}, 0, 0, tuple(refused))] if refused else []
     if kill is not None and rest:
         first, rest = rest[:1], rest[1:]
         outcomes.append(_one_by_one(FileIO.for_location(first[0][0]), first, 1))

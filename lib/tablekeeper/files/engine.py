@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tablekeeper.errors import CorruptMetadataError, StorageError, TablekeeperError, UnsupportedFeatureError
+from tablekeeper.files.containment import Containment
 from tablekeeper.files.deletes import DeleteOutcome
 from tablekeeper.files.journal import JournalWriter, Ready
 from tablekeeper.files.manifests import FileRow, ManifestIndex
@@ -130,9 +131,15 @@ class Engine(Protocol):
         """Every file the index reaches (all its manifests read), plus ``extra`` keys."""
 
     def delete(
-        self, files: Ready | Sequence[FileRow], keep: KeySet | None, concurrency: int
+        self,
+        files: Ready | Sequence[FileRow],
+        keep: KeySet | None,
+        concurrency: int,
+        containment: Containment,
     ) -> DeleteOutcome:
-        """Delete the files (a journal's parts, or rows), except those whose key ``keep`` holds."""
+        """Delete the files (a journal's parts, or rows), except those whose key (derived from
+        the path by ``containment``'s rules, never a row's own) ``keep`` holds; a file outside
+        ``containment`` is a failure, never deleted."""
 
     def scan_orphans(
         self,

@@ -4,8 +4,10 @@ A journal names files a run meant to delete (or files it staged); whether its co
 is read from the table itself. So finishing one re-checks every file in it against everything the
 table references now (every snapshot's files, its metadata files and the version hint) and deletes
 only the rest: a file the table still needs is kept whatever the dead run did. Journals whose
-owner may still be running are left alone, and so are unreadable ones (remove-orphans collects
-what they named once it is old enough).
+owner may still be running are left alone. So are unreadable and hostile ones (a part that does
+not decode, a path outside the table, a staged location outside it or without a token): they are
+reported and left for a person, and remove-orphans deletes nothing any journal names
+(``protected``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from tablekeeper.catalog.base import LoadedTable
 from tablekeeper.errors import TablekeeperError
+from tablekeeper.files.containment import Containment, table_roots
 from tablekeeper.files.deletes import DeleteOutcome
 from tablekeeper.files.engine import Engine, KeySet
 from tablekeeper.files.journal import (
@@ -25,7 +28,9 @@ from tablekeeper.files.journal import (
     Journal,
     JournalWriter,
     Staged,
+    decode_rows,
     list_journals,
+    own_part,
     read_parts,
     remove,
 )
@@ -56,6 +61,16 @@ def table_keys(engine: Engine, table: LoadedTable | None, rules: PathRules) -> K
     meta = table.metadata
     index = engine.index(meta, [s.snapshot_id for s in meta.snapshots], rules)
     return engine.keys(index, rules, [rules.key(p) for p in metadata_files(table)])
+
+
+def staged_refusal(staged: Staged, containment: Containment) -> str | None:
+    """Why a staging journal's location may not be cleaned (None: it may): it must lie inside the
+    table, links resolved, and name its files by a token (an empty one names every file)."""
+    token = staged.token.strip()
+    if not token or "/" in token or token in (".", ".."):
+        return f"staged location {staged.location} names its files by the token {staged.token!r}"
+    why = containment.refusal(f"{staged.location.rstrip('/')}/x")
+    return None if why is None else f"staged location {staged.location} is refused: {why}"
 
 
 def staged_files(staged: Staged, rules: PathRules) -> list[FileRow]:
@@ -130,6 +145,13 @@ class _Current:
             self._keys[name] = table_keys(self._engine, self.table, rules)
         return self._keys[name]
 
+    def containment(self, table_location: str, rules: PathRules) -> Containment:
+        """Where the journal's files may lie: the table's locations as it is now (the location
+        its journals are under when it does not exist); keys derived by the journal's rules."""
+        table = self.table
+        roots = table_roots(table.metadata) if table is not None else (table_location,)
+        return Containment.of(roots, rules)
+
     def only_metadata(self) -> Callable[[str], bool] | None:
         """With ``gc.enabled=false`` (its data files may be another table's, as a converted
         Delta table's are): which files may still go, those of its own metadata location."""
@@ -173,7 +195,7 @@ def finish_journals(
         if not journal.abandoned(now):
             result.pending.append(journal.location)
             continue
-        _finish(journal, current, engine, concurrency, result)
+        _finish(journal, table_location, current, engine, concurrency, result)
     return result
 
 
@@ -186,14 +208,53 @@ def discard(
     writer.release()
     journal = Journal(writer.location, writer.header, None, None, 0)
     try:
-        _finish(journal, _Current(load, engine or LocalEngine()), engine or LocalEngine(), 8, Finished())
+        used = engine or LocalEngine()
+        _finish(journal, writer.table_location, _Current(load, used), used, 8, Finished())
     except TablekeeperError as err:
         log.warning("left the journal %s for the next run: %s", writer.location, err.message)
 
 
-def _finish(journal: Journal, current: _Current, engine: Engine, concurrency: int, result: Finished) -> None:
+def hostile(journal: Journal, containment: Containment) -> str | None:
+    """Why a readable journal may not be finished (None: it may): a part that does not decode,
+    a row outside the table, a staged location outside it. Every row is read and checked before
+    anything is deleted, so a journal is finished whole or not at all."""
     header = journal.header
     assert header is not None
+    if header.kind == "stage":
+        return next((w for w in (staged_refusal(s, containment) for s in header.staged) if w), None)
+    if journal.ready is None:
+        return None
+    seen: dict[str, str | None] = {}
+    for part in journal.ready.parts:
+        if not own_part(journal.location, part):
+            return f"journal {journal.location} names a part outside it: {part}"
+        try:
+            rows = decode_rows(FileIO.for_location(part).read(part), part)
+        except TablekeeperError as err:
+            return f"journal {journal.location}: {err.message}"
+        for row in rows:
+            why = containment.refusal(row[0], seen)
+            if why is not None:
+                return f"journal {journal.location} names {row[0]}: {why}"
+    return None
+
+
+def _finish(
+    journal: Journal,
+    table_location: str,
+    current: _Current,
+    engine: Engine,
+    concurrency: int,
+    result: Finished,
+) -> None:
+    header = journal.header
+    assert header is not None
+    containment = current.containment(table_location, header.rules)
+    problem = hostile(journal, containment)
+    if problem is not None:
+        log.warning("leaving journal %s for a person: %s", journal.location, problem)
+        result.unreadable.append(problem)
+        return
     files: Any = None
     if header.kind == "delete" and journal.ready is not None:
         files = journal.ready
@@ -208,7 +269,7 @@ def _finish(journal: Journal, current: _Current, engine: Engine, concurrency: in
         planned = 0  # a plan the dead run never completed: it committed nothing
     outcome = None
     if files is not None and planned:
-        outcome = engine.delete(files, current.keep(header.rules), concurrency)
+        outcome = engine.delete(files, current.keep(header.rules), concurrency, containment)
         result.outcomes.append(outcome)
         result.kept += planned - outcome.total - outcome.missing - len(outcome.failures)
     summary = {**journal.describe(), "planned_files_count": planned}
@@ -222,3 +283,52 @@ def _finish(journal: Journal, current: _Current, engine: Engine, concurrency: in
         remove(FileIO.for_location(journal.location), journal.location)
     except TablekeeperError as err:
         log.warning("%s", err.message)
+
+
+@dataclass(frozen=True)
+class Protected:
+    """Files that journals still on storage name (pickled to executors): remove-orphans never
+    deletes one, whatever its age. A live staging run's files, its journal naming them only by
+    their directory and token, are younger than any sane retention but not a forced short one;
+    an unfinished journal's are what a person must see."""
+
+    keys: frozenset[str]
+    staged: tuple[tuple[str, str, bool], ...]  # key prefix of the location, token, directories
+    rules: PathRules
+
+    def __call__(self, location: str) -> bool:
+        key = self.rules.key(location)
+        if key in self.keys:
+            return True
+        for prefix, token, directories in self.staged:
+            if key.startswith(prefix):
+                rest = key[len(prefix) :]
+                first, slash, _ = rest.partition("/")
+                # An empty token names every file there: protect them all (fail closed).
+                if token in first and bool(slash) == directories:
+                    return True
+        return False
+
+    def __bool__(self) -> bool:
+        return bool(self.keys or self.staged)
+
+
+def protected(io: FileIO, table_location: str, rules: PathRules) -> Protected:
+    """What every journal under the table names, readable or not (an unreadable part names
+    nothing this run can see; its journal is reported by the finishing step)."""
+    keys: set[str] = set()
+    staged: list[tuple[str, str, bool]] = []
+    for journal in list_journals(io, table_location):
+        header = journal.header
+        if header is None:
+            continue
+        for s in header.staged:
+            staged.append((rules.prefix(s.location.rstrip("/")), s.token.strip(), s.directories))
+        for part in journal.ready.parts if journal.ready is not None else ():
+            if not own_part(journal.location, part):
+                continue  # never read a file a journal merely names
+            try:
+                keys.update(rules.key(r[0]) for r in decode_rows(io.read(part), part))
+            except TablekeeperError as err:
+                log.warning("cannot read %s: %s", part, err.message)
+    return Protected(frozenset(keys), tuple(staged), rules)

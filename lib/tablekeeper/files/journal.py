@@ -24,6 +24,7 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -36,6 +37,7 @@ from typing import Any, Literal
 import orjson
 
 from tablekeeper.errors import CorruptMetadataError, TablekeeperError
+from tablekeeper.files.containment import Containment
 from tablekeeper.files.manifests import FileRow
 from tablekeeper.files.rules import PathRules
 from tablekeeper.io import FileIO
@@ -300,6 +302,8 @@ class Journal:
 def list_journals(io: FileIO, table_location: str) -> list[Journal]:
     """Every journal under a table's metadata location, oldest first."""
     root = journals_location(table_location)
+    # A journals directory that is a link elsewhere would make finishing delete there.
+    Containment.of((table_location,)).check_directory(root, "the journals directory")
     by_dir: dict[str, dict[str, int]] = {}
     for info in io.list(root, recursive=True):
         directory, _, name = info.location.rpartition("/")
@@ -322,7 +326,11 @@ def _read_journal(io: FileIO, directory: str, names: dict[str, int]) -> Journal:
         header = Header.from_bytes(io.read(f"{directory}/{HEADER}"), f"{directory}/{HEADER}")
         if READY in names:
             obj = orjson.loads(io.read(f"{directory}/{READY}"))
-            ready = Ready(tuple(obj["parts"]), int(obj["files"]), int(obj["bytes"]))
+            ready = Ready(tuple(str(p) for p in obj["parts"]), int(obj["files"]), int(obj["bytes"]))
+            stray = [p for p in ready.parts if not own_part(directory, p)]
+            if stray:
+                # Parts are written into the journal's own directory: any other file is not its.
+                raise CorruptMetadataError(f"journal {directory} names a part outside it: {stray[0]}")
             missing = [p for p in ready.parts if p.rsplit("/", 1)[-1] not in names]
             if missing:
                 raise CorruptMetadataError(f"journal {directory} lost its part {missing[0]}")
@@ -333,6 +341,16 @@ def _read_journal(io: FileIO, directory: str, names: dict[str, int]) -> Journal:
     return Journal(directory, header, ready, committed, touched, problem)
 
 
+_PART = re.compile(r"part-[0-9]{5}\.jsonl\.gz")
+_KEYS = PathRules()
+
+
+def own_part(directory: str, part: str) -> bool:
+    """Whether ``part`` is a part file directly in the journal ``directory`` (however spelled)."""
+    name = part.rsplit("/", 1)[-1]
+    return _PART.fullmatch(name) is not None and _KEYS.key(part) == _KEYS.prefix(directory) + name
+
+
 def read_parts(ready: Ready) -> list[FileRow]:
     """Every row of a complete delete journal, on this process."""
     return [r for part in ready.parts for r in decode_rows(FileIO.for_location(part).read(part), part)]
@@ -341,6 +359,10 @@ def read_parts(ready: Ready) -> list[FileRow]:
 def remove(io: FileIO, directory: str) -> None:
     """Delete a journal: ``ready.json`` first, the header last, so a journal half removed by a
     kill is never a complete plan with parts missing, and still says what it was."""
+    cut = directory.rfind(f"/metadata/{JOURNALS}/")
+    if cut <= 0:
+        raise TablekeeperError(f"{directory} is not a journal directory: not removed")
+    Containment.of((directory[:cut],)).check_directory(directory, "journal")
     header, ready = f"{directory}/{HEADER}", f"{directory}/{READY}"
     io.delete(ready, missing_ok=True)
     names = [i.location for i in io.list(directory, recursive=True)]
@@ -361,6 +383,7 @@ class JournalWriter:
     def __init__(self, io: FileIO, table_location: str, header: Header) -> None:
         self.io = io
         self.header = header
+        self.table_location = table_location
         self.location = (
             f"{journals_location(table_location)}/{header.created_ms:013d}-{header.job}-{header.run_id}"
         )

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from tablekeeper import faults
 from tablekeeper.cycles import no_cycle_collection
+from tablekeeper.files.containment import Containment
 from tablekeeper.files.deletes import DeleteOutcome, delete_rows
 from tablekeeper.files.doomed import unkept
 from tablekeeper.files.engine import (
@@ -155,13 +156,18 @@ class LocalEngine:
         return KeySet(frozenset(known))
 
     def delete(
-        self, files: Ready | Sequence[FileRow], keep: KeySet | None, concurrency: int
+        self,
+        files: Ready | Sequence[FileRow],
+        keep: KeySet | None,
+        concurrency: int,
+        containment: Containment,
     ) -> DeleteOutcome:
-        rows = read_parts(files) if isinstance(files, Ready) else list(files)
+        rows = [containment.rekey(r) for r in (read_parts(files) if isinstance(files, Ready) else files)]
         if keep is not None:
             assert keep.handle is None, "the driver engine keeps its keys in memory"
             rows = [r for r in rows if r[1] not in keep.known]
-        return delete_rows(rows, threads=max(1, concurrency), kill=faults.remote_kill("delete.mid"))
+        kill = faults.remote_kill("delete.mid")
+        return delete_rows(rows, containment, threads=max(1, concurrency), kill=kill)
 
     def scan_orphans(
         self,

@@ -37,6 +37,7 @@ from tablekeeper.errors import AlreadyExists, ConfigError, FileNotFound, Storage
 from tablekeeper.io.s3 import S3Settings, bucket_filesystem, delete_keys, s3_filesystem
 from tablekeeper.io.storage import storage_properties
 from tablekeeper.io.uri import location_to_path, strip_trailing_slash
+from tablekeeper.io.walk import entries
 
 __all__ = ["DeleteReport", "FileIO", "FileInfo", "InputStream"]
 
@@ -523,25 +524,24 @@ class FileIO:
             if top.type == pafs.FileType.NotFound:
                 return
             if top.type == pafs.FileType.File:
-                infos = [top]
+                infos = [(str(top.path), False, top.size, top.mtime_ns)]
             else:
-                selector = pafs.FileSelector(base, recursive=recursive, allow_not_found=True)
-                infos = self._fs.get_file_info(selector)
+                infos = entries(self._fs, base, recursive, local=self._kind == "local")
         root = base if base.endswith("/") else base + "/"
         stem = strip_trailing_slash(prefix_location)
-        for info in infos:
-            if info.type != pafs.FileType.File:
+        for path, directory, size, mtime_ns in infos:
+            if directory:
                 continue
-            if info.path == base:
+            if path == base:
                 location = prefix_location
-            elif str(info.path).startswith(root):
-                location = stem + "/" + str(info.path)[len(root) :]
+            elif path.startswith(root):
+                location = stem + "/" + path[len(root) :]
             else:
-                raise StorageError(f"listing {prefix_location} returned {info.path}, outside it")
-            if info.mtime_ns is None:
+                raise StorageError(f"listing {prefix_location} returned {path}, outside it")
+            if mtime_ns is None:
                 # An unknown age must not pass for "old": orphan removal would delete the file.
                 raise StorageError(f"storage reports no modification time for {location}")
-            yield FileInfo(location, int(info.size), int(info.mtime_ns) // 1_000_000)
+            yield FileInfo(location, int(size), int(mtime_ns) // 1_000_000)
 
     def list_dir(self, location: str) -> tuple[tuple[FileInfo, ...], tuple[str, ...]]:
         """One level of a directory: its files, and its subdirectories as locations spelled like
@@ -552,17 +552,17 @@ class FileIO:
         files: builtins.list[FileInfo] = []
         dirs: builtins.list[str] = []
         with _translate(location, "list"):
-            infos = self._fs.get_file_info(pafs.FileSelector(base, recursive=False, allow_not_found=True))
-        for info in infos:
-            if not str(info.path).startswith(root):
-                raise StorageError(f"listing {location} returned {info.path}, outside it")
-            child = stem + "/" + str(info.path)[len(root) :]
-            if info.type == pafs.FileType.Directory:
+            infos = entries(self._fs, base, False, local=self._kind == "local")
+        for path, directory, size, mtime_ns in infos:
+            if not path.startswith(root):
+                raise StorageError(f"listing {location} returned {path}, outside it")
+            child = stem + "/" + path[len(root) :]
+            if directory:
                 dirs.append(child)
-            elif info.type == pafs.FileType.File:
-                if info.mtime_ns is None:
+            else:
+                if mtime_ns is None:
                     raise StorageError(f"storage reports no modification time for {child}")
-                files.append(FileInfo(child, int(info.size), int(info.mtime_ns) // 1_000_000))
+                files.append(FileInfo(child, int(size), int(mtime_ns) // 1_000_000))
         return tuple(files), tuple(dirs)
 
 

@@ -25,6 +25,7 @@ from tablekeeper.catalog.base import Catalog
 from tablekeeper.commit.producer import SnapshotChange
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import ConfigError, UnsupportedFeatureError
+from tablekeeper.files.containment import require_home
 from tablekeeper.iceberg.content import MANIFEST_DATA, ManifestFile
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
 from tablekeeper.iceberg.updates import upgrade_format_version
@@ -103,6 +104,7 @@ def _upgrade(meta: TableMetadata, timestamp_ms: int) -> TableMetadata:
 def run_backfill(options: BackfillRowLineageOptions, catalog: Catalog, identifier: str) -> JobResult:
     clock = JobClock()
     table = catalog.require(identifier)
+    require_home(table, identifier, JOB)  # a copied table would write into the original
     meta = table.metadata
     branches = (MAIN_BRANCH, *(b for b in options.branches if b != MAIN_BRANCH))
     _check(meta, identifier, branches[1:])

@@ -33,6 +33,7 @@ from tablekeeper.errors import (
     TablekeeperError,
     UnsupportedFeatureError,
 )
+from tablekeeper.files.containment import require_home
 from tablekeeper.files.engine import task_failure
 from tablekeeper.files.finish import discard, finish_journals, pending_journals
 from tablekeeper.files.journal import JournalWriter, Staged, list_journals
@@ -51,6 +52,7 @@ from tablekeeper.jobs.context import JobContext, delta_root
 from tablekeeper.jobs.engines import SparkSource, choose_engine
 from tablekeeper.jobs.expire_snapshots import DRIVER_DELETE_THREADS
 from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.jobs.staging import require_staged
 from tablekeeper.spark.arrow_rewrite import arrow_blocker
 from tablekeeper.spark.data_read import path_key
 from tablekeeper.spark.rewrite import (
@@ -301,6 +303,7 @@ def run_compact(
     if options.max_commits < 1 or options.max_concurrent_groups < 1:
         raise ConfigError("--max-commits and --max-concurrent-groups must be at least 1")
     table = catalog.require(identifier)
+    require_home(table, identifier, JOB)  # a copied table would write into the original
     meta = table.metadata
     order = compact_order.resolve(options, meta)
     compact_order.refuse_unwritable(options, meta, order)
@@ -410,6 +413,7 @@ def _execute(
                     f"the staging journal {journal.location} is gone or went quiet: another run may "
                     "have taken this one for dead and removed its files; nothing more is committed"
                 )
+            require_staged((f.file_path for o in batch for f in o.added), journal.location)
             token = journal.header.run_id
             removed_deletes.append(_commit(catalog, identifier, meta, options.branch, batch, token))
         except CommitStateUnknown as err:

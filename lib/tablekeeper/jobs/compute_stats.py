@@ -25,6 +25,7 @@ from tablekeeper import __version__, faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import CommitStateUnknown, ConfigError
+from tablekeeper.files.containment import require_home
 from tablekeeper.iceberg.metadata import Snapshot, StatisticsFile, TableMetadata
 from tablekeeper.iceberg.statistics import (
     THETA_BLOB_TYPE,
@@ -134,6 +135,7 @@ def run_compute_stats(
 ) -> JobResult:
     clock = JobClock()
     table = catalog.require(identifier)
+    require_home(table, identifier, JOB)  # a copied table would write into the original
     plan = plan_stats(table.metadata, identifier, options)
     if plan is None:
         metrics: dict[str, object] = {

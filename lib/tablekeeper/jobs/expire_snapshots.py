@@ -30,6 +30,8 @@ from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import CommitStateUnknown, ConfigError, SafetyRefusal, TablekeeperError
+from tablekeeper.files.containment import Containment, require_home
+from tablekeeper.files.deletes import contained
 from tablekeeper.files.engine import Engine, KeySet, MetadataOnly, failed, task_failure
 from tablekeeper.files.finish import finish_journals, metadata_files, pending_journals
 from tablekeeper.files.journal import JournalWriter
@@ -198,6 +200,7 @@ def run_expire(
     now = int(time.time() * 1000)
     policy = options.policy(now)
     table = catalog.require(identifier)
+    require_home(table, identifier, JOB)
     _check_gc(table.metadata, identifier, options.metadata_only)
     rules = PathRules()
     engine = choose_engine(options.engine, table.metadata, spark, JOB, rules, IndexCache())
@@ -370,17 +373,21 @@ def _execute(
             refreshed = catalog.require(identifier)  # files of commits made since ours count as live
             keep = _reached_since(engine, refreshed, kept, kept_ids, rules)
             engine.describe("delete unreachable files")
-            outcome = engine.delete(ready, keep, concurrency)
+            containment = Containment.for_table(refreshed.metadata, rules)
+            outcome = engine.delete(ready, keep, concurrency, containment)
         except Exception as err:
             raise failed(
                 err,
                 f"{JOB} {identifier}: snapshots expired, their files not deleted yet (the next run of any "
                 "destructive job on the table deletes them from the journal)",
             ) from err
-        report = committed.io.delete_many(_removed_metadata_files(table, committed))
+        # The metadata log is read from storage too: a file it names outside the table stays.
+        logged = [(m, rules.key(m), "metadata", 0) for m in _removed_metadata_files(table, committed)]
+        inside, refused = contained(logged, containment)
+        report = committed.io.delete_many([r[0] for r in inside])
         if not outcome.failures:
             journal.remove()
-        failures = list(outcome.failures) + list(report.failures)
+        failures = list(outcome.failures) + refused + list(report.failures)
         metrics = _metrics(done, dict(outcome.deleted))
         metrics |= {
             "bytes_freed": outcome.bytes_freed,

@@ -26,8 +26,9 @@ from typing import Any, Literal
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.errors import ConfigError, SafetyRefusal, TablekeeperError
+from tablekeeper.files.containment import Containment, require_home
 from tablekeeper.files.engine import Engine, ListingTooLarge, OrphanScan, failed, task_failure
-from tablekeeper.files.finish import finish_journals, metadata_files, pending_journals
+from tablekeeper.files.finish import Protected, finish_journals, metadata_files, pending_journals, protected
 from tablekeeper.files.journal import JournalWriter, journals_location
 from tablekeeper.files.listing import is_metadata_file
 from tablekeeper.files.local import IndexCache
@@ -47,7 +48,6 @@ from tablekeeper.jobs.engines import SparkSource, check_engine, choose_engine, s
 from tablekeeper.jobs.expire_snapshots import DRIVER_DELETE_THREADS, GC_ENABLED
 from tablekeeper.jobs.options import parse_older_than, report_files, write_file_list
 from tablekeeper.jobs.result import JobClock, JobResult
-from tablekeeper.tables.iceberg import metadata_directory
 
 log = logging.getLogger(__name__)
 
@@ -133,23 +133,16 @@ def _check(options: RemoveOrphansOptions, table: LoadedTable, rules: PathRules, 
     own = join_location(meta.location, "metadata") if metadata_only else meta.location
     location = options.location or own
     schemes, authorities = rules.equivalent_schemes, rules.equivalent_authorities
-    # Iceberg Java writes under write.metadata.path when set; tablekeeper's catalogs always under
-    # <location>/metadata: either is the table's own.
-    metadata_dirs = (metadata_directory(meta), join_location(meta.location, "metadata"))
-    if not any(is_under(table.metadata_location, d, schemes, authorities) for d in metadata_dirs):
-        # A table copied or moved as files keeps its old location in its metadata: listing that
-        # location would take another table's files, or a live copy's, for orphans.
-        raise SafetyRefusal(
-            f"{options.table}'s metadata file {table.metadata_location} is not under its metadata "
-            f"location {metadata_dirs[0]}: the table was copied or moved without its location being "
-            f"rewritten, so {meta.location} may hold another table's files; register the table where "
-            "its metadata says it lives, or rewrite its location, before removing orphans"
-        )
+    # A table copied or moved as files keeps its old location in its metadata: listing that
+    # location would take another table's files, or a live copy's, for orphans.
+    require_home(table, options.table, JOB)
     if not is_under(location, meta.location, schemes, authorities):
         raise SafetyRefusal(
             f"--location {location} is outside the table location {meta.location}: "
             "remove-orphans only deletes inside its table"
         )
+    # Compared as strings it may still climb out: through '..' or a symbolic link.
+    Containment.of((meta.location,)).check_directory(location, "--location")
     if is_under(location, journals_location(meta.location), schemes, authorities):
         raise SafetyRefusal(
             f"--location {location} is inside the journals of {options.table}: they hold the plans of "
@@ -225,6 +218,20 @@ def _concurrency(engine: Engine) -> int:
     return DRIVER_DELETE_THREADS
 
 
+@dataclass(frozen=True)
+class _Deletable:
+    """Which listed files may be orphans at all (pickled to executors): none a journal names,
+    and with ``metadata_only`` only metadata files."""
+
+    journals: Protected
+    metadata_only: bool
+
+    def __call__(self, location: str) -> bool:
+        if self.metadata_only and not is_metadata_file(location):
+            return False
+        return not (self.journals and self.journals(location))
+
+
 def _scan(engine: Engine, table: LoadedTable, scope: _Scope, rules: PathRules) -> OrphanScan:
     meta = table.metadata
 
@@ -232,13 +239,16 @@ def _scan(engine: Engine, table: LoadedTable, scope: _Scope, rules: PathRules) -
         index = engine.index(meta, [s.snapshot_id for s in meta.snapshots], rules)
         return index, tuple(rules.key(p) for p in metadata_files(table))
 
+    # Read before the listing: a run journaled since writes only files newer than the cutoff.
+    journals = protected(table.io, meta.location, rules)
+    deletable = _Deletable(journals, scope.metadata_only)
     return engine.scan_orphans(
         scope.location,
         rules,
         _partition_names(table),
         references,
         scope.cutoff,
-        is_metadata_file if scope.metadata_only else None,
+        deletable if journals or scope.metadata_only else None,
     )
 
 
@@ -293,7 +303,7 @@ def _act(
             raise
         faults.kill_point("journal.written")
         engine.describe("delete orphans")
-        outcome = engine.delete(ready, None, concurrency)
+        outcome = engine.delete(ready, None, concurrency, Containment.for_table(table.metadata, rules))
         if not outcome.failures:
             journal.remove()
         metrics |= {

@@ -34,6 +34,7 @@ from tablekeeper.errors import (
     ManifestsChanged,
     UnsupportedFeatureError,
 )
+from tablekeeper.files.containment import require_home
 from tablekeeper.files.engine import DRIVER_MAX_FILES
 from tablekeeper.iceberg.content import ManifestFile
 from tablekeeper.iceberg.manifest import write_encoded_manifest
@@ -263,6 +264,7 @@ def run_rewrite_manifests(
     clock = JobClock()
     for attempt in range(1, MAX_PLANS + 1):
         table = catalog.require(identifier)
+        require_home(table, identifier, JOB)  # a copied table would write into the original
         plan, manifests = plan_rewrite(options, table, identifier)
         metrics = _plan_metrics(plan, manifests)
         if plan.is_empty:

@@ -39,6 +39,7 @@ from tablekeeper.errors import (
     ConfigError,
     UnsupportedFeatureError,
 )
+from tablekeeper.files.containment import require_home
 from tablekeeper.files.finish import discard, finish_journals, pending_journals
 from tablekeeper.files.journal import JournalWriter, Staged
 from tablekeeper.files.local import LocalEngine
@@ -358,6 +359,7 @@ def _run_once(
 ) -> JobResult:
     session = _getter(spark)
     table = catalog.require(identifier)
+    require_home(table, identifier, JOB)  # a copied table would write into the original
     meta = table.metadata
     the_plan = plan(table, options, session)
     faults.kill_point("plan.done")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -21,10 +22,13 @@ from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.catalog.staged import StagedTable
 from tablekeeper.errors import CommitFailed, CommitStateUnknown
+from tablekeeper.files.containment import require_home
 from tablekeeper.files.finish import discard, finish_journals
 from tablekeeper.files.journal import JournalWriter, Staged
 from tablekeeper.files.local import LocalEngine
 from tablekeeper.io import FileIO
+from tablekeeper.io.uri import location_to_path
+from tablekeeper.tables.iceberg import load_manifests
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +50,8 @@ class StagedRun:
 def staged_run(catalog: Catalog, identifier: str, base: LoadedTable | None, job: str) -> Iterator[StagedRun]:
     """Stage ``identifier`` (``base``: the table as loaded, None to create it) for the body of the
     ``with``; publish what it committed to the staged table when the body returns."""
+    if base is not None:
+        require_home(base, identifier, job)  # a copied table would write into the original
     location = base.metadata.location if base is not None else catalog.new_table_location(identifier)
     io = base.io if base is not None else FileIO.for_location(location)
     # Whatever dead runs left is checked against the table as it is now, not as loaded before:
@@ -74,6 +80,7 @@ def staged_run(catalog: Catalog, identifier: str, base: LoadedTable | None, job:
                         f"the staging journal {journal.location} is gone or went quiet: another run may "
                         "have taken this one for dead and removed its files; run the job again"
                     )
+                _require_new_files(run)
                 run.published = run.table.publish()
                 journal.committed(run.published.metadata_location)
         except CommitStateUnknown:
@@ -84,3 +91,43 @@ def staged_run(catalog: Catalog, identifier: str, base: LoadedTable | None, job:
             discard(journal, current)
             raise
         journal.remove()
+
+
+def _require_new_files(run: StagedRun) -> None:
+    """The manifest lists of the snapshots the run staged, then the manifests it wrote that the
+    current one lists (a history's older snapshots share most of them), are all still there."""
+    current = run.table.current
+    if current is None:
+        return
+    before = {s.snapshot_id for s in run.table.base.metadata.snapshots} if run.table.base else set()
+    new = [s for s in current.snapshots if s.snapshot_id not in before]
+    require_staged([s.manifest_list for s in new if s.manifest_list], run.journal.location)
+    head = current.current_snapshot()
+    if head is not None and head.snapshot_id not in before:
+        manifests = [m.manifest_path for m in load_manifests(run.table.io, head)]
+        require_staged(dict.fromkeys(m for m in manifests if run.token in m), run.journal.location)
+
+
+def require_staged(paths: Iterable[str], journal: str) -> None:
+    """Right before a commit: every file the run wrote is still there. A commit naming a file
+    something deleted meanwhile (a remove-orphans with a short retention) would leave a table
+    no reader can read; refused, nothing committed."""
+    wanted = list(paths)
+    if not wanted:
+        return
+    stores: dict[tuple[str, str], FileIO] = {}
+
+    def gone(path: str) -> bool:
+        parts = location_to_path(path)
+        io = stores.get((parts.scheme, parts.authority))
+        if io is None:
+            io = stores.setdefault((parts.scheme, parts.authority), FileIO.for_location(path))
+        return not io.exists(path)
+
+    with ThreadPoolExecutor(max_workers=min(16, len(wanted))) as pool:
+        missing = [p for p, lost in zip(wanted, pool.map(gone, wanted), strict=True) if lost]
+    if missing:
+        raise CommitFailed(
+            f"{len(missing)} files this run wrote are gone (e.g. {missing[0]}): something deleted them "
+            f"while the run staged them under the journal {journal}; nothing committed, run the job again"
+        )

@@ -13,6 +13,7 @@ from typing import Any
 from pyspark import RDD, StorageLevel
 from pyspark.sql import SparkSession
 
+from tablekeeper.files.containment import Containment
 from tablekeeper.files.deletes import NOTHING, DeleteOutcome
 from tablekeeper.files.engine import FileTally, KeySet, MetadataOnly, merge_tallies, tally_rows
 from tablekeeper.files.journal import JournalWriter, Ready, decode_rows, write_part
@@ -158,7 +159,11 @@ class SparkEngine:
         return KeySet(frozenset(found.known) | frozenset(extra), found.entries)
 
     def delete(
-        self, files: Ready | Sequence[FileRow], keep: KeySet | None, concurrency: int
+        self,
+        files: Ready | Sequence[FileRow],
+        keep: KeySet | None,
+        concurrency: int,
+        containment: Containment,
     ) -> DeleteOutcome:
         sc = self.spark.sparkContext
         rows: RDD[Any]
@@ -171,13 +176,14 @@ class SparkEngine:
             return NOTHING
         else:
             rows = sc.parallelize(list(files), max(1, min(len(files), sc.defaultParallelism)))
+        rows = rows.map(containment.rekey)
         if keep is not None:
             known = keep.known
             rows = rows.filter(lambda r: r[1] not in known)
             if keep.handle is not None:
                 kept: RDD[Any] = keep.handle.map(lambda k: (k, None))
                 rows = rows.keyBy(lambda r: r[1]).subtractByKey(kept).values()
-        return delete_files(rows, concurrency)
+        return delete_files(rows, concurrency, containment)
 
     def scan_orphans(
         self,

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from tablekeeper import faults
 from tablekeeper.cycles import no_cycle_collection
+from tablekeeper.files.containment import Containment
 from tablekeeper.files.deletes import DeleteOutcome, delete_rows
 from tablekeeper.files.doomed import DoomedPair, candidate_pair, kept_pair, unkept_pairs
 from tablekeeper.files.engine import MetadataOnly, task_failure
@@ -190,13 +191,16 @@ def reachable_keys(
     return ReachableKeys(tuple(row[1] for row in index.rows), entries, index.estimate)
 
 
-def _delete_partition(rows: Iterable[Any], kill: faults.RemoteKill | None) -> Iterator[DeleteOutcome]:
-    yield delete_rows([(r[0], r[1], r[2], int(r[3])) for r in rows], kill=kill)
+def _delete_partition(
+    rows: Iterable[Any], containment: Containment, kill: faults.RemoteKill | None
+) -> Iterator[DeleteOutcome]:
+    yield delete_rows([(r[0], r[1], r[2], int(r[3])) for r in rows], containment, kill=kill)
 
 
-def delete_files(files: DataFrame | RDD[Any], max_concurrent: int) -> DeleteOutcome:
+def delete_files(files: DataFrame | RDD[Any], max_concurrent: int, containment: Containment) -> DeleteOutcome:
     """Delete every row's ``path`` (rows path, key, kind, size) with at most ``max_concurrent``
-    tasks at once; a failed delete is reported and the others carry on."""
+    tasks at once; a failed delete is reported and the others carry on, and a path outside
+    ``containment`` is refused in the task that holds it."""
     parts = max(1, max_concurrent)
     rdd = files.rdd if isinstance(files, DataFrame) else files
     # Fewer partitions only merge (no shuffle); more spread the deletes over the executors.
@@ -205,7 +209,8 @@ def delete_files(files: DataFrame | RDD[Any], max_concurrent: int) -> DeleteOutc
     elif rdd.getNumPartitions() < parts:
         rdd = files.repartition(parts).rdd if isinstance(files, DataFrame) else files.repartition(parts)
     kill = faults.remote_kill("delete.mid")
-    return DeleteOutcome.merge(rdd.mapPartitions(lambda rows: _delete_partition(rows, kill)).collect())
+    deleted = rdd.mapPartitions(lambda rows: _delete_partition(rows, containment, kill))
+    return DeleteOutcome.merge(deleted.collect())
 
 
 def _live_data(task: Task, with_manifest: bool) -> Iterator[tuple[str, str | None]]:

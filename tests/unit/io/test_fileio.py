@@ -457,3 +457,23 @@ def test_list_missing_prefix_is_empty_and_file_prefix_is_itself(io: FileIO, tmp_
     assert list(io.list(str(tmp_path / "nothing-here"))) == []
     file_location = spell("file:{p}", tmp_path / "metadata" / "v1.json")
     assert [f.location for f in io.list(file_location)] == [file_location]
+
+
+def test_local_listings_never_follow_a_linked_directory(tmp_path: Path) -> None:
+    """A link under a listed directory to a directory elsewhere is not listed into (orphan
+    removal and journal removal would delete what it reaches); a link to a file is a file."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "deep").mkdir(parents=True)
+    (elsewhere / "deep" / "f").write_bytes(b"not mine")
+    root = tmp_path / "t"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "own").write_bytes(b"mine")
+    (root / "d" / "dir-link").symlink_to(elsewhere, target_is_directory=True)
+    (root / "file-link").symlink_to(elsewhere / "deep" / "f")
+    (root / "dangling").symlink_to(tmp_path / "gone")
+    io = FileIO.for_location(str(root))
+    listed = sorted(i.location for i in io.list(str(root), recursive=True))
+    assert listed == [f"{root}/d/own", f"{root}/dangling", f"{root}/file-link"]
+    files, dirs = io.list_dir(f"{root}/d")
+    assert [f.location for f in files] == [f"{root}/d/own"] and dirs == ()
+    assert io.list_dir(str(root))[1] == (f"{root}/d",)
