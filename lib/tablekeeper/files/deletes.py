@@ -20,6 +20,9 @@ class DeleteOutcome:
     bytes_freed: int
     missing: int
     failures: tuple[tuple[str, str], ...]
+    # Paths outside the table (files/containment.py): never deleted by any run, so unlike a
+    # failure they give no reason to keep a journal for a retry.
+    refused: tuple[tuple[str, str], ...] = ()
 
     def count(self, kind: str) -> int:
         return int(self.deleted.get(kind, 0))
@@ -33,13 +36,15 @@ class DeleteOutcome:
         deleted: dict[str, int] = {}
         freed = missing = 0
         failures: list[tuple[str, str]] = []
+        refused: list[tuple[str, str]] = []
         for o in outcomes:
             for kind, n in o.deleted.items():
                 deleted[kind] = deleted.get(kind, 0) + n
             freed += o.bytes_freed
             missing += o.missing
             failures.extend(o.failures)
-        return cls(deleted, freed, missing, tuple(failures))
+            refused.extend(o.refused)
+        return cls(deleted, freed, missing, tuple(failures), tuple(refused))
 
 
 NOTHING = DeleteOutcome({}, 0, 0, ())
@@ -117,12 +122,12 @@ def delete_rows(
 ) -> DeleteOutcome:
     """Delete every row's path that lies inside the table (``containment``: every engine's
     deletes come through here), carrying on past failures and reporting each one; a path outside
-    is a failure, so whatever named it (a journal) is kept for a person.
+    is never deleted and is reported apart (``refused``).
 
     ``kill`` (crash tests only) fires once the first file is gone: a run dies mid-delete.
     """
     rest, refused = contained(rows, containment)
-    outcomes = [DeleteOutcome({}, 0, 0, tuple(refused))] if refused else []
+    outcomes = [DeleteOutcome({}, 0, 0, (), tuple(refused))] if refused else []
     if kill is not None and rest:
         first, rest = rest[:1], rest[1:]
         outcomes.append(_one_by_one(FileIO.for_location(first[0][0]), first, 1))

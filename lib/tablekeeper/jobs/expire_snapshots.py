@@ -385,16 +385,27 @@ def _execute(
         logged = [(m, rules.key(m), "metadata", 0) for m in _removed_metadata_files(table, committed)]
         inside, refused = contained(logged, containment)
         report = committed.io.delete_many([r[0] for r in inside])
+        # Files outside the table (imported, or a converted table's source) are never deleted by
+        # any run: they are reported, and keep no journal waiting for a retry that cannot come.
+        kept_outside = list(outcome.refused) + refused
         if not outcome.failures:
             journal.remove()
-        failures = list(outcome.failures) + refused + list(report.failures)
+        failures = list(outcome.failures) + list(report.failures)
         metrics = _metrics(done, dict(outcome.deleted))
         metrics |= {
             "bytes_freed": outcome.bytes_freed,
             "deleted_metadata_files_count": report.deleted,
             "already_missing_count": outcome.missing + report.missing,
             "failed_deletes_count": len(failures),
+            "kept_outside_table_count": len(kept_outside),
         }
+        if kept_outside:
+            metrics["kept_outside_table"] = [f"{p}: {why}" for p, why in kept_outside[:FAILURE_SAMPLE]]
+            log.warning(
+                "%d files outside the table location were not deleted; first: %s",
+                len(kept_outside),
+                kept_outside[0][0],
+            )
         if failures:
             metrics["failed_deletes"] = [f"{path}: {reason}" for path, reason in failures[:FAILURE_SAMPLE]]
             log.warning(

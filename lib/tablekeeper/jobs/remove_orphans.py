@@ -311,8 +311,11 @@ def _act(
             "deleted_files_count": outcome.count(ORPHAN),
             "bytes_freed": outcome.bytes_freed,
             "failed_deletes_count": len(outcome.failures),
+            "kept_outside_table_count": len(outcome.refused),
             "orphan_file_location_sample": list(summary.sample),
         }
+        if outcome.refused:
+            metrics["kept_outside_table"] = [f"{p}: {why}" for p, why in outcome.refused[:20]]
         if outcome.failures:
             metrics["failed_deletes"] = [f"{p}: {why}" for p, why in outcome.failures[:20]]
         if options.file_list:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -33,6 +34,7 @@ from tablekeeper.files.rules import PathRules
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
 from tablekeeper.jobs.staging import staged_run
+from tests.support.iceberg_writer import write_rows
 from tests.unit.files.test_journal import _table
 
 DAY = 86_400
@@ -199,7 +201,8 @@ def test_delete_rows_refuses_every_path_outside(tmp_path: Path) -> None:
     ]
     outcome = delete_rows([(p, p, "data", 1) for p in [*paths, str(own)]], containment)
     assert victim.exists() and not own.exists()
-    assert outcome.total == 1 and sorted(p for p, _ in outcome.failures) == sorted(paths)
+    assert outcome.total == 1 and not outcome.failures
+    assert sorted(p for p, _ in outcome.refused) == sorted(paths)
     with pytest.raises(OutsideTable):
         containment.check_directory(f"{table}/data/link", "--location")
     # A table (or its write.data.path) at the root of a disk or bucket would reach everything.
@@ -327,3 +330,30 @@ def test_a_journals_directory_linked_elsewhere_is_refused(
     with pytest.raises(OutsideTable, match="journals directory"):
         _finish(catalog, ident)
     assert (journal_dir / HEADER).exists() and outside.exists()
+
+
+def test_expire_keeps_a_file_outside_the_table_and_no_journal_for_it(
+    setup: tuple[FileSystemCatalog, str, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file an expired snapshot reached outside the table (imported, or a converted table's
+    source) is never deleted and is reported; since no run will ever delete it, no journal waits
+    for it: the next run finds nothing to finish."""
+    catalog, ident, location, _ = setup
+    (written,) = write_rows(catalog.require(ident).metadata, [{"id": 9, "s": "imported"}])
+    imported = location.parent.parent / "imported" / "x.parquet"
+    imported.parent.mkdir()
+    shutil.move(written.file_path, imported)
+    outside = replace(written, file_path=str(imported))
+    Committer(catalog, ident).commit_snapshot(SnapshotChange("append", added_files=(outside,)))
+    Committer(catalog, ident).commit_snapshot(
+        SnapshotChange("delete", removed_paths=frozenset({str(imported)}))
+    )
+    future = str(int(time.time() * 1000) + 3_600_000)
+    args = ["--table", str(location), "--older-than", future, "--retain-last", "1", "--engine", "driver"]
+    assert main(["expire-snapshots", *args]) == 0
+    result = orjson.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    metrics = result["metrics"]
+    assert imported.exists()
+    assert metrics["kept_outside_table_count"] == 1 and metrics["failed_deletes_count"] == 0
+    assert metrics["kept_outside_table"][0].startswith(str(imported))
+    assert not list(Path(journals_location(str(location))).glob("*"))
