@@ -983,3 +983,29 @@ def test_snapshot_timestamp_is_the_source_time_and_metadata_keeps_the_clock(tmp_
     # Without it, the snapshot takes the commit clock.
     plain = committer.commit_snapshot(SnapshotChange("append", added_files=(data(location, 2),)))
     assert plain.snapshot is not None and plain.snapshot.timestamp_ms == int(now * 1000)
+
+
+def test_variant_and_void_map_to_v3_types() -> None:
+    struct = delta_schema(
+        fld("id", "long"),
+        fld("v", "variant"),
+        {**fld("n", "void"), "nullable": False},  # unknown is always optional in Iceberg
+        fld("s", {"type": "struct", "fields": [fld("inner", "variant")]}),
+        fld("vs", {"type": "array", "elementType": "variant", "containsNull": True}),
+    )
+    mapped = map_schema(struct, NO_CM, {}, format_version=3)
+    fields = {f.name: f for f in mapped.schema.fields}
+    assert fields["v"].type == it.VARIANT
+    assert fields["n"].type == it.UNKNOWN and not fields["n"].required
+    assert fields["s"].type == it.StructType((it.NestedField(6, "inner", it.VARIANT),))
+    assert fields["vs"].type == it.ListType(7, it.VARIANT)
+    assert it.type_from_json(it.type_to_json(it.VARIANT)) == it.VARIANT
+
+
+@pytest.mark.parametrize(("type_", "iceberg"), [("variant", "variant"), ("void", "unknown")])
+def test_variant_and_void_on_v2_are_refused_naming_the_fix(type_: str, iceberg: str) -> None:
+    struct = delta_schema(fld("id", "long"), fld("c", type_))
+    with pytest.raises(
+        UnsupportedFeatureError, match=rf"'c' of type {type_} needs Iceberg's {iceberg}.*--format-version 3"
+    ):
+        map_schema(struct, NO_CM, {}, format_version=2)
