@@ -157,3 +157,27 @@ def test_manifests_written_by_executors(spark, catalogs, tmp_path: Path) -> None
     snap = spark.sql(f"SELECT summary FROM {SQL_CATALOG}.conv.executors.snapshots").first()[0]
     assert int(snap["total-data-files"]) == result.metrics["data_files"]
     assert int(snap["added-dvs"]) == result.metrics["delete_files"]
+
+
+def test_void_columns_become_unknown_on_v3(spark, catalogs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """delta-spark keeps void columns (top level and in a struct) out of the files; as Iceberg
+    unknown they read as null, and a second run converts the version added since."""
+    source = tmp_path / "voids"
+    rows = "SELECT id, NULL AS nothing, named_struct('x', id, 'n', NULL) AS s FROM range({}, {})"
+    spark.sql(rows.format(0, 3)).write.format("delta").save(str(source))
+    catalog = catalog_for(catalogs.get(SQL_CATALOG))
+    options = ConvertDeltaOptions(source=str(source), target="conv.voids", format_version=3, verify="rows")
+    assert run_convert(options, catalog, spark).status == "ok"
+    spark.sql(rows.format(3, 5)).write.format("delta").mode("append").save(str(source))
+    again = ConvertDeltaOptions(
+        source=str(source), target="conv.voids", format_version=3, verify="rows", mode="incremental"
+    )
+    assert run_convert(again, catalog, spark).metrics["delta_version"] == 1
+    fields = {f.name: f for f in catalog.load_table("conv.voids").metadata.schema().fields}
+    assert str(fields["nothing"].type) == "unknown"
+    assert_same_rows(spark, f"{SQL_CATALOG}.conv.voids", source)
+    assert_pyiceberg_latest(spark, catalogs, "conv.voids", source)
+    with pytest.raises(TablekeeperError, match=r"'nothing' of type void.*--format-version 3"):
+        run_convert(
+            ConvertDeltaOptions(source=str(source), target="conv.voids_v2", format_version=2), catalog
+        )
