@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from unittest.mock import ANY
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
@@ -181,3 +182,33 @@ def test_void_columns_become_unknown_on_v3(spark, catalogs, tmp_path: Path) -> N
         run_convert(
             ConvertDeltaOptions(source=str(source), target="conv.voids_v2", format_version=2), catalog
         )
+
+
+def test_shredded_variants_convert_on_v3(spark, catalogs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Files delta-spark wrote with shredded variants (typed_value groups beside value) are read by
+    Iceberg Spark as the same variants, objects and arrays alike."""
+    source = tmp_path / "shredded"
+    confs = {
+        "spark.sql.variant.writeShredding.enabled": "true",
+        "spark.sql.variant.forceShreddingSchemaForTest": "a int, b string",
+    }
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        spark.sql(
+            f"CREATE TABLE delta.`{source}` (id LONG, v VARIANT) USING delta "
+            "TBLPROPERTIES ('delta.enableVariantShredding' = 'true')"
+        )
+        spark.sql(
+            f"INSERT INTO delta.`{source}` SELECT id, parse_json(CASE WHEN id < 3 "
+            "THEN concat('{\"a\":', id, ',\"b\":\"x', id, '\"}') ELSE '[1, 2]' END) FROM range(5)"
+        )
+    finally:
+        for key in confs:
+            spark.conf.unset(key)
+    files = spark.read.format("delta").load(str(source)).inputFiles()
+    assert "typed_value" in str(pq.read_schema(files[0].removeprefix("file:")))
+    catalog = catalog_for(catalogs.get(SQL_CATALOG))
+    options = ConvertDeltaOptions(source=str(source), target="conv.shredded", format_version=3)
+    assert run_convert(options, catalog).status == "ok"
+    assert_same_rows(spark, f"{SQL_CATALOG}.conv.shredded", source)
