@@ -57,6 +57,22 @@ _PRIMITIVES: Mapping[str, it.IcebergType] = {
 }
 
 
+# Delta types Iceberg has only from v3 on. A variant is stored alike in both formats (a Parquet
+# group of metadata and value binaries, shredded or not); a void column is never written to the
+# files and reads as null, as Iceberg's unknown (always optional, never stored) does.
+_V3_ONLY: Mapping[str, it.IcebergType] = {"variant": it.VARIANT, "void": it.UNKNOWN}
+
+
+def _v3_only(name: str, path: tuple[str, ...], format_version: int) -> it.IcebergType:
+    if format_version < 3:
+        iceberg = _V3_ONLY[name]
+        raise UnsupportedFeatureError(
+            f"Delta column {'.'.join(path)!r} of type {name} needs Iceberg's {iceberg} type, which "
+            f"a v{format_version} table cannot hold: convert with --format-version 3"
+        )
+    return _V3_ONLY[name]
+
+
 @dataclass(frozen=True)
 class MappedSchema:
     schema: it.Schema
@@ -184,10 +200,8 @@ def map_schema(
         t: DeltaType, path: tuple[str, ...], phys: tuple[str, ...], owner: DeltaField | None, nested_key: str
     ) -> tuple[it.IcebergType, list[MappedField]]:
         if isinstance(t, DeltaPrimitive):
-            if t.name in ("variant", "void"):
-                raise UnsupportedFeatureError(
-                    f"Delta column {'.'.join(path)!r} of type {t.name} cannot be converted"
-                )
+            if t.name in _V3_ONLY:
+                return _v3_only(t.name, path, format_version), []
             return _PRIMITIVES[t.name], []
         if isinstance(t, DeltaDecimal):
             return it.DecimalType(t.precision, t.scale), []
@@ -249,7 +263,12 @@ def map_schema(
             doc = f.metadata.get("comment")
             out.append(
                 it.NestedField(
-                    fid, f.name, ftype, required=not f.nullable, doc=None if doc is None else str(doc)
+                    fid,
+                    f.name,
+                    ftype,
+                    # Iceberg's unknown is always optional (spec), whatever the Delta field says.
+                    required=not f.nullable and ftype != it.UNKNOWN,
+                    doc=None if doc is None else str(doc),
                 )
             )
             # Files carry physical names (logical ones without column mapping); list both, unless

@@ -111,6 +111,7 @@ STRING = PrimitiveType("string")
 UUID = PrimitiveType("uuid")
 BINARY = PrimitiveType("binary")
 UNKNOWN = PrimitiveType("unknown")
+VARIANT = PrimitiveType("variant")
 
 
 def is_primitive(t: IcebergType) -> bool:

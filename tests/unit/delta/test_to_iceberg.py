@@ -19,7 +19,8 @@ from tablekeeper.delta.reconcile import Reconciled, reconcile
 from tablekeeper.delta.replay import CommitActions
 from tablekeeper.delta.schema import DeltaStruct, column_mapping, parse_schema_string
 from tablekeeper.delta.segment import LogEntry, oldest_reconstructable
-from tablekeeper.delta.to_iceberg import ids_by_name_path, map_schema
+from tablekeeper.delta.to_iceberg import ids_by_name_path, map_schema, metrics_from_stats
+from tablekeeper.delta.values import parse_stats
 from tablekeeper.errors import CommitConflict, CorruptMetadataError, UnsupportedFeatureError
 from tablekeeper.iceberg import types as it
 from tablekeeper.iceberg.content import POSITION_DELETES, DataFile
@@ -983,3 +984,49 @@ def test_snapshot_timestamp_is_the_source_time_and_metadata_keeps_the_clock(tmp_
     # Without it, the snapshot takes the commit clock.
     plain = committer.commit_snapshot(SnapshotChange("append", added_files=(data(location, 2),)))
     assert plain.snapshot is not None and plain.snapshot.timestamp_ms == int(now * 1000)
+
+
+def test_variant_and_void_map_to_v3_types() -> None:
+    struct = delta_schema(
+        fld("id", "long"),
+        fld("v", "variant"),
+        {**fld("n", "void"), "nullable": False},  # unknown is always optional in Iceberg
+        fld("s", {"type": "struct", "fields": [fld("inner", "variant")]}),
+        fld("vs", {"type": "array", "elementType": "variant", "containsNull": True}),
+    )
+    mapped = map_schema(struct, NO_CM, {}, format_version=3)
+    fields = {f.name: f for f in mapped.schema.fields}
+    assert fields["v"].type == it.VARIANT
+    assert fields["n"].type == it.UNKNOWN and not fields["n"].required
+    assert fields["s"].type == it.StructType((it.NestedField(6, "inner", it.VARIANT),))
+    assert fields["vs"].type == it.ListType(7, it.VARIANT)
+    assert it.type_from_json(it.type_to_json(it.VARIANT)) == it.VARIANT
+
+
+@pytest.mark.parametrize(("type_", "iceberg"), [("variant", "variant"), ("void", "unknown")])
+def test_variant_and_void_on_v2_are_refused_naming_the_fix(type_: str, iceberg: str) -> None:
+    struct = delta_schema(fld("id", "long"), fld("c", type_))
+    with pytest.raises(
+        UnsupportedFeatureError, match=rf"'c' of type {type_} needs Iceberg's {iceberg}.*--format-version 3"
+    ):
+        map_schema(struct, NO_CM, {}, format_version=2)
+
+
+def test_variant_and_unknown_columns_get_null_counts_but_never_bounds() -> None:
+    # Iceberg variant bounds are keyed by shredded path and unknown has no values: a min/max a
+    # writer put in the stats must not become a bound.
+    struct = delta_schema(fld("id", "long"), fld("v", "variant"), fld("n", "void"))
+    mapped = map_schema(struct, NO_CM, {}, format_version=3)
+    stats = parse_stats(
+        json.dumps(
+            {
+                "numRecords": 2,
+                "minValues": {"id": 1, "v": "a", "n": "a"},
+                "maxValues": {"id": 2, "v": "b", "n": "b"},
+                "nullCount": {"id": 0, "v": 1, "n": 2},
+            }
+        )
+    )
+    m = metrics_from_stats(stats, struct, mapped, has_dv=False)
+    assert set(m["lower"]) == set(m["upper"]) == {1}
+    assert m["nulls"] == {1: 0, 2: 1, 3: 2}
