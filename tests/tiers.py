@@ -32,6 +32,7 @@ _INTEROP_FILES: dict[str, str] = {
 }
 _DIRECTORIES: dict[str, str] = {
     "unit": "unit",
+    "corpus": "corpus",
     "interop": "interop",
     "dags": "airflow",
     "cluster": "cluster",

@@ -348,6 +348,7 @@ def test_checksum_is_independent_of_key_order() -> None:
     assert last_checkpoint_checksum(a) == last_checkpoint_checksum(b)
 
 
+@pytest.mark.corpus  # reads ../shared
 def test_real_v2_last_checkpoint_checksum_verifies() -> None:
     data = (DELTA_TABLES / "checkpoint-v2-table" / "_delta_log" / "_last_checkpoint").read_bytes()
     obj = orjson.loads(data)

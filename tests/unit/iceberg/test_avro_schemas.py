@@ -54,6 +54,7 @@ def assert_parses(schema: dict[str, Any]) -> None:
     assert writer_schema["name"] == schema["name"]
 
 
+@pytest.mark.corpus  # reads ../shared/reference
 @pytest.mark.parametrize("version", VERSIONS)
 def test_manifest_entry_matches_java_partitioned(version: int) -> None:
     ours = manifest_entry_avro(version, TAXI_PARTITION)
@@ -61,6 +62,7 @@ def test_manifest_entry_matches_java_partitioned(version: int) -> None:
     assert_parses(ours)
 
 
+@pytest.mark.corpus  # reads ../shared/reference
 @pytest.mark.parametrize("version", VERSIONS)
 def test_manifest_entry_matches_java_unpartitioned(version: int) -> None:
     ours = manifest_entry_avro(version, EMPTY_PARTITION)
@@ -68,6 +70,7 @@ def test_manifest_entry_matches_java_unpartitioned(version: int) -> None:
     assert partition_fields(ours) == []
 
 
+@pytest.mark.corpus  # reads ../shared/reference
 @pytest.mark.parametrize("version", VERSIONS)
 def test_manifest_entry_key_order_matches_java(version: int) -> None:
     # Java's field layout is name, type, doc, default, field-id; dict equality ignores order.
@@ -75,6 +78,7 @@ def test_manifest_entry_key_order_matches_java(version: int) -> None:
     assert ours == json.dumps(reference(f"manifest_entry_v{version}.avsc.json"))
 
 
+@pytest.mark.corpus  # reads ../shared/reference
 @pytest.mark.parametrize("version", VERSIONS)
 def test_manifest_file_matches_java(version: int) -> None:
     ours = manifest_file_avro(version)
@@ -84,6 +88,7 @@ def test_manifest_file_matches_java(version: int) -> None:
     assert_parses(ours)
 
 
+@pytest.mark.corpus  # reads ../shared/reference
 @pytest.mark.parametrize("version", VERSIONS)
 def test_iceberg_schema_of_unpartitioned_entry_matches_java(version: int) -> None:
     ours = iceberg_schema_json(manifest_entry_struct(version, StructType(())))
