@@ -16,7 +16,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tablekeeper.cycles import no_cycle_collection
-from tablekeeper.delta.deletion_vectors import delta_dv_relative_path, read_delta_dv, read_delta_inline_dv
+from tablekeeper.delta.deletion_vectors import (
+    delta_dv_relative_path,
+    read_delta_dv,
+    read_delta_inline_dv,
+    stored_dv_offset,
+)
 from tablekeeper.delta.models import AddFile, DeletionVector
 from tablekeeper.delta.reconcile import absolute_paths, keyed, reconcile
 from tablekeeper.delta.replay import (
@@ -388,7 +393,7 @@ def read_deletion_vector(io: FileIO, root: str, dv: DeletionVector) -> tuple[Roa
     location = dv_location(root, dv)
     if location is None:
         return read_delta_inline_dv(dv.path_or_inline_dv, dv.size_in_bytes, dv.cardinality)
-    offset = dv.offset if dv.offset is not None else 1
+    offset = stored_dv_offset(dv.offset)
     try:
         data = io.read(location)
     except FileNotFound:
