@@ -5,6 +5,7 @@ The pure replay lives in ``tablekeeper.delta``; this module only fetches bytes t
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -506,15 +507,18 @@ def build_data_file(
     *,
     spec_id: int = 0,
     io: FileIO | None = None,
+    zone: dt.tzinfo | None = None,
 ) -> DataFile:
     """The data file from the log's stats; only a file the log has no record count for is opened
-    (through ``io``, or a FileIO for its location)."""
+    (through ``io``, or a FileIO for its location). ``zone``: the writer's, for zone-less
+    timestamp partition values."""
     kwargs: dict[str, Any] = {
         "struct": struct,
         "mapping": mapping,
         "mapped": mapped,
         "partition_columns": partition_columns,
         "spec_id": spec_id,
+        "zone": zone,
     }
     try:
         return data_file(add, **kwargs)

@@ -1,0 +1,112 @@
+"""convert-delta on the driver: zone-less timestamp partition values read in the writer's zone."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tablekeeper.catalog import catalog_for
+from tablekeeper.catalog.config import parse_catalogs
+from tablekeeper.errors import ConfigError
+from tablekeeper.io import FileIO
+from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
+from tablekeeper.tables.iceberg import iter_live_entries
+from tests.unit.tables.test_delta import PROTOCOL, add, metadata, write_log
+
+SCHEMA = json.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+            {"name": "ts", "type": "timestamp", "nullable": True, "metadata": {}},
+        ],
+    }
+)
+# delta-spark with spark.sql.session.timeZone=America/New_York and UTC partition values off,
+# around the 2021-03-14 spring-forward, and one file a newer writer wrote as UTC.
+VALUES = {
+    "a.parquet": "2021-03-14 01:30:00",  # EST: 06:30Z
+    "b.parquet": "2021-03-14 03:30:00",  # EDT: 07:30Z
+    "c.parquet": "2021-07-01T12:00:00.000000Z",
+}
+
+
+def micros(text: str) -> int:
+    return (dt.datetime.fromisoformat(text) - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(
+        microseconds=1
+    )
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    root = tmp_path / "delta"
+    adds = [
+        add(name, pv={"ts": value}, stats=json.dumps({"numRecords": 2})) for name, value in VALUES.items()
+    ]
+    meta = metadata(schemaString=SCHEMA, partitionColumns=["ts"])
+    write_log(root, [[{"commitInfo": {"timestamp": 1}}, PROTOCOL, meta, *adds]])
+    return root
+
+
+def convert(
+    tmp_path: Path, source: Path, target: str, zone: str | None
+) -> tuple[dict[str, Any], dict[str, int]]:
+    conf = "catalogs:\n  c: {type: sql, uri: 'sqlite:///${warehouse}/c.db', warehouse: '${warehouse}'}\n"
+    catalog = catalog_for(parse_catalogs(conf, tmp_path).get("c"))
+    options = ConvertDeltaOptions(str(source), target, verify="metadata", partition_timezone=zone)
+    result = run_convert(options, catalog)
+    meta = catalog.require(target).metadata
+    io = FileIO.for_location(meta.location)
+    entries = iter_live_entries(io, meta, meta.current_snapshot())
+    partitions = {e.data_file.file_path.rsplit("/", 1)[-1]: e.data_file.partition[0] for e in entries}
+    return dict(result.metrics), partitions
+
+
+def test_stated_zone_gives_each_value_its_own_offset(tmp_path: Path, source: Path) -> None:
+    metrics, partitions = convert(tmp_path, source, "db.ny", "America/New_York")
+    assert partitions == {
+        "a.parquet": micros("2021-03-14T06:30:00+00:00"),
+        "b.parquet": micros("2021-03-14T07:30:00+00:00"),
+        "c.parquet": micros("2021-07-01T12:00:00+00:00"),
+    }
+    assert metrics["partition_timezone"] == "America/New_York"
+    assert metrics["partition_timezone_assumed"] is None
+    assert metrics["verified"]["partitions_verified"] == 3
+
+
+def test_without_a_zone_the_result_names_utc_as_assumed(tmp_path: Path, source: Path) -> None:
+    metrics, partitions = convert(tmp_path, source, "db.utc", None)
+    assert partitions["a.parquet"] == micros("2021-03-14T01:30:00+00:00")
+    assert partitions["c.parquet"] == micros("2021-07-01T12:00:00+00:00")
+    assumed = metrics["partition_timezone_assumed"]
+    assert assumed.startswith("UTC: timestamp partition column(s) ts ") and "--partition-timezone" in assumed
+
+
+def test_a_table_whose_values_name_their_zone_assumes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "delta"
+    adds = [add("c.parquet", pv={"ts": VALUES["c.parquet"]}, stats=json.dumps({"numRecords": 2}))]
+    meta = metadata(schemaString=SCHEMA, partitionColumns=["ts"])
+    write_log(root, [[{"commitInfo": {"timestamp": 1}}, PROTOCOL, meta, *adds]])
+    metrics, _ = convert(tmp_path, root, "db.z", None)
+    assert metrics["partition_timezone_assumed"] is None
+
+
+def test_zone_names_are_checked_with_the_options() -> None:
+    with pytest.raises(ConfigError, match="'EST5' is not a time zone name") as info:
+        ConvertDeltaOptions("s", "db.t", partition_timezone="EST5")
+    assert info.value.exit_code == 2
+
+
+def test_catalogs_file_states_a_default_zone_kept_out_of_the_catalog_properties(tmp_path: Path) -> None:
+    text = "catalogs:\n  c: {type: filesystem, warehouse: /w, delta-partition-timezone: Asia/Tokyo}\n"
+    catalog = parse_catalogs(text, tmp_path).get("c")
+    assert catalog.delta_partition_timezone == "Asia/Tokyo"
+    assert "delta-partition-timezone" not in catalog.properties
+    with pytest.raises(
+        ConfigError, match="catalog 'c': delta-partition-timezone: 'Tokio' is not a time zone"
+    ):
+        parse_catalogs(text.replace("Asia/Tokyo", "Tokio"), tmp_path)
