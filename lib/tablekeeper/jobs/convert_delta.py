@@ -57,6 +57,7 @@ from tablekeeper.jobs.convert_versions import (
     commit_version,
     create_target,
     evolve,
+    with_partition_zone,
     zoneless_columns,
 )
 from tablekeeper.jobs.delta_files import target_state
@@ -354,6 +355,8 @@ def run_convert(
     options: ConvertDeltaOptions, catalog: Catalog, spark: SparkSession | None = None
 ) -> JobResult:
     clock = JobClock()
+    existing = _existing(catalog, options.target)
+    options = with_partition_zone(options, existing.metadata if existing is not None else None)
     if options.verify == "rows" and spark is None and not options.dry_run:
         raise ConfigError("--verify rows counts rows through Spark: run it with a Spark session")
     if not options.dry_run:
@@ -445,10 +448,9 @@ Options = ConvertDeltaOptions
 
 
 def run(options: ConvertDeltaOptions, context: JobContext) -> JobResult:
-    if options.partition_timezone is None:
-        # The catalogs file's default for the target's catalog (validated when the file was read).
-        stated = context.catalogs.get(options.catalog).delta_partition_timezone
-        options = replace(options, partition_timezone=stated)
+    # The catalogs file's default for the target's catalog (validated when the file was read).
+    default = context.catalogs.get(options.catalog).delta_partition_timezone
+    options = replace(options, default_partition_timezone=default)
     counting = options.verify == "rows" and not options.dry_run
     spark = context.spark() if counting else context.session_for(options.engine)
     return run_convert(options, context.catalog(options.catalog), spark)

@@ -75,6 +75,9 @@ VERSION_PROPERTY = "tablekeeper.delta.version"
 # The --history a full conversion created the target with: with "all", versions missing below
 # the oldest snapshot were expired (Delta's VACUUM), not skipped.
 HISTORY_PROPERTY = "tablekeeper.delta.history"
+# The writer's zone a target's zone-less timestamp partition values were read in (absent: UTC):
+# fixed by the first conversion, so later runs cannot mix two readings of the same values.
+ZONE_PROPERTY = "tablekeeper.delta.partition-timezone"
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 DISTRIBUTE_ABOVE = 50_000
 
@@ -97,6 +100,8 @@ class ConvertDeltaOptions:
     # The IANA zone of the Spark session that wrote zone-less timestamp partition values (Delta's
     # log does not record it); None: read them as UTC, and say so in the result.
     partition_timezone: str | None = None
+    # The catalogs file's default for it (delta-partition-timezone), for a target not yet converted.
+    default_partition_timezone: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ConvertDeltaOptions:
@@ -123,12 +128,32 @@ class ConvertDeltaOptions:
             raise ConfigError(f"--engine {self.engine!r} is not auto, driver or spark")
         if self.format_version not in (2, 3):
             raise ConfigError(f"--format-version {self.format_version} is not 2 or 3")
-        if self.partition_timezone is not None:
-            writer_zone(self.partition_timezone)
+        for zone in (self.partition_timezone, self.default_partition_timezone):
+            if zone is not None:
+                writer_zone(zone)
 
     @property
     def partition_zone(self) -> dt.tzinfo | None:
         return None if self.partition_timezone is None else writer_zone(self.partition_timezone)
+
+
+def with_partition_zone(options: ConvertDeltaOptions, target: TableMetadata | None) -> ConvertDeltaOptions:
+    """The options with the zone this run reads zone-less timestamp partition values in: a
+    converted target's own (the one its first conversion used, absent: UTC), which a stated zone
+    must match; for a new target the stated zone, else the catalog's default, else none (UTC)."""
+    stated = options.partition_timezone
+    if target is not None and VERSION_PROPERTY in target.properties:
+        recorded = target.properties.get(ZONE_PROPERTY)
+        if stated is not None and stated != recorded:
+            was = f"--partition-timezone {recorded}" if recorded else "no --partition-timezone (UTC)"
+            raise ConfigError(
+                f"target {options.target} was converted with {was}: run with that zone, or convert "
+                f"into a new target to read the partition values in {stated}"
+            )
+        return replace(options, partition_timezone=recorded)
+    if stated is None:
+        return replace(options, partition_timezone=options.default_partition_timezone)
+    return options
 
 
 @dataclass(frozen=True)
@@ -204,6 +229,7 @@ def create_target(
             NAME_MAPPING_PROPERTY: name_mapping_to_json(mapped.name_mapping),
             SOURCE_PROPERTY: plan.root,
             HISTORY_PROPERTY: options.history,
+            **({ZONE_PROPERTY: options.partition_timezone} if options.partition_timezone else {}),
         },
         format_version=plan.format_version,
     )

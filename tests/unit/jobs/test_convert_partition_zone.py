@@ -15,7 +15,7 @@ from tablekeeper.errors import ConfigError
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tablekeeper.tables.iceberg import iter_live_entries
-from tests.unit.tables.test_delta import PROTOCOL, add, metadata, write_log
+from tests.unit.tables.test_delta import PROTOCOL, add, metadata, write_commit, write_log
 
 SCHEMA = json.dumps(
     {
@@ -53,11 +53,11 @@ def source(tmp_path: Path) -> Path:
 
 
 def convert(
-    tmp_path: Path, source: Path, target: str, zone: str | None
+    tmp_path: Path, source: Path, target: str, zone: str | None, **more: Any
 ) -> tuple[dict[str, Any], dict[str, int]]:
     conf = "catalogs:\n  c: {type: sql, uri: 'sqlite:///${warehouse}/c.db', warehouse: '${warehouse}'}\n"
     catalog = catalog_for(parse_catalogs(conf, tmp_path).get("c"))
-    options = ConvertDeltaOptions(str(source), target, verify="metadata", partition_timezone=zone)
+    options = ConvertDeltaOptions(str(source), target, verify="metadata", partition_timezone=zone, **more)
     result = run_convert(options, catalog)
     meta = catalog.require(target).metadata
     io = FileIO.for_location(meta.location)
@@ -110,3 +110,25 @@ def test_catalogs_file_states_a_default_zone_kept_out_of_the_catalog_properties(
         ConfigError, match="catalog 'c': delta-partition-timezone: 'Tokio' is not a time zone"
     ):
         parse_catalogs(text.replace("Asia/Tokyo", "Tokio"), tmp_path)
+
+
+def test_the_first_conversions_zone_is_kept_by_later_runs(tmp_path: Path, source: Path) -> None:
+    convert(tmp_path, source, "db.inc", "America/New_York")
+    write_commit(source, 1, [add("d.parquet", pv={"ts": "2021-11-07 01:30:00"}, stats='{"numRecords": 1}')])
+    # Not stated again (nor by a catalog default): the target's own zone reads the new version.
+    metrics, partitions = convert(
+        tmp_path, source, "db.inc", None, mode="incremental", default_partition_timezone="Asia/Tokyo"
+    )
+    assert partitions["d.parquet"] == micros("2021-11-07T05:30:00+00:00")  # EDT, the earlier
+    assert metrics["partition_timezone"] == "America/New_York"
+    write_commit(source, 2, [add("e.parquet", pv={"ts": "2021-12-01 00:00:00"}, stats='{"numRecords": 1}')])
+    with pytest.raises(ConfigError, match="was converted with --partition-timezone America/New_York") as info:
+        convert(tmp_path, source, "db.inc", "UTC", mode="incremental")
+    assert info.value.exit_code == 2
+
+
+def test_a_target_converted_as_utc_refuses_another_zone_later(tmp_path: Path, source: Path) -> None:
+    convert(tmp_path, source, "db.was_utc", None)
+    write_commit(source, 1, [add("d.parquet", pv={"ts": "2021-12-01 00:00:00"}, stats='{"numRecords": 1}')])
+    with pytest.raises(ConfigError, match=r"no --partition-timezone \(UTC\)"):
+        convert(tmp_path, source, "db.was_utc", "America/New_York", mode="incremental")
