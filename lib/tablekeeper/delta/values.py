@@ -100,12 +100,6 @@ def parse_timestamp(text: str, *, with_zone: bool, zone: dt.tzinfo | None = None
         raise CorruptMetadataError(f"{text!r} is not a timestamp Delta writes ({err})") from err
 
 
-def has_zone(text: str) -> bool:
-    """Whether a timestamp's text names its zone (``Z`` or an offset)."""
-    match = _TS.match(text.strip())
-    return match is not None and match["tz"] is not None
-
-
 # The end of a value that names its zone, as ``_TS`` reads one.
 _ZONE_SUFFIX = r"(Z|[+-]\d{2}(:?\d{2}(:?\d{2})?)?)\s*$"
 
