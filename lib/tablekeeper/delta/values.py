@@ -4,7 +4,7 @@ Values follow ``tablekeeper.iceberg.conversions``: dates as days, timestamps as 
 the epoch (UTC for Delta ``timestamp``), decimals as ``Decimal``, binary as ``bytes``.
 
 A ``timestamp`` partition value without a zone (``2021-01-01 00:00:00``, what delta-spark writes
-unless ``spark.databricks.delta.write.utcTimestampPartitionValues`` is on) is a wall time in the
+with ``spark.databricks.delta.write.utcTimestampPartitionValues`` off) is a wall time in the
 zone of the session that wrote it, which the log does not record: the caller states it (``zone``),
 else it is read as UTC.
 """
