@@ -11,7 +11,10 @@ import pytest
 
 from tablekeeper.catalog import catalog_for
 from tablekeeper.catalog.config import parse_catalogs
+from tablekeeper.delta.deletion_vectors import z85_encode
 from tablekeeper.errors import ConfigError
+from tablekeeper.iceberg.puffin import DV_MAGIC
+from tablekeeper.iceberg.roaring import RoaringBitmap64
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tablekeeper.tables.iceberg import iter_live_entries
@@ -132,3 +135,23 @@ def test_a_target_converted_as_utc_refuses_another_zone_later(tmp_path: Path, so
     write_commit(source, 1, [add("d.parquet", pv={"ts": "2021-12-01 00:00:00"}, stats='{"numRecords": 1}')])
     with pytest.raises(ConfigError, match=r"no --partition-timezone \(UTC\)"):
         convert(tmp_path, source, "db.was_utc", "America/New_York", mode="incremental")
+
+
+def test_the_per_file_path_reads_the_same_zone(tmp_path: Path) -> None:
+    """A file with a deletion vector takes the per-file builder (and its delete file the same
+    partition): the zone reaches it too."""
+    bitmap = DV_MAGIC + RoaringBitmap64([0]).serialize()
+    inline = {
+        "storageType": "i",
+        "pathOrInlineDv": z85_encode(bitmap + bytes(-len(bitmap) % 4)),
+        "sizeInBytes": len(bitmap),
+        "cardinality": 1,
+    }
+    root = tmp_path / "delta"
+    stats = json.dumps({"numRecords": 2})
+    adds = [add("a.parquet", pv={"ts": VALUES["a.parquet"]}, stats=stats, deletionVector=inline)]
+    meta = metadata(schemaString=SCHEMA, partitionColumns=["ts"])
+    write_log(root, [[{"commitInfo": {"timestamp": 1}}, PROTOCOL, meta, *adds]])
+    metrics, partitions = convert(tmp_path, root, "db.dv", "America/New_York")
+    assert metrics["delete_files"] == 1 and metrics["verified"]["partitions_verified"] == 1
+    assert set(partitions.values()) == {micros("2021-03-14T06:30:00+00:00")}  # data and delete file
