@@ -10,6 +10,7 @@ executors' tasks.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -57,10 +58,16 @@ def delta_file_rows(io: FileIO, add: AddFile) -> int:
 
 
 def delta_partition(
-    add: AddFile, spec_id: int, struct: DeltaStruct, mapping: ColumnMapping, columns: tuple[str, ...]
+    add: AddFile,
+    spec_id: int,
+    struct: DeltaStruct,
+    mapping: ColumnMapping,
+    columns: tuple[str, ...],
+    zone: dt.tzinfo | None = None,
 ) -> tuple[PartitionKey, tuple[Any, ...]]:
-    """The file's count key and its partition values (for messages)."""
-    values = partition_tuple(add, struct, mapping, columns)
+    """The file's count key and its partition values (for messages); ``zone``: the writer's, as
+    the conversion read zone-less timestamp values."""
+    values = partition_tuple(add, struct, mapping, columns, zone)
     return (spec_id, partition_key(values)), values
 
 

@@ -17,6 +17,8 @@ from tablekeeper.settings import CATALOGS_FILE, conf_dir, default_warehouse, exp
 CatalogType = Literal["sql", "filesystem", "rest"]
 CATALOG_TYPES: tuple[CatalogType, ...] = ("sql", "filesystem", "rest")
 DEFAULT_LEDGER_TABLE = "tablekeeper.runs"
+# A catalog's default for convert-delta --partition-timezone (tablekeeper's own: never passed to Spark).
+PARTITION_TIMEZONE_KEY = "delta-partition-timezone"
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class CatalogConfig:
     # catalogs (https://host/api/catalog); None for filesystem catalogs.
     uri: str | None = None
     properties: Mapping[str, str] = field(default_factory=dict, hash=False, repr=False)
+    # The zone Delta tables converted into this catalog wrote zone-less timestamp partition values in.
+    delta_partition_timezone: str | None = None
 
     @property
     def storage(self) -> dict[str, str]:
@@ -107,9 +111,24 @@ def parse_catalogs(text: str, warehouse: Path, source: str = CATALOGS_FILE) -> C
             raise ConfigError(
                 f"{source}: rest catalog {name!r} needs a 'uri' such as https://host/api/catalog"
             )
+        zone = props.pop(PARTITION_TIMEZONE_KEY, None)
+        if zone is not None:
+            from tablekeeper.delta.values import writer_zone  # only a file that sets one pays for it
+
+            try:
+                writer_zone(zone)
+            except ConfigError as err:
+                raise ConfigError(
+                    f"{source}: catalog {name!r}: {PARTITION_TIMEZONE_KEY}: {err.message}"
+                ) from None
         register_secrets(props)
         catalogs[str(name)] = CatalogConfig(
-            name=str(name), type=ctype, warehouse=wh, uri=uri, properties=props
+            name=str(name),
+            type=ctype,
+            warehouse=wh,
+            uri=uri,
+            properties=props,
+            delta_partition_timezone=zone,
         )
     default = str(doc.get("default") or next(iter([*catalogs, *unusable]), ""))
     if (catalogs or unusable) and default not in catalogs and default not in unusable:

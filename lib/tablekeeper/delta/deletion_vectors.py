@@ -21,6 +21,9 @@ _DELTA_DV_FILE_VERSION: Final = 1
 _Z85_ALPHABET: Final = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
 _Z85_DIGITS: Final = {char: index for index, char in enumerate(_Z85_ALPHABET)}
 _Z85_UUID_CHARS: Final = 20
+# The descriptor's offset where it has none: the protocol says 0 for stored (non-inline) DVs, as
+# delta-spark and delta-kernel read it.
+ABSENT_OFFSET: Final = 0
 
 
 def dv_from_delta_bytes(bitmap_data: bytes | bytearray | memoryview) -> tuple[RoaringBitmap64, bytes]:
@@ -59,7 +62,10 @@ def read_delta_dv(
             f"Delta deletion vector file version {data[0]} is not supported (expected 1)"
         )
     if offset < 1:
-        raise CorruptMetadataError(f"Delta deletion vector offset {offset} points at the file's version byte")
+        raise CorruptMetadataError(
+            f"Delta deletion vector offset {offset} points at the file's version byte"
+            + (" (a descriptor without offset is read at 0, as the protocol says)" if offset == 0 else "")
+        )
     if size_in_bytes < 12:
         # Magic plus the uint64 bitmap count is the smallest possible (empty) vector.
         raise CorruptMetadataError(
@@ -88,8 +94,17 @@ def _check_cardinality(bitmap: RoaringBitmap64, expected: int | None) -> None:
         )
 
 
+def stored_dv_offset(offset: int | None) -> int:
+    """Where a stored (``u``/``p``) DV starts in its file: the descriptor's offset, else 0."""
+    return ABSENT_OFFSET if offset is None else offset
+
+
 def z85_decode(text: str) -> bytes:
-    """ZeroMQ Z85: each 5 characters are one big-endian uint32 in base 85."""
+    """ZeroMQ Z85: each 5 characters are one big-endian uint32 in base 85.
+
+    A group whose value passes 32 bits (text no Z85 encoder writes) keeps its low 32 bits, as
+    delta-spark's and delta-kernel's Base85 codecs decode it (they store the sum as an int), so
+    a descriptor reads here as the reference readers read it."""
     if len(text) % 5:
         raise CorruptMetadataError(f"Z85 text length {len(text)} is not a multiple of 5")
     out = bytearray()
@@ -100,9 +115,7 @@ def z85_decode(text: str) -> bytes:
             if digit is None:
                 raise CorruptMetadataError(f"Z85 text has invalid character {text[position]!r} at {position}")
             value = value * 85 + digit
-        if value > 0xFFFFFFFF:
-            raise CorruptMetadataError(f"Z85 group {text[group : group + 5]!r} overflows 32 bits")
-        out += _BE_U32.pack(value)
+        out += _BE_U32.pack(value & 0xFFFFFFFF)
     return bytes(out)
 
 

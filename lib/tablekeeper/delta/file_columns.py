@@ -12,6 +12,7 @@ unreadable, no record count, a decimal column) returns ``None``: the caller then
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -169,7 +170,11 @@ def _bounds(c: MetricColumn, values: pa.Array, lower: bool) -> pa.Array:
 
 
 def _partitions(
-    adds: pa.Table, struct: DeltaStruct, mapping: ColumnMapping, partition_columns: tuple[str, ...]
+    adds: pa.Table,
+    struct: DeltaStruct,
+    mapping: ColumnMapping,
+    partition_columns: tuple[str, ...],
+    zone: dt.tzinfo | None,
 ) -> tuple[tuple[tuple[Any, ...], ...], np.ndarray]:
     n = adds.num_rows
     plan = partition_plan(struct, mapping, partition_columns)
@@ -182,7 +187,7 @@ def _partitions(
     for name, t in plan:
         values = pc.map_lookup(pv, pa.scalar(name), "last") if pv is not None else pa.nulls(n, pa.string())
         distinct = pc.unique(values)
-        distinct_values.append([parse_partition_value(t, v) for v in distinct.to_pylist()])
+        distinct_values.append([parse_partition_value(t, v, zone=zone) for v in distinct.to_pylist()])
         index = np.asarray(pc.index_in(values, value_set=distinct).to_numpy(zero_copy_only=False), np.int64)
         if len(distinct) and key.max(initial=0) > (2**62) // len(distinct):
             raise _Fallback("too many partitions to key")
@@ -204,11 +209,12 @@ def added_files(
     mapping: ColumnMapping,
     mapped: MappedSchema,
     partition_columns: tuple[str, ...],
+    zone: dt.tzinfo | None = None,
 ) -> ec.AddedFiles | None:
     """The adds (live-file rows of a Delta state) as Iceberg data files, or ``None`` when one of
-    them needs the per-file path."""
+    them needs the per-file path. ``zone``: the writer's, for zone-less timestamp partition values."""
     try:
-        return _added_files(adds, struct, mapping, mapped, partition_columns)
+        return _added_files(adds, struct, mapping, mapped, partition_columns, zone)
     except _Fallback as why:
         log.debug("data files built one at a time: %s", why)
     except pa.ArrowException as err:
@@ -223,6 +229,7 @@ def _added_files(
     mapping: ColumnMapping,
     mapped: MappedSchema,
     partition_columns: tuple[str, ...],
+    zone: dt.tzinfo | None,
 ) -> ec.AddedFiles:
     n = adds.num_rows
     if n == 0:
@@ -254,7 +261,7 @@ def _added_files(
             # Without tight bounds Delta's null counts may be low: only a zero stays exact.
             keep = pc.fill_null(pc.and_(pc.is_valid(nc), pc.or_(tight, pc.equal(nc, 0))), False)
             nulls.append(ec.MetricColumn(c.field_id, pc.if_else(keep, nc, pa.scalar(None, pa.int64()))))
-    partitions, index = _partitions(adds, struct, mapping, partition_columns)
+    partitions, index = _partitions(adds, struct, mapping, partition_columns, zone)
 
     def present(cols: list[ec.MetricColumn]) -> tuple[ec.MetricColumn, ...]:
         return tuple(c for c in cols if c.values.null_count < n)

@@ -7,11 +7,14 @@ otherwise fresh ids, assigned depth-first. Delta partition columns become identi
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from struct import Struct
 from typing import Any
+
+import pyarrow as pa
 
 from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.schema import (
@@ -32,6 +35,7 @@ from tablekeeper.delta.values import (
     parse_stats,
     stats_value,
     timestamp_upper_bound,
+    zoneless_timestamp_columns,
 )
 from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
 from tablekeeper.iceberg import types as it
@@ -342,11 +346,30 @@ def partition_plan(
 
 
 def partition_tuple(
-    add: AddFile, struct: DeltaStruct, mapping: ColumnMapping, partition_columns: tuple[str, ...]
+    add: AddFile,
+    struct: DeltaStruct,
+    mapping: ColumnMapping,
+    partition_columns: tuple[str, ...],
+    zone: dt.tzinfo | None = None,
 ) -> tuple[Any, ...]:
+    """``zone``: the writer's, for zone-less ``timestamp`` values (``values.parse_partition_value``)."""
     values = add.partition_values
     plan = partition_plan(struct, mapping, partition_columns)
-    return tuple(parse_partition_value(t, values.get(key)) for key, t in plan)
+    return tuple(parse_partition_value(t, values.get(key), zone=zone) for key, t in plan)
+
+
+def zoneless_partition_columns(
+    partition_values: pa.Array | pa.ChunkedArray,
+    struct: DeltaStruct,
+    mapping: ColumnMapping,
+    partition_columns: tuple[str, ...],
+) -> tuple[str, ...]:
+    """The ``timestamp`` partition columns (logical names) holding a value without a zone in
+    ``partition_values`` (the live-files map column): read in the writer's zone, which the log
+    does not record."""
+    plan = partition_plan(struct, mapping, partition_columns)
+    keys = set(zoneless_timestamp_columns(partition_values, plan))
+    return tuple(name for name, (key, _) in zip(partition_columns, plan, strict=True) if key in keys)
 
 
 _PACK_I32 = Struct("<i").pack
@@ -540,6 +563,7 @@ def data_file(
     partition_columns: tuple[str, ...],
     record_count: int | None = None,
     spec_id: int = 0,
+    zone: dt.tzinfo | None = None,
 ) -> DataFile:
     _, decimals = metric_plan(struct, mapped)
     stats = parse_stats(add.stats, exact_decimals=decimals)
@@ -551,7 +575,7 @@ def data_file(
         content=DATA,
         file_path=add.absolute_path,
         file_format="PARQUET",
-        partition=partition_tuple(add, struct, mapping, partition_columns),
+        partition=partition_tuple(add, struct, mapping, partition_columns, zone),
         record_count=count,
         file_size_in_bytes=add.size,
         null_value_counts=m["nulls"] or None,

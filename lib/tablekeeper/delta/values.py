@@ -2,6 +2,11 @@
 
 Values follow ``tablekeeper.iceberg.conversions``: dates as days, timestamps as microseconds since
 the epoch (UTC for Delta ``timestamp``), decimals as ``Decimal``, binary as ``bytes``.
+
+A ``timestamp`` partition value without a zone (``2021-01-01 00:00:00``, what delta-spark writes
+with ``spark.databricks.delta.write.utcTimestampPartitionValues`` off) is a wall time in the
+zone of the session that wrote it, which the log does not record: the caller states it (``zone``),
+else it is read as UTC.
 """
 
 from __future__ import annotations
@@ -14,8 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from tablekeeper.delta.schema import (
     ColumnMapping,
@@ -25,10 +33,11 @@ from tablekeeper.delta.schema import (
     DeltaStruct,
     DeltaType,
 )
-from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
+from tablekeeper.errors import ConfigError, CorruptMetadataError, UnsupportedFeatureError
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _EPOCH_DATE = dt.date(1970, 1, 1)
+_EPOCH_WALL = dt.datetime(1970, 1, 1)
 _TS = re.compile(
     r"^(?P<date>\d{4,}-\d{2}-\d{2})[ T](?P<h>\d{2}):(?P<m>\d{2})(?::(?P<s>\d{2})(?:\.(?P<f>\d{1,9}))?)?"
     r"(?P<tz>Z|[+-]\d{2}(?::?\d{2}(?::?\d{2})?)?)?$"
@@ -53,19 +62,68 @@ def _offset_micros(tz: str | None) -> int:
     return sign * ((hours * 60 + minutes) * 60 + seconds) * 1_000_000
 
 
-def parse_timestamp(text: str, *, with_zone: bool, default_offset_micros: int = 0) -> int:
-    """Micros since the epoch; zone-less text of a ``timestamp`` column is in the writer's zone."""
+def writer_zone(name: str) -> dt.tzinfo:
+    """The zone a Delta writer's session ran in, by its IANA name (``America/New_York``, ``UTC``)."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(
+            f"{name!r} is not a time zone name: give an IANA zone such as America/New_York or UTC"
+        ) from None
+
+
+def _zone_offset_micros(local_micros: int, zone: dt.tzinfo) -> int:
+    """The zone's UTC offset at that wall time (its own, across DST). A wall time that occurs
+    twice takes the earlier instant, one the clocks skipped is read with the offset before the
+    jump: both as Java's ``ZonedDateTime`` resolves them, which Spark parses Delta's values with."""
+    wall = _EPOCH_WALL + dt.timedelta(microseconds=local_micros)
+    offset = wall.replace(tzinfo=zone).utcoffset()
+    assert offset is not None
+    return (offset.days * 86_400 + offset.seconds) * 1_000_000 + offset.microseconds
+
+
+def parse_timestamp(text: str, *, with_zone: bool, zone: dt.tzinfo | None = None) -> int:
+    """Micros since the epoch; zone-less text of a ``timestamp`` column is a wall time in the
+    writer's ``zone`` (UTC when None)."""
     match = _TS.match(text.strip())
     if match is None:
         raise CorruptMetadataError(f"{text!r} is not a timestamp Delta writes")
     try:
         local = _micros(match["date"], match["h"], match["m"], match["s"], match["f"])
-    except ValueError as err:
+        if not with_zone:
+            return local
+        tz = match["tz"]
+        if tz:
+            return local - _offset_micros(tz)
+        return local - (_zone_offset_micros(local, zone) if zone is not None else 0)
+    except (ValueError, OverflowError) as err:
         raise CorruptMetadataError(f"{text!r} is not a timestamp Delta writes ({err})") from err
-    if not with_zone:
-        return local
-    tz = match["tz"]
-    return local - (_offset_micros(tz) if tz else default_offset_micros)
+
+
+# The end of a value that names its zone, as ``_TS`` reads one.
+_ZONE_SUFFIX = r"(Z|[+-]\d{2}(:?\d{2}(:?\d{2})?)?)\s*$"
+
+
+def zoneless_timestamp_columns(
+    partition_values: pa.Array | pa.ChunkedArray, plan: tuple[tuple[str, DeltaType], ...]
+) -> tuple[str, ...]:
+    """The partitionValues keys of ``timestamp`` columns (``plan``: key and type per partition
+    column) that hold a value without a zone in these files' ``partition_values`` (a map column)."""
+    keys = [key for key, t in plan if isinstance(t, DeltaPrimitive) and t.name == "timestamp"]
+    if not keys or len(partition_values) == 0:
+        return ()
+    values = (
+        partition_values.combine_chunks()
+        if isinstance(partition_values, pa.ChunkedArray)
+        else partition_values
+    )
+    found = []
+    for key in keys:
+        texts = pc.map_lookup(values, pa.scalar(key), "last")
+        texts = texts.filter(pc.and_(pc.is_valid(texts), pc.not_equal(texts, "")))
+        if len(texts) and not pc.all(pc.match_substring_regex(texts, _ZONE_SUFFIX)).as_py():
+            found.append(key)
+    return tuple(found)
 
 
 _DECIMAL_CONTEXT = Context(prec=80)
@@ -85,8 +143,9 @@ def _decimal(raw: Any, t: DeltaDecimal) -> Decimal | None:
     return quantized if len(quantized.as_tuple().digits) <= t.precision else None
 
 
-def parse_partition_value(t: DeltaType, raw: str | None, *, default_offset_micros: int = 0) -> Any:
-    """A partitionValues string as a typed value; empty string and null are both null."""
+def parse_partition_value(t: DeltaType, raw: str | None, *, zone: dt.tzinfo | None = None) -> Any:
+    """A partitionValues string as a typed value; empty string and null are both null. ``zone``:
+    the writer's, for ``timestamp`` values written without one (UTC when None)."""
     if raw is None or raw == "":
         return None
     if isinstance(t, DeltaDecimal):
@@ -111,7 +170,7 @@ def parse_partition_value(t: DeltaType, raw: str | None, *, default_offset_micro
         if name == "date":
             return (dt.date.fromisoformat(raw) - _EPOCH_DATE).days
         if name == "timestamp":
-            return parse_timestamp(raw, with_zone=True, default_offset_micros=default_offset_micros)
+            return parse_timestamp(raw, with_zone=True, zone=zone)
         if name == "timestamp_ntz":
             return parse_timestamp(raw, with_zone=False)
         if name == "binary":

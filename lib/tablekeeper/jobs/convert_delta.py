@@ -18,6 +18,7 @@ import argparse
 import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -51,10 +52,13 @@ from tablekeeper.jobs.convert_versions import (
     ConvertDeltaOptions,
     ConvertPlan,
     Totals,
+    assumed_zone,
     columns,
     commit_version,
     create_target,
     evolve,
+    with_partition_zone,
+    zoneless_columns,
 )
 from tablekeeper.jobs.delta_files import target_state
 from tablekeeper.jobs.engines import delta_replay, replays_on_spark
@@ -270,7 +274,11 @@ def _convert(
     totals = Totals()
     latest: DeltaSnapshot | None = None
     size: int | None = None
-    verifier = Verifier(FileIO.for_location(plan.root), options.verify) if options.verify != "off" else None
+    verifier = (
+        Verifier(FileIO.for_location(plan.root), options.verify, zone=options.partition_zone)
+        if options.verify != "off"
+        else None
+    )
     if _distributed_full(plan, options, spark):
         assert spark is not None
         size = convert_on_executors(plan, options, catalog, spark, totals, token, verifier)
@@ -317,6 +325,8 @@ def _convert(
         "manifest_writer": "executors" if totals.executors_used else "driver",
         "verified": verifier.metrics() if verifier is not None else None,
         "row_lineage": totals.lineage.metrics() if totals.lineage is not None else None,
+        "partition_timezone": options.partition_timezone,
+        "partition_timezone_assumed": assumed_zone(totals.zoneless),
     }
     return metrics, latest
 
@@ -345,6 +355,8 @@ def run_convert(
     options: ConvertDeltaOptions, catalog: Catalog, spark: SparkSession | None = None
 ) -> JobResult:
     clock = JobClock()
+    existing = _existing(catalog, options.target)
+    options = with_partition_zone(options, existing.metadata if existing is not None else None)
     if options.verify == "rows" and spark is None and not options.dry_run:
         raise ConfigError("--verify rows counts rows through Spark: run it with a Spark session")
     if not options.dry_run:
@@ -358,8 +370,11 @@ def run_convert(
         "resync": plan.resync,
         "note": plan.note,
         "format_version": plan.format_version,
+        "partition_timezone": options.partition_timezone,
     }
     snap = load_snapshot(plan.root, version=plan.latest_version)
+    if options.partition_timezone is None:
+        metrics["partition_timezone_assumed"] = assumed_zone(zoneless_columns(snap, snap.files))
     if catalog.table_exists(options.target):
         metrics["would_expire_for_vacuum"] = vacuum_exposed(
             catalog.require(options.target), plan.latest_version, snap, int(time.time() * 1000)
@@ -418,6 +433,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="check every converted version before publishing: live rows per partition from both "
         "sides' metadata (--verify or --verify metadata), also counted through Spark (rows)",
     )
+    parser.add_argument(
+        "--partition-timezone",
+        metavar="ZONE",
+        help="IANA zone (e.g. America/New_York) of the Spark session that wrote the table's "
+        "timestamp partition values without a zone; default: the catalog's "
+        "delta-partition-timezone, else UTC (the result says when it was assumed)",
+    )
     add_run_arguments(parser)
 
 
@@ -426,6 +448,9 @@ Options = ConvertDeltaOptions
 
 
 def run(options: ConvertDeltaOptions, context: JobContext) -> JobResult:
+    # The catalogs file's default for the target's catalog (validated when the file was read).
+    default = context.catalogs.get(options.catalog).delta_partition_timezone
+    options = replace(options, default_partition_timezone=default)
     counting = options.verify == "rows" and not options.dry_run
     spark = context.spark() if counting else context.session_for(options.engine)
     return run_convert(options, context.catalog(options.catalog), spark)

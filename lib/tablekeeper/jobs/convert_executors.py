@@ -82,6 +82,7 @@ def convert_on_executors(
         snapshot_id=snapshot_id,
         commit_uuid=commit_uuid,
         verify=verifier is not None,
+        zone=options.partition_zone,
     )
     lineage = plan_lineage(
         snap, meta.properties, bool(meta.snapshots), meta.format_version, files_known=False
@@ -124,6 +125,7 @@ def convert_on_executors(
         table_io.delete_many(staged())
         raise
     totals.lineage = lineage
+    totals.zoneless.update(written.zoneless)
     manifests, counts, with_dv = written.manifests, written.delta, written.with_dv
     deletes = delete_files(with_dv, plan.root, io, meta.location, meta.format_version, f"{token}-")
     change = version_change(

@@ -13,6 +13,7 @@ the version and the partition.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ class Verifier:
 
     io: FileIO
     mode: str = "metadata"
+    zone: dt.tzinfo | None = None  # the writer's, for zone-less timestamp partition values
     delta_rows: dict[str, int] = field(default_factory=dict)
     manifests: dict[str, Counts] = field(default_factory=dict)
     names: dict[PartitionKey, tuple[Any, ...]] = field(default_factory=dict)
@@ -65,7 +67,7 @@ class Verifier:
         out: Counts = {}
         struct, mapping, columns = snap.schema, snap.column_mapping, snap.partition_columns
         for add in snap.add_files():
-            key, values = delta_partition(add, spec_id, struct, mapping, columns)
+            key, values = delta_partition(add, spec_id, struct, mapping, columns, self.zone)
             self.names.setdefault(key, values)
             rows = self.delta_rows.get(add.absolute_path)
             if rows is None:

@@ -9,11 +9,12 @@ position delete files.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,13 @@ from tablekeeper.delta.diff import FileDiff
 from tablekeeper.delta.file_columns import added_files
 from tablekeeper.delta.segment import LogEntry, LogSegment
 from tablekeeper.delta.snapshot import DeltaSnapshot
-from tablekeeper.delta.to_iceberg import MappedSchema, map_schema, partition_spec
+from tablekeeper.delta.to_iceberg import (
+    MappedSchema,
+    map_schema,
+    partition_spec,
+    zoneless_partition_columns,
+)
+from tablekeeper.delta.values import writer_zone
 from tablekeeper.errors import (
     CommitStateUnknown,
     ConfigError,
@@ -68,6 +75,9 @@ VERSION_PROPERTY = "tablekeeper.delta.version"
 # The --history a full conversion created the target with: with "all", versions missing below
 # the oldest snapshot were expired (Delta's VACUUM), not skipped.
 HISTORY_PROPERTY = "tablekeeper.delta.history"
+# The writer's zone a target's zone-less timestamp partition values were read in (absent: UTC):
+# fixed by the first conversion, so later runs cannot mix two readings of the same values.
+ZONE_PROPERTY = "tablekeeper.delta.partition-timezone"
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 DISTRIBUTE_ABOVE = 50_000
 
@@ -87,6 +97,11 @@ class ConvertDeltaOptions:
     # (also counted through Spark on both sides).
     verify: str = "off"
     catalog: str | None = None
+    # The IANA zone of the Spark session that wrote zone-less timestamp partition values (Delta's
+    # log does not record it); None: read them as UTC, and say so in the result.
+    partition_timezone: str | None = None
+    # The catalogs file's default for it (delta-partition-timezone), for a target not yet converted.
+    default_partition_timezone: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ConvertDeltaOptions:
@@ -100,6 +115,7 @@ class ConvertDeltaOptions:
             engine=args.engine,
             verify=args.verify,
             catalog=args.catalog,
+            partition_timezone=getattr(args, "partition_timezone", None),
         )
 
     def __post_init__(self) -> None:
@@ -112,6 +128,32 @@ class ConvertDeltaOptions:
             raise ConfigError(f"--engine {self.engine!r} is not auto, driver or spark")
         if self.format_version not in (2, 3):
             raise ConfigError(f"--format-version {self.format_version} is not 2 or 3")
+        for zone in (self.partition_timezone, self.default_partition_timezone):
+            if zone is not None:
+                writer_zone(zone)
+
+    @property
+    def partition_zone(self) -> dt.tzinfo | None:
+        return None if self.partition_timezone is None else writer_zone(self.partition_timezone)
+
+
+def with_partition_zone(options: ConvertDeltaOptions, target: TableMetadata | None) -> ConvertDeltaOptions:
+    """The options with the zone this run reads zone-less timestamp partition values in: a
+    converted target's own (the one its first conversion used, absent: UTC), which a stated zone
+    must match; for a new target the stated zone, else the catalog's default, else none (UTC)."""
+    stated = options.partition_timezone
+    if target is not None and VERSION_PROPERTY in target.properties:
+        recorded = target.properties.get(ZONE_PROPERTY)
+        if stated is not None and stated != recorded:
+            was = f"--partition-timezone {recorded}" if recorded else "no --partition-timezone (UTC)"
+            raise ConfigError(
+                f"target {options.target} was converted with {was}: run with that zone, or convert "
+                f"into a new target to read the partition values in {stated}"
+            )
+        return replace(options, partition_timezone=recorded)
+    if stated is None:
+        return replace(options, partition_timezone=options.default_partition_timezone)
+    return options
 
 
 @dataclass(frozen=True)
@@ -187,6 +229,7 @@ def create_target(
             NAME_MAPPING_PROPERTY: name_mapping_to_json(mapped.name_mapping),
             SOURCE_PROPERTY: plan.root,
             HISTORY_PROPERTY: options.history,
+            **({ZONE_PROPERTY: options.partition_timezone} if options.partition_timezone else {}),
         },
         format_version=plan.format_version,
     )
@@ -207,6 +250,8 @@ class Totals:
     executors_used: bool = False
     last_snapshot_id: int | None = None
     lineage: Lineage | None = None  # the last version's
+    # Timestamp partition columns with zone-less values read as UTC because no zone was stated.
+    zoneless: set[str] = field(default_factory=set)
 
 
 def version_change(
@@ -292,8 +337,13 @@ def commit_version(
     mapped, preview = evolve(meta, snap, now)
     io = FileIO.for_location(snap.root)
     lineage = plan_lineage(snap, meta.properties, bool(meta.snapshots), meta.format_version)
+    zone = options.partition_zone
+    if zone is None:
+        totals.zoneless.update(zoneless_columns(snap, diff.added_rows))
     if not diff.dv_changed and (lineage is None or not lineage.carry):
-        files = added_files(diff.added_rows, snap.schema, snap.column_mapping, mapped, snap.partition_columns)
+        files = added_files(
+            diff.added_rows, snap.schema, snap.column_mapping, mapped, snap.partition_columns, zone
+        )
         if files is not None:
             done = _commit_columns(
                 snap, diff, files, lineage, catalog, options.target, token, (meta, preview), now
@@ -303,7 +353,7 @@ def commit_version(
                 totals.manifests += done[1]
                 _counted(totals, snap, diff, files.num_files, 0, done[0])
                 return
-    added = data_files(diff.added, snap, mapped, preview.default_spec_id, io)
+    added = data_files(diff.added, snap, mapped, preview.default_spec_id, io, zone)
     lineage = check_files(lineage, io, snap.root, entries, diff.added)
     own_sequence_numbers: dict[str, int] = {}
     if lineage is not None and lineage.carry:
@@ -314,7 +364,7 @@ def commit_version(
         }
     totals.lineage = lineage
     changed = data_files(
-        [a for a in diff.dv_changed if a.deletion_vector], snap, mapped, preview.default_spec_id, io
+        [a for a in diff.dv_changed if a.deletion_vector], snap, mapped, preview.default_spec_id, io, zone
     )
     with_dv = [
         *zip(diff.added, added, strict=True),
@@ -430,6 +480,27 @@ def _commit_columns(
     )
     result = Committer(catalog, target, file_prefix=token).commit_snapshot(change, snapshot_id=snapshot_id)
     return (result.snapshot.snapshot_id if result.snapshot else snapshot_id), len(written)
+
+
+def zoneless_columns(snap: DeltaSnapshot, files: pa.Table) -> tuple[str, ...]:
+    """The timestamp partition columns (logical names) with zone-less values among ``files``."""
+    if "partition_values" not in files.column_names:
+        return ()
+    values = files.column("partition_values")
+    return zoneless_partition_columns(values, snap.schema, snap.column_mapping, snap.partition_columns)
+
+
+def assumed_zone(columns: Iterable[str]) -> str | None:
+    """What the result says when zone-less timestamp partition values were read as UTC."""
+    names = sorted(set(columns))
+    if not names:
+        return None
+    return (
+        f"UTC: timestamp partition column(s) {', '.join(names)} hold values without a zone, which "
+        "Delta writes in the writer's Spark session zone and does not record; they were read as UTC. "
+        "If that session ran in another zone, convert again with --partition-timezone <IANA zone> "
+        "(or the catalog's delta-partition-timezone): --verify cannot see a shifted value"
+    )
 
 
 def columns(files: pa.Table) -> pa.Table:

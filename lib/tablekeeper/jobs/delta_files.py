@@ -7,6 +7,7 @@ Puffin file per snapshot; in a v2 table, one position delete file per data file.
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,11 +42,16 @@ class WrittenDeletes:
 
 
 def data_files(
-    adds: Sequence[AddFile], snapshot: DeltaSnapshot, mapped: MappedSchema, spec_id: int, io: FileIO
+    adds: Sequence[AddFile],
+    snapshot: DeltaSnapshot,
+    mapped: MappedSchema,
+    spec_id: int,
+    io: FileIO,
+    zone: dt.tzinfo | None = None,
 ) -> list[DataFile]:
     struct, mapping, partition_columns = snapshot.schema, snapshot.column_mapping, snapshot.partition_columns
     return [
-        build_data_file(add, struct, mapping, mapped, partition_columns, spec_id=spec_id, io=io)
+        build_data_file(add, struct, mapping, mapped, partition_columns, spec_id=spec_id, io=io, zone=zone)
         for add in adds
     ]
 

@@ -90,16 +90,31 @@ def _still_there(root: str, candidates: list[tuple[str, int]]) -> list[tuple[str
     return [c for c, there in zip(candidates, found, strict=True) if there]
 
 
-def _records(stats: list[str | None]) -> int | None:
+def _records(files: pa.Table) -> int | None:
+    """Rows the live files hold, from ``add.stats`` or, where a checkpoint wrote only the typed
+    form, ``stats_parsed``; None when a file has neither (unknown, never a guess)."""
+    stats = files.column("stats").to_pylist()
+    parsed: list[Any] = (
+        files.column("stats_parsed").to_pylist() if "stats_parsed" in files.column_names else []
+    )
     total = 0
-    for text in stats:
-        if not text:
+    for i, text in enumerate(stats):
+        count = _json_records(text) if text else None
+        if count is None and i < len(parsed) and isinstance(parsed[i], dict):
+            typed = parsed[i].get("numRecords")
+            count = typed if isinstance(typed, int) and typed >= 0 else None
+        if count is None:
             return None
-        try:
-            total += int(json.loads(text)["numRecords"])
-        except (ValueError, KeyError, TypeError):
-            return None
+        total += count
     return total
+
+
+def _json_records(text: str) -> int | None:
+    try:
+        value = json.loads(text)["numRecords"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def delta_health(
@@ -116,7 +131,7 @@ def _health(root: str, snapshot: DeltaSnapshot, th: Thresholds, now_ms: int) -> 
     sizes = [int(s or 0) for s in files.column("size").to_pylist()]
     dvs = files.column("dv").to_pylist()
     with_dv = [d for d in dvs if d]
-    records = _records(files.column("stats").to_pylist())
+    records = _records(files)
     dv_rows = sum(int(d.get("cardinality") or 0) for d in with_dv)
     retention = snapshot.metadata.configuration.get(RETENTION_PROPERTY, DEFAULT_RETENTION)
     cutoff = now_ms - int(interval_hours(retention) * 3_600_000)
@@ -126,10 +141,12 @@ def _health(root: str, snapshot: DeltaSnapshot, th: Thresholds, now_ms: int) -> 
     live = set(files.column("absolute_path").to_pylist())
     # A remove whose path is still live only swapped its deletion vector; a removed file VACUUM
     # already deleted stays in the log until a checkpoint drops it: neither is VACUUM's to delete.
+    # A remove without deletionTimestamp counts as removed at 0, as delta-spark's VACUUM reads it
+    # (RemoveFile.delTimestamp): always past retention.
     past = [
         (p, int(s or 0))
         for p, t, s in zip(stones.column("absolute_path").to_pylist(), stamps, stone_sizes, strict=True)
-        if t is not None and t < cutoff and p not in live
+        if (t or 0) < cutoff and p not in live
     ]
     expired = _still_there(snapshot.root, past)
     expired_bytes = sum(size for _, size in expired)

@@ -8,6 +8,7 @@ carry deletion vectors come back to the driver, so its memory does not grow with
 
 from __future__ import annotations
 
+import datetime as dt
 import pickle
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -22,7 +23,7 @@ from tablekeeper.delta.file_columns import added_files
 from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.schema import ColumnMapping, DeltaStruct
 from tablekeeper.delta.snapshot import add_file_from_row
-from tablekeeper.delta.to_iceberg import MappedSchema
+from tablekeeper.delta.to_iceberg import MappedSchema, zoneless_partition_columns
 from tablekeeper.delta_row_ids import unsound_file
 from tablekeeper.errors import TablekeeperError
 from tablekeeper.iceberg.content import DataFile, ManifestFile
@@ -66,6 +67,9 @@ class DataFileContext:
     carry_row_ids: bool = False
     materialized: Mapping[str, int] = field(default_factory=dict, hash=False)
     operations: Mapping[int, str | None] = field(default_factory=dict)
+    # The writer's zone for zone-less timestamp partition values; None: UTC, and the tasks say
+    # which columns had such values (``TaskOutput.zoneless``).
+    zone: dt.tzinfo | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class TaskOutput:
     unsound: str | None = None  # why this task's files cannot carry Delta's row ids
     # A typed error the task met: raised on the driver as itself, not as Spark's task failure.
     error: TablekeeperError | None = None
+    zoneless: tuple[str, ...] = ()  # timestamp partition columns read as UTC (no zone stated)
 
 
 def build_task(
@@ -103,7 +108,13 @@ def _build(ctx: DataFileContext, rows: Iterable[dict[str, Any]], per_manifest: i
     for row in rows:
         add = add_file_from_row(row)
         f = build_data_file(
-            add, ctx.struct, ctx.mapping, ctx.mapped, ctx.partition_columns, spec_id=ctx.spec.spec_id
+            add,
+            ctx.struct,
+            ctx.mapping,
+            ctx.mapped,
+            ctx.partition_columns,
+            spec_id=ctx.spec.spec_id,
+            zone=ctx.zone,
         )
         if ctx.carry_row_ids and unsound is None:
             io = FileIO.for_location(add.absolute_path)
@@ -113,7 +124,7 @@ def _build(ctx: DataFileContext, rows: Iterable[dict[str, Any]], per_manifest: i
         files.append(f)
         if counts is not None:
             key, values = delta_partition(
-                add, ctx.spec.spec_id, ctx.struct, ctx.mapping, ctx.partition_columns
+                add, ctx.spec.spec_id, ctx.struct, ctx.mapping, ctx.partition_columns, ctx.zone
             )
             names.setdefault(key, values)
             # Where the log has no count the footer was read for the data file: that is the source.
@@ -161,16 +172,21 @@ def _write(
 def arrow_task(ctx: DataFileContext, table: pa.Table, per_manifest: int) -> TaskOutput:
     """One task's adds: as columns when they can be (``delta.file_columns``), else one at a time."""
     try:
-        return _arrow_task(ctx, table, per_manifest)
+        output = _arrow_task(ctx, table, per_manifest)
     except TablekeeperError as err:
         return TaskOutput((), SummaryDelta(), (), error=err)
+    if ctx.zone is None and "partition_values" in table.column_names:
+        values = table.column("partition_values")
+        found = zoneless_partition_columns(values, ctx.struct, ctx.mapping, ctx.partition_columns)
+        output = replace(output, zoneless=found)
+    return output
 
 
 def _arrow_task(ctx: DataFileContext, table: pa.Table, per_manifest: int) -> TaskOutput:
     if table.num_rows == 0:
         return TaskOutput((), SummaryDelta(), ())
     if not ctx.verify and not ctx.carry_row_ids:
-        files = added_files(table, ctx.struct, ctx.mapping, ctx.mapped, ctx.partition_columns)
+        files = added_files(table, ctx.struct, ctx.mapping, ctx.mapped, ctx.partition_columns, ctx.zone)
         manifests = None
         if files is not None:
             manifests = write_added_manifests(
@@ -206,6 +222,7 @@ class Written:
     manifest_counts: dict[str, Counts] | None = None
     names: dict[PartitionKey, tuple[Any, ...]] | None = None
     unsound: str | None = None
+    zoneless: frozenset[str] = frozenset()  # as ``TaskOutput.zoneless``, of every task
 
 
 # What the tasks read of a live add: the replay's columns a data file is built from.
@@ -254,8 +271,9 @@ def gathered(outputs: list[TaskOutput], ctx: DataFileContext) -> Written:
         delta = delta + o.delta
     with_dv = [pair for o in outputs for pair in o.with_dv]
     unsound = next((o.unsound for o in outputs if o.unsound is not None), None)
+    zoneless = frozenset(c for o in outputs for c in o.zoneless)
     if not ctx.verify:
-        return Written(manifests, delta, with_dv, unsound=unsound)
+        return Written(manifests, delta, with_dv, unsound=unsound, zoneless=zoneless)
     return Written(
         manifests,
         delta,
@@ -264,4 +282,5 @@ def gathered(outputs: list[TaskOutput], ctx: DataFileContext) -> Written:
         {path: c for o in outputs for path, c in (o.manifest_counts or {}).items()},
         {k: v for o in outputs for k, v in (o.names or {}).items()},
         unsound,
+        zoneless,
     )

@@ -5,6 +5,7 @@ The pure replay lives in ``tablekeeper.delta``; this module only fetches bytes t
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -16,7 +17,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tablekeeper.cycles import no_cycle_collection
-from tablekeeper.delta.deletion_vectors import delta_dv_relative_path, read_delta_dv, read_delta_inline_dv
+from tablekeeper.delta.deletion_vectors import (
+    delta_dv_relative_path,
+    read_delta_dv,
+    read_delta_inline_dv,
+    stored_dv_offset,
+)
 from tablekeeper.delta.models import AddFile, DeletionVector
 from tablekeeper.delta.reconcile import absolute_paths, keyed, reconcile
 from tablekeeper.delta.replay import (
@@ -388,7 +394,7 @@ def read_deletion_vector(io: FileIO, root: str, dv: DeletionVector) -> tuple[Roa
     location = dv_location(root, dv)
     if location is None:
         return read_delta_inline_dv(dv.path_or_inline_dv, dv.size_in_bytes, dv.cardinality)
-    offset = dv.offset if dv.offset is not None else 1
+    offset = stored_dv_offset(dv.offset)
     try:
         data = io.read(location)
     except FileNotFound:
@@ -501,15 +507,18 @@ def build_data_file(
     *,
     spec_id: int = 0,
     io: FileIO | None = None,
+    zone: dt.tzinfo | None = None,
 ) -> DataFile:
     """The data file from the log's stats; only a file the log has no record count for is opened
-    (through ``io``, or a FileIO for its location)."""
+    (through ``io``, or a FileIO for its location). ``zone``: the writer's, for zone-less
+    timestamp partition values."""
     kwargs: dict[str, Any] = {
         "struct": struct,
         "mapping": mapping,
         "mapped": mapped,
         "partition_columns": partition_columns,
         "spec_id": spec_id,
+        "zone": zone,
     }
     try:
         return data_file(add, **kwargs)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import DELTA_TABLES, REPO_ROOT
 from tests.support.small_tables import sql_table
@@ -81,6 +82,11 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     shutil.copytree(DELTA_TABLES / "simple_table", delta)
     bad_yaml = root / "bad.yaml"
     bad_yaml.write_text("catalogs: [\n")
+    doc = yaml.safe_load(Path(conf).read_text())
+    for body in doc["catalogs"].values():
+        body["delta-partition-timezone"] = "America/NewYork"
+    bad_zone = root / "bad-zone.yaml"
+    bad_zone.write_text(yaml.safe_dump(doc))
     return {
         "conf": str(conf),
         "wh": str(root),
@@ -90,11 +96,14 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "delta": str(delta),
         "features": str(DELTA_TABLES / "simple_table_features"),
         "bad_yaml": str(bad_yaml),
+        "bad_zone": str(bad_zone),
         # A cutoff every snapshot is older than, however soon after the fixture a case runs.
         "an_hour_on": str(int(time.time() * 1000) + 3_600_000),
         "missing": str(root / "nowhere"),
     }
 
+
+CONVERT_ON_SPARK = ["convert-delta", "--source", "{delta}", "--target", "db.x", "--engine", "spark"]
 
 # (case, argv with {placeholders}, exit code, words of stderr's last line; None: a dry run's JSON)
 CASES: list[tuple[str, list[str], int, str | None]] = [
@@ -149,6 +158,18 @@ CASES: list[tuple[str, list[str], int, str | None]] = [
         ["expire-snapshots", "--table", "db.t", "--older-than", "soon"],
         2,
         "is not a timestamp",
+    ),
+    (
+        "bad-partition-timezone",
+        [*CONVERT_ON_SPARK, "--partition-timezone", "America/NewYork"],
+        2,
+        "'America/NewYork' is not a time zone name",
+    ),
+    (
+        "bad-catalog-partition-timezone",
+        [*CONVERT_ON_SPARK, "--conf-file", "{bad_zone}"],
+        2,
+        "delta-partition-timezone: 'America/NewYork' is not a time zone name",
     ),
     ("bad-size", ["compact", "--table", "db.t", "--target-file-size", "big"], 2, "is not a size"),
     ("bad-engine", ["remove-orphans", "--table", "db.t", "--engine", "gpu"], 2, "invalid choice: 'gpu'"),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import math
 from decimal import Decimal
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from tablekeeper.delta.models import Protocol
@@ -28,11 +30,14 @@ from tablekeeper.delta.values import (
     parse_partition_value,
     parse_stats,
     stats_value,
+    writer_zone,
+    zoneless_timestamp_columns,
 )
-from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
+from tablekeeper.errors import ConfigError, CorruptMetadataError, UnsupportedFeatureError
 
 P = DeltaPrimitive
 DAY_US = 86_400_000_000
+HOUR_US = 3_600_000_000
 JAN_1_2021_US = 1_609_459_200_000_000  # 2021-01-01T00:00:00Z
 
 
@@ -119,24 +124,80 @@ def test_timestamp_partition_value_legacy_form_uses_default_zone() -> None:
     assert parse_partition_value(t, "2021-01-01 00:00:00") == JAN_1_2021_US
     assert parse_partition_value(t, "2021-01-01 00:00:00.5") == JAN_1_2021_US + 500_000
     assert parse_partition_value(t, "2021-01-01 00:00:00.000001") == JAN_1_2021_US + 1
-    # Written in UTC+01:00: local midnight is 23:00 UTC the day before.
+    # Written in Europe/Paris (UTC+01:00 in winter): local midnight is 23:00 UTC the day before.
     assert (
-        parse_partition_value(t, "2021-01-01 00:00:00", default_offset_micros=3_600_000_000)
-        == JAN_1_2021_US - 3_600_000_000
+        parse_partition_value(t, "2021-01-01 00:00:00", zone=writer_zone("Europe/Paris"))
+        == JAN_1_2021_US - HOUR_US
     )
     assert (
-        parse_partition_value(t, "2021-01-01 00:00:00", default_offset_micros=-5 * 3_600_000_000)
-        == JAN_1_2021_US + 5 * 3_600_000_000
+        parse_partition_value(t, "2021-01-01 00:00:00", zone=writer_zone("America/New_York"))
+        == JAN_1_2021_US + 5 * HOUR_US
     )
+
+
+def utc_micros(text: str) -> int:
+    stamp = dt.datetime.fromisoformat(text)
+    return (stamp - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
+
+
+@pytest.mark.parametrize(
+    ("raw", "utc"),
+    [
+        # 2021-03-14: New York springs forward at 02:00 EST to 03:00 EDT.
+        ("2021-03-14 01:59:59.999999", "2021-03-14T06:59:59.999999+00:00"),  # EST, -05:00
+        ("2021-03-14 03:00:00", "2021-03-14T07:00:00+00:00"),  # EDT, -04:00
+        ("2021-07-01 12:00:00", "2021-07-01T16:00:00+00:00"),
+        # A wall time the clocks skipped: read with the offset before the jump (Java shifts it
+        # forward by the gap, the same instant).
+        ("2021-03-14 02:30:00", "2021-03-14T07:30:00+00:00"),
+        # 2021-11-07: back from 02:00 EDT to 01:00 EST; a wall time seen twice is the earlier.
+        ("2021-11-07 00:59:59", "2021-11-07T04:59:59+00:00"),
+        ("2021-11-07 01:30:00", "2021-11-07T05:30:00+00:00"),
+        ("2021-11-07 02:00:00", "2021-11-07T07:00:00+00:00"),
+        ("2021-12-31 23:00:00", "2022-01-01T04:00:00+00:00"),
+    ],
+)
+def test_zoneless_timestamp_takes_the_offset_of_its_own_wall_time(raw: str, utc: str) -> None:
+    """A zone, not a fixed offset: each value gets the offset in force at its own local time."""
+    zone = writer_zone("America/New_York")
+    assert parse_partition_value(P("timestamp"), raw, zone=zone) == utc_micros(utc)
+    # The same wall time in the other forms is not moved by the writer's zone.
+    assert parse_partition_value(P("timestamp_ntz"), raw, zone=zone) == utc_micros(raw + "+00:00")
+
+
+@pytest.mark.parametrize("name", ["America/NewYork", "EST+5", "../etc/passwd", "", "+05:00"])
+def test_writer_zone_names_must_be_iana_zones(name: str) -> None:
+    with pytest.raises(ConfigError, match="is not a time zone name"):
+        writer_zone(name)
+
+
+def test_zoneless_timestamp_columns_are_found_by_value() -> None:
+    plan = (("ts", P("timestamp")), ("ntz", P("timestamp_ntz")), ("s", P("string")))
+    maps = pa.array(
+        [
+            [("ts", "2021-01-01T00:00:00.000000Z"), ("ntz", "2021-01-01 00:00:00"), ("s", "x 00:00")],
+            [("ts", None), ("ntz", None), ("s", None)],
+            [("ts", ""), ("ntz", ""), ("s", "")],
+        ],
+        pa.map_(pa.string(), pa.string()),
+    )
+    assert zoneless_timestamp_columns(maps, plan) == ()
+    offsets = pa.array(
+        [[("ts", "2021-01-01T00:00:00+05:30")], [("ts", "2021-01-01 00:00:00-0800")]], maps.type
+    )
+    assert zoneless_timestamp_columns(offsets, plan) == ()
+    legacy = pa.array([[("ts", "2021-01-01T00:00:00Z")], [("ts", "2021-01-01 00:00:00")]], maps.type)
+    assert zoneless_timestamp_columns(legacy, plan) == ("ts",)
+    assert zoneless_timestamp_columns(legacy.slice(0, 0), plan) == ()
 
 
 def test_timestamp_partition_value_iso_form_is_utc() -> None:
     t = P("timestamp")
     assert parse_partition_value(t, "2021-01-01T00:00:00.000001Z") == JAN_1_2021_US + 1
     assert parse_partition_value(t, "2021-01-01T00:00:00.000000Z") == JAN_1_2021_US
-    # The zone in the text wins over the configured default.
+    # The zone in the text wins over the writer's.
     assert (
-        parse_partition_value(t, "2021-01-01T00:00:00.000001Z", default_offset_micros=3_600_000_000)
+        parse_partition_value(t, "2021-01-01T00:00:00.000001Z", zone=writer_zone("Asia/Tokyo"))
         == JAN_1_2021_US + 1
     )
 
@@ -154,9 +215,7 @@ def test_timestamp_ntz_partition_values() -> None:
     assert parse_partition_value(t, "2021-01-01 00:00:00.123456") == JAN_1_2021_US + 123_456
     assert parse_partition_value(t, "2021-01-01 12:30:15.1") == JAN_1_2021_US + (45_015 * 1_000_000) + 100_000
     # No zone: a configured writer zone does not apply.
-    assert (
-        parse_partition_value(t, "2021-01-01 00:00:00", default_offset_micros=3_600_000_000) == JAN_1_2021_US
-    )
+    assert parse_partition_value(t, "2021-01-01 00:00:00", zone=writer_zone("Asia/Tokyo")) == JAN_1_2021_US
 
 
 def test_binary_partition_value_is_utf8_bytes() -> None:

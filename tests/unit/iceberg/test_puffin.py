@@ -127,13 +127,37 @@ def test_z85_round_trips_every_byte_value() -> None:
     [
         ("abcd", "Z85 text length 4 is not a multiple of 5"),
         ("Hello Worl", "Z85 text has invalid character ' ' at 5"),
-        ("%%%%%", "Z85 group '%%%%%' overflows 32 bits"),
     ],
 )
 def test_z85_rejects_malformed_text(text: str, message: str) -> None:
     with pytest.raises(CorruptMetadataError) as info:
         z85_decode(text)
     assert info.value.message == message
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("#####", 85**5 - 1 - 2**32),  # the largest group: 4437053124, past 32 bits
+        ("%nSc1", 0),  # exactly 2**32
+        ("%nSc0", 0xFFFFFFFF),  # the largest a Z85 encoder writes
+    ],
+)
+def test_z85_group_past_32_bits_keeps_its_low_bits_as_delta_reads_it(text: str, value: int) -> None:
+    # delta-spark's Codec.Base85Codec and delta-kernel's Base85Codec put the group's sum in an int.
+    assert z85_decode(text) == struct.pack(">I", value)
+
+
+def test_inline_dv_with_a_group_past_32_bits_reads_as_delta_reads_it() -> None:
+    bitmap_data = DV_MAGIC + RoaringBitmap64([3]).serialize()
+    text = z85_encode(bitmap_data + bytes(-len(bitmap_data) % 4))
+    # The same last 32 bits, spelled with 2**32 more: past the range, same low bits.
+    last = int.from_bytes(z85_decode(text[-5:]), "big") + 2**32
+    assert last < 85**5
+    digits = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+    over = "".join(digits[last // 85**p % 85] for p in range(4, -1, -1))
+    bitmap, _ = read_delta_inline_dv(text[:-5] + over, len(bitmap_data), cardinality=1)
+    assert list(bitmap) == [3]
 
 
 @pytest.mark.parametrize(
