@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO_ROOT
 from tests.support.small_tables import sql_table
 
@@ -97,6 +99,7 @@ def test_inspect_bad_input_is_one_line_with_its_exit_code(tmp_path: Path) -> Non
     assert "is not valid JSON" in last and "Traceback" not in corrupt.stderr
 
 
+@pytest.mark.corpus  # reads ../shared
 def test_convert_delta_prints_one_json_result_and_writes_the_result_file(tmp_path: Path) -> None:
     conf = tmp_path / "catalogs.yaml"
     conf.write_text(
@@ -133,6 +136,7 @@ def test_convert_delta_prints_one_json_result_and_writes_the_result_file(tmp_pat
     assert again.stderr.strip().splitlines()[-1].startswith("tablekeeper: target db.t already exists")
 
 
+@pytest.mark.corpus  # reads ../shared
 def test_convert_delta_refuses_unsupported_options_and_tables(tmp_path: Path) -> None:
     source = REPO_ROOT.parent / "shared" / "delta-tables" / "delta-rs"
     conf = tmp_path / "catalogs.yaml"

@@ -16,10 +16,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import yaml
+from deltalake import write_deltalake
 
-from tests.conftest import DELTA_TABLES, REPO_ROOT
+from tests.conftest import REPO_ROOT
 from tests.support.small_tables import sql_table
 
 PROBE = """
@@ -78,8 +80,29 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (future / "metadata" / newest.name).write_text(json.dumps(text))
     copied = root / "copied"  # its metadata still names the original's location
     shutil.copytree(table_dir, copied)
+    # Delta tables written here (delta-rs, and a log by hand): the unit tier reads no ../shared.
     delta = root / "delta"
-    shutil.copytree(DELTA_TABLES / "simple_table", delta)
+    write_deltalake(str(delta), pa.table({"id": pa.array([1, 2, 3], pa.int64())}))
+    features = root / "features"  # reader version 5 with a reader feature nobody knows
+    (features / "_delta_log").mkdir(parents=True)
+    (features / "_delta_log" / "00000000000000000000.json").write_text(
+        json.dumps(
+            {"protocol": {"minReaderVersion": 5, "minWriterVersion": 7, "readerFeatures": ["blahabl"]}}
+        )
+        + "\n"
+        + json.dumps(
+            {
+                "metaData": {
+                    "id": "5fba94ed-9794-4965-ba6e-6ee3c0d22af9",
+                    "format": {"provider": "parquet", "options": {}},
+                    "schemaString": json.dumps({"type": "struct", "fields": []}),
+                    "partitionColumns": [],
+                    "configuration": {},
+                }
+            }
+        )
+        + "\n"
+    )
     bad_yaml = root / "bad.yaml"
     bad_yaml.write_text("catalogs: [\n")
     doc = yaml.safe_load(Path(conf).read_text())
@@ -94,7 +117,7 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "future": str(future),
         "copied": str(copied),
         "delta": str(delta),
-        "features": str(DELTA_TABLES / "simple_table_features"),
+        "features": str(features),
         "bad_yaml": str(bad_yaml),
         "bad_zone": str(bad_zone),
         # A cutoff every snapshot is older than, however soon after the fixture a case runs.

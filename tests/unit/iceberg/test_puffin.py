@@ -305,6 +305,7 @@ def _all_descriptors() -> list[tuple[str, dict[str, Any]]]:
 DESCRIPTORS = _all_descriptors()
 
 
+@pytest.mark.corpus  # reads ../shared
 def test_the_fixture_tables_hold_the_descriptors_we_expect() -> None:
     assert len(DESCRIPTORS) == 11
     assert {dv["storageType"] for _, dv in DESCRIPTORS} == {"u"}
@@ -314,6 +315,7 @@ def test_the_fixture_tables_hold_the_descriptors_we_expect() -> None:
     ) == [1, 43]
 
 
+@pytest.mark.corpus  # reads ../shared
 @pytest.mark.parametrize(("table", "dv"), DESCRIPTORS, ids=[f"{t}:{_dv_id(d)}" for t, d in DESCRIPTORS])
 def test_real_delta_dvs_read_and_reserialise_byte_identically(table: str, dv: dict[str, Any]) -> None:
     data = (DELTA_TABLES / table / delta_dv_relative_path(dv["pathOrInlineDv"])).read_bytes()
@@ -332,6 +334,7 @@ def test_real_delta_dvs_read_and_reserialise_byte_identically(table: str, dv: di
     assert all(0 <= position < min(num_records.values()) for position in bitmap)
 
 
+@pytest.mark.corpus  # reads ../shared
 def test_table_with_dv_small_deletes_the_first_and_last_rows() -> None:
     (add,) = _active_files("table-with-dv-small", 1)
     assert add.dv is not None
@@ -342,6 +345,7 @@ def test_table_with_dv_small_deletes_the_first_and_last_rows() -> None:
     assert list(bitmap) == [0, 9]
 
 
+@pytest.mark.corpus  # reads ../shared
 @pytest.mark.parametrize("table", DV_TABLES)
 def test_dv_positions_are_exactly_the_rows_delta_rs_hides(table: str) -> None:
     deltalake = pytest.importorskip("deltalake")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tablekeeper.jobs.health_delta import delta_health
 from tablekeeper.jobs.health_model import Thresholds
 from tests.conftest import DELTA_TABLES
@@ -40,6 +42,7 @@ def test_tombstone_without_deletion_timestamp_is_past_retention(tmp_path: Path) 
     assert [r.job for r in health.recommendations] == ["remove-orphans"]
 
 
+@pytest.mark.corpus  # reads ../shared
 def test_record_count_reads_stats_parsed_where_the_checkpoint_has_only_it() -> None:
     # delta-rs wrote this table's checkpoint with stats_parsed alone for 10 of its 12 files.
     health = delta_health(
@@ -49,6 +52,7 @@ def test_record_count_reads_stats_parsed_where_the_checkpoint_has_only_it() -> N
     assert health.metrics["data_records"] == 12
 
 
+@pytest.mark.corpus  # reads ../shared
 def test_record_count_is_unknown_when_a_file_has_no_stats_of_either_form() -> None:
     health = delta_health(
         str(DELTA_TABLES / "delta-checkpoint-stats-optional"), Thresholds(), {}, now_ms=NOW_MS

@@ -21,6 +21,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.corpus  # reads ../shared
 @pytest.mark.parametrize(("name", "positions"), sorted(EXPECTED.items()))
 def test_dvs_read_as_bitmap_and_iceberg_blob(name: str, positions: list[int]) -> None:
     snap = load_snapshot(str(DELTA_TABLES / name))
@@ -34,6 +35,7 @@ def test_dvs_read_as_bitmap_and_iceberg_blob(name: str, positions: list[int]) ->
     assert len(blob) == dv.size_in_bytes + 8 and bitmap.cardinality == dv.cardinality
 
 
+@pytest.mark.corpus  # reads ../shared
 def test_stored_dv_without_offset_is_read_at_zero_as_the_protocol_says(tmp_path: Path) -> None:
     """A ``u``/``p`` descriptor without ``offset`` starts at 0 (the protocol; delta-spark's and
     delta-kernel's ``offset.getOrElse(0)``), never silently at the first DV of the file."""
