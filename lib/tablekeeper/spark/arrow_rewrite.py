@@ -40,7 +40,7 @@ from tablekeeper.iceberg.content import DataFile
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.metrics import FloatCollector, MetricsConfig
 from tablekeeper.iceberg.name_mapping import NameMapping
-from tablekeeper.iceberg.parquet import data_file_from_footer
+from tablekeeper.iceberg.parquet import WRITER_OPTIONS, data_file_from_footer
 from tablekeeper.iceberg.position_delete_merge import read_position_deletes
 from tablekeeper.iceberg.puffin import deserialize_dv
 from tablekeeper.iceberg.rewrite_plan import FileTask
@@ -377,6 +377,7 @@ class Output:
                 dictionary_pagesize_limit=self.job.dict_bytes,
                 store_schema=False,
                 write_statistics=True,
+                **WRITER_OPTIONS,
             )
             self.floats = FloatCollector(self.job.fields)
         table = pa.Table.from_batches(self.buffer, self.schema)

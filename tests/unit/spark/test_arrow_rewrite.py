@@ -187,3 +187,35 @@ def test_position_delete_files_are_read_in_every_format(tmp_path: Path, fmt: str
     location.write_bytes(data)
     found = _position_file(str(location), fmt, frozenset({"/t/data/a.parquet"}))
     assert {k: sorted(v.to_pylist()) for k, v in found.items()} == {"/t/data/a.parquet": [0, 3]}
+
+
+def test_decimals_are_stored_as_the_spec_asks_with_their_bounds(tmp_path: Path) -> None:
+    """int32 up to precision 9, int64 up to 18, fixed_len_byte_array above (the spec's Parquet
+    appendix), with lower and upper bounds in Iceberg's decimal form either way."""
+    from decimal import Decimal
+
+    from tablekeeper.iceberg.conversions import to_bytes
+    from tablekeeper.iceberg.types import DecimalType
+
+    types = [DecimalType(5, 2), DecimalType(15, 2), DecimalType(30, 2)]
+    fields = tuple(NestedField(i + 1, f"d{i}", t) for i, t in enumerate(types))
+    job = Job(**{**_job(tmp_path).__dict__, "fields": fields, "schema": Schema(0, fields)})  # type: ignore[arg-type]
+    out = Output(job, "t", 100, 0, ())
+    values = [
+        [Decimal("-999.99"), Decimal("1.25"), None],
+        [Decimal("-9999999999999.99"), Decimal("42.00"), None],
+        [Decimal("-" + "9" * 28 + ".99"), Decimal("0.01"), None],
+    ]
+    columns = [pa.array(v, pa.decimal128(t.precision, t.scale)) for v, t in zip(values, types, strict=True)]
+    out.add(pa.record_batch(columns, schema=out.schema))
+    out.close()
+    f = out.done[0]
+    footer = pq.read_metadata(f.file_path)
+    physical = [footer.row_group(0).column(i).physical_type for i in range(3)]
+    assert physical == ["INT32", "INT64", "FIXED_LEN_BYTE_ARRAY"]
+    for i, (t, v) in enumerate(zip(types, values, strict=True)):
+        assert f.lower_bounds[i + 1] == to_bytes(t, v[0])
+        assert f.upper_bounds[i + 1] == to_bytes(t, v[1])
+        assert f.null_value_counts[i + 1] == 1
+    back = pq.read_table(f.file_path)
+    assert [back.column(i).to_pylist() for i in range(3)] == values
