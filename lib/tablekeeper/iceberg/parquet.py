@@ -28,6 +28,10 @@ from tablekeeper.iceberg.types import (
 )
 
 FIELD_ID_KEY = b"PARQUET:field_id"
+# Options every pyarrow writer of data files passes. The spec's Parquet appendix stores decimals
+# of precision up to 9 as int32 and up to 18 as int64 (fixed_len_byte_array above), as Iceberg
+# Java and Spark write them; pyarrow writes fixed_len_byte_array at every precision unless told.
+WRITER_OPTIONS: Mapping[str, Any] = {"store_decimal_as_integer": True}
 
 ARROW_PRIMITIVES: Mapping[str, pa.DataType] = {
     "boolean": pa.bool_(),

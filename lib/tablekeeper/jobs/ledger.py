@@ -41,7 +41,7 @@ from tablekeeper.iceberg.content import MANIFEST_DATA, DataFile, ManifestFile
 from tablekeeper.iceberg.conversions import from_bytes
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.metrics import MetricsConfig
-from tablekeeper.iceberg.parquet import data_file_from_footer, to_arrow_schema
+from tablekeeper.iceberg.parquet import WRITER_OPTIONS, data_file_from_footer, to_arrow_schema
 from tablekeeper.iceberg.partitioning import PartitionField, PartitionSpec
 from tablekeeper.iceberg.transforms import parse_transform
 from tablekeeper.iceberg.types import BOOLEAN, INT, LONG, STRING, TIMESTAMPTZ, NestedField, Schema
@@ -353,6 +353,7 @@ def write_data_files(table: LoadedTable, rows: Sequence[LedgerRow]) -> list[Data
                 compression=_codec(meta),
                 store_schema=False,
                 write_statistics=True,
+                **WRITER_OPTIONS,
             )
             data = buffer.getvalue().to_pybytes()
             path = f"{meta.data_location}/{_partition_path(spec, schema, partition)}{uuid.uuid4()}.parquet"

@@ -44,6 +44,9 @@ READ_WRITE_CONF = {
     "spark.sql.parquet.fieldId.write.enabled": "true",
     # Iceberg stores timestamps as int64 microseconds, never INT96.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # Decimals as the spec's Parquet appendix stores them (int32 up to precision 9, int64 up to
+    # 18): the legacy format writes fixed_len_byte_array at every precision.
+    "spark.sql.parquet.writeLegacyFormat": "false",
     # Pruned nested fields lose their ids and then match by name: renamed struct fields would
     # read as nulls.
     "spark.sql.optimizer.nestedSchemaPruning.enabled": "false",
