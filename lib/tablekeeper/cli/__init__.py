@@ -309,8 +309,12 @@ def _run(args: argparse.Namespace) -> int:
     table = getattr(args, "table", None) or getattr(args, "target", None) or args.catalog or ""
 
     def run() -> JobResult:
+        from tablekeeper.jobs.ledger import preflight
+
         options = module.Options.from_args(args)
         catalogs = _catalogs(args)
+        # A --ledger-table naming an ordinary table is refused before the job touches anything.
+        preflight(catalogs, getattr(args, "ledger_catalog", None), getattr(args, "ledger_table", None))
         context = JobContext(catalogs, spark=lambda: _spark_session(catalogs), submitted=_submitted)
         return module.run(options, context)
 
