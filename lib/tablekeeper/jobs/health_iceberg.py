@@ -258,6 +258,7 @@ def _manifests(
     from tablekeeper.jobs.rewrite_manifests import RewriteManifestsOptions, plan_rewrite
 
     try:
+        minimum = th.min_manifests(table.metadata.properties)
         plan, manifests = plan_rewrite(RewriteManifestsOptions(table=identifier), table, identifier)
     except TablekeeperError as err:
         notes.append(f"rewrite-manifests not estimated: {err.message}")
@@ -266,7 +267,6 @@ def _manifests(
     groups = [g for g in plan.groups if g.content == MANIFEST_DATA]
     rewritten = sum(len(g.manifests) for g in groups)
     after = len(data) - rewritten + sum(g.target_count for g in groups)
-    minimum = th.min_manifests(table.metadata.properties)
     if len(data) < minimum or not groups or after > len(data) * th.rewrite_manifests_max_share_after:
         return
     advice.append(
