@@ -287,11 +287,11 @@ def _recorded(args: argparse.Namespace, result: JobResult, code: ExitCode) -> Jo
     return result if note is None else replace(result, ledger=note)
 
 
-def _spark_session(catalogs: CatalogsConfig) -> SparkSession:
+def _spark_session(catalogs: CatalogsConfig, catalog: str | None = None) -> SparkSession:
     """The jobs that always run on Spark: the spark-submit session, or a local one."""
     from tablekeeper.spark import get_spark
 
-    return get_spark("tablekeeper", catalogs=catalogs)
+    return get_spark("tablekeeper", catalogs=catalogs, catalog=catalog)
 
 
 def _submitted() -> SparkSession | None:
@@ -315,7 +315,8 @@ def _run(args: argparse.Namespace) -> int:
         catalogs = _catalogs(args)
         # A --ledger-table naming an ordinary table is refused before the job touches anything.
         preflight(catalogs, getattr(args, "ledger_catalog", None), getattr(args, "ledger_table", None))
-        context = JobContext(catalogs, spark=lambda: _spark_session(catalogs), submitted=_submitted)
+        used = getattr(args, "catalog", None)
+        context = JobContext(catalogs, spark=lambda: _spark_session(catalogs, used), submitted=_submitted)
         return module.run(options, context)
 
     return _run_job(args, args.command, table, run)
