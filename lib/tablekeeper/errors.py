@@ -5,7 +5,8 @@ The CLI maps each class to an exit code (see ``exit_code``); nothing else decide
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from enum import IntEnum
 from types import MappingProxyType
 from typing import Any, Literal
@@ -119,6 +120,37 @@ def exit_code(err: BaseException) -> ExitCode:
     if isinstance(err, TablekeeperError):
         return err.exit_code
     return ExitCode.UNEXPECTED
+
+
+# A typed error raised in a Spark task reaches the driver as Spark's task failure (a
+# Py4JJavaError or PythonException), whose text holds the Python worker's traceback ending in
+# "tablekeeper.<module>.<Class>: <message>" (messages are one line, see TablekeeperError).
+_TASK_ERROR = re.compile(r"(?m)^tablekeeper\.[\w.]*?\.?(\w+): (.*)$")
+
+
+def _subclasses(cls: type[TablekeeperError]) -> Iterator[type[TablekeeperError]]:
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def task_error(err: BaseException) -> TablekeeperError | None:
+    """The typed error a Spark task raised, rebuilt on the driver as itself (its class, so its
+    exit code, and its message naming the file), or None when ``err`` carries none. Every Spark
+    job's task failures pass through here, so no task needs to catch and carry its errors."""
+    if isinstance(err, TablekeeperError):
+        return err
+    found = _TASK_ERROR.findall(str(err).replace("\r", ""))
+    if not found:
+        return None
+    name, message = found[-1]  # the last raised (a chained traceback lists the cause first)
+    known = {c.__name__: c for c in _subclasses(TablekeeperError)}
+    cls = known.get(name)
+    if cls is None:
+        return None
+    typed = cls.__new__(cls)
+    TablekeeperError.__init__(typed, message)  # subclasses' extra fields keep their defaults
+    return typed
 
 
 class FileNotFound(TablekeeperError):

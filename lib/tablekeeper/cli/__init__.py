@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from tablekeeper import __version__
-from tablekeeper.errors import ExitCode, TablekeeperError, exit_code
+from tablekeeper.errors import ExitCode, TablekeeperError, exit_code, task_error
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -259,7 +259,16 @@ def _run_job(args: argparse.Namespace, job: str, table: str, run: Callable[[], J
 
     clock = JobClock()
     try:
-        result = run()
+        try:
+            result = run()
+        except TablekeeperError:
+            raise
+        except Exception as err:
+            typed = task_error(err)  # a Spark task's typed error: reported as itself
+            if typed is None:
+                raise
+            log.debug("a Spark task failed", exc_info=True)
+            raise typed from None
     except TablekeeperError as err:
         dry_run = bool(getattr(args, "dry_run", False))
         failed = clock.result(job, table, dry_run=dry_run, metrics=err.metrics)
