@@ -128,6 +128,10 @@ def exit_code(err: BaseException) -> ExitCode:
 _TASK_ERROR = re.compile(r"(?m)^tablekeeper\.[\w.]*?\.?(\w+): (.*)$")
 
 
+# Spark's error class for a file its reader could not read, naming the file.
+_UNREADABLE_FILE = re.compile(r"\[FAILED_READ_FILE[.\w]*\] Encountered error while reading file (\S+?)\.?\s")
+
+
 def _subclasses(cls: type[TablekeeperError]) -> Iterator[type[TablekeeperError]]:
     for sub in cls.__subclasses__():
         yield sub
@@ -140,9 +144,18 @@ def task_error(err: BaseException) -> TablekeeperError | None:
     job's task failures pass through here, so no task needs to catch and carry its errors."""
     if isinstance(err, TablekeeperError):
         return err
-    found = _TASK_ERROR.findall(str(err).replace("\r", ""))
+    text = str(err).replace("\r", "")
+    found = _TASK_ERROR.findall(text)
     if not found:
-        return None
+        # Spark's own reader (Parquet data and delete files) failing on a file: fail closed,
+        # as the driver engine does on a file it cannot read.
+        unreadable = _UNREADABLE_FILE.search(text)
+        if unreadable is None:
+            return None
+        return CorruptMetadataError(
+            f"Spark could not read {unreadable[1]} (truncated, corrupt or unreachable): "
+            "check the file, or rerun with --log-level DEBUG for Spark's reason"
+        )
     name, message = found[-1]  # the last raised (a chained traceback lists the cause first)
     known = {c.__name__: c for c in _subclasses(TablekeeperError)}
     cls = known.get(name)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -46,3 +47,13 @@ def test_a_tasks_typed_error_ends_the_job_as_itself(spark: Any, capsys: pytest.C
         _run_job(args, "rewrite-manifests", "db.t", run)
     assert ended.value.exit_code == 3 and NAME in ended.value.message
     assert '"status":"refused"' in capsys.readouterr().out
+
+
+def test_a_truncated_parquet_file_spark_reads_is_named(spark: Any, tmp_path: Path) -> None:
+    spark.range(50).write.parquet(str(tmp_path / "t"))
+    victim = next((tmp_path / "t").glob("*.parquet"))
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    with pytest.raises(Exception) as raised:
+        spark.read.schema("id long").parquet(str(tmp_path / "t")).selectExpr("sum(id)").collect()
+    typed = task_error(raised.value)
+    assert isinstance(typed, CorruptMetadataError) and victim.name in typed.message

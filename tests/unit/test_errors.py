@@ -86,3 +86,14 @@ def test_a_spark_tasks_typed_error_is_rebuilt_as_itself() -> None:
 )
 def test_a_failure_without_a_typed_error_stays_unexpected(text: str) -> None:
     assert errors.task_error(RuntimeError(text)) is None
+
+
+def test_a_file_sparks_reader_cannot_read_is_a_refusal_naming_it() -> None:
+    text = (
+        "An error occurred while calling o41.collectToPython.\n: org.apache.spark.SparkException: "
+        "[FAILED_READ_FILE.NO_HINT] Encountered error while reading file file:///t/data/d-1.parquet.  "
+        "SQLSTATE: KD001\n\tat org.apache.spark.sql.errors..."
+    )
+    typed = errors.task_error(RuntimeError(text))
+    assert isinstance(typed, errors.CorruptMetadataError)
+    assert "Spark could not read file:///t/data/d-1.parquet (truncated" in typed.message
