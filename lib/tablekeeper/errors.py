@@ -5,7 +5,8 @@ The CLI maps each class to an exit code (see ``exit_code``); nothing else decide
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from enum import IntEnum
 from types import MappingProxyType
 from typing import Any, Literal
@@ -119,6 +120,50 @@ def exit_code(err: BaseException) -> ExitCode:
     if isinstance(err, TablekeeperError):
         return err.exit_code
     return ExitCode.UNEXPECTED
+
+
+# A typed error raised in a Spark task reaches the driver as Spark's task failure (a
+# Py4JJavaError or PythonException), whose text holds the Python worker's traceback ending in
+# "tablekeeper.<module>.<Class>: <message>" (messages are one line, see TablekeeperError).
+_TASK_ERROR = re.compile(r"(?m)^tablekeeper\.[\w.]*?\.?(\w+): (.*)$")
+
+
+# Spark's error class for a file its reader could not read, naming the file.
+_UNREADABLE_FILE = re.compile(r"\[FAILED_READ_FILE[.\w]*\] Encountered error while reading file (\S+?)\.?\s")
+
+
+def _subclasses(cls: type[TablekeeperError]) -> Iterator[type[TablekeeperError]]:
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def task_error(err: BaseException) -> TablekeeperError | None:
+    """The typed error a Spark task raised, rebuilt on the driver as itself (its class, so its
+    exit code, and its message naming the file), or None when ``err`` carries none. Every Spark
+    job's task failures pass through here, so no task needs to catch and carry its errors."""
+    if isinstance(err, TablekeeperError):
+        return err
+    text = str(err).replace("\r", "")
+    found = _TASK_ERROR.findall(text)
+    if not found:
+        # Spark's own reader (Parquet data and delete files) failing on a file: fail closed,
+        # as the driver engine does on a file it cannot read.
+        unreadable = _UNREADABLE_FILE.search(text)
+        if unreadable is None:
+            return None
+        return CorruptMetadataError(
+            f"Spark could not read {unreadable[1]} (truncated, corrupt or unreachable): "
+            "check the file, or rerun with --log-level DEBUG for Spark's reason"
+        )
+    name, message = found[-1]  # the last raised (a chained traceback lists the cause first)
+    known = {c.__name__: c for c in _subclasses(TablekeeperError)}
+    cls = known.get(name)
+    if cls is None:
+        return None
+    typed = cls.__new__(cls)
+    TablekeeperError.__init__(typed, message)  # subclasses' extra fields keep their defaults
+    return typed
 
 
 class FileNotFound(TablekeeperError):

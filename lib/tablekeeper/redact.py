@@ -8,13 +8,21 @@ those values, whatever line or exception text carries them.
 from __future__ import annotations
 
 import logging
+import re
 import threading
+import traceback
 from collections.abc import Mapping
 
 MASK = "***"
 # Property names (any catalog or storage property containing one of these) whose values are secret.
 _SECRET_NAME_PARTS = ("secret", "token", "credential", "password", "access-key-id", "session")
 _MIN_LENGTH = 4  # shorter values would mask ordinary words
+# Query parameters (in a URI or a JDBC URL) whose values are secret, matched by name part.
+_SECRET_PARAM_PARTS = (*_SECRET_NAME_PARTS, "key", "pwd", "auth", "signature")
+# scheme://user:password@host: the password goes whether or not it was ever registered.
+_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@?#]*:)(?P<secret>[^/\s@?#]+)(?=@)")
+# name=value after ? & or ; (JDBC drivers use both separators): masked when the name is secret.
+_PARAM = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.\-]+)=)(?P<value>[^&;\s'\"]*)")
 
 _lock = threading.Lock()
 _secrets: set[str] = set()
@@ -40,15 +48,42 @@ def register_secrets(properties: Mapping[str, str]) -> None:
     for key, value in properties.items():
         if is_secret_key(key):
             register_secret(value)
+        else:
+            register_uri_secrets(value)  # a uri, jdbc-uri or endpoint may carry a password
+
+
+def _is_secret_param(name: str) -> bool:
+    lowered = name.lower()
+    return any(part in lowered for part in _SECRET_PARAM_PARTS)
+
+
+def register_uri_secrets(uri: str | None) -> None:
+    """Learn the password and secret query values a URI carries, so they are masked wherever
+    they appear later, even apart from the URI (a driver's message quoting only the password)."""
+    if not uri:
+        return
+    for match in _USERINFO.finditer(uri):
+        register_secret(match["secret"])
+    for match in _PARAM.finditer(uri):
+        if _is_secret_param(match["name"]):
+            register_secret(match["value"])
+
+
+def _mask_uris(text: str) -> str:
+    text = _USERINFO.sub(lambda m: m["head"] + MASK, text)
+    return _PARAM.sub(
+        lambda m: m["head"] + MASK if _is_secret_param(m["name"]) and m["value"] else m[0], text
+    )
 
 
 def redact(text: str) -> str:
+    """Text fit to print: known secrets masked, and any URI's password and secret parameters."""
     with _lock:
         known = sorted(_secrets, key=len, reverse=True)  # a secret containing another goes first
     for secret in known:
         if secret in text:
             text = text.replace(secret, MASK)
-    return text
+    return _mask_uris(text) if ("://" in text or "=" in text) else text
 
 
 def redacted_properties(properties: Mapping[str, str]) -> dict[str, str]:
@@ -66,14 +101,19 @@ def install_log_redaction() -> None:
 
     def factory(*args: object, **kwargs: object) -> logging.LogRecord:
         record = base(*args, **kwargs)
-        if _secrets:
-            try:
-                message = record.getMessage()
-            except Exception:  # a malformed call: logging reports it when it formats the record
-                return record
-            clean = redact(message)
-            if clean != message:
-                record.msg, record.args = clean, ()
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed call: logging reports it when it formats the record
+            return record
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        # A traceback (--log-level DEBUG) quotes exception messages: formatted here, once,
+        # scrubbed, and kept as the text handlers print instead of formatting it again.
+        if record.exc_info and record.exc_info[1] is not None:
+            record.exc_text = redact("".join(traceback.format_exception(*record.exc_info)).rstrip("\n"))
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
         return record
 
     logging.setLogRecordFactory(factory)

@@ -11,7 +11,7 @@ import yaml
 
 from tablekeeper.errors import ConfigError
 from tablekeeper.io.storage import storage_subset
-from tablekeeper.redact import register_secrets
+from tablekeeper.redact import register_secrets, register_uri_secrets
 from tablekeeper.settings import CATALOGS_FILE, conf_dir, default_warehouse, expand
 
 CatalogType = Literal["sql", "filesystem", "rest"]
@@ -105,6 +105,7 @@ def parse_catalogs(text: str, warehouse: Path, source: str = CATALOGS_FILE) -> C
         elif not wh:
             raise ConfigError(f"{source}: catalog {name!r} needs a 'warehouse'")
         uri = props.pop("uri", None)
+        register_uri_secrets(uri)  # taken out of props: its password is learnt here
         if ctype == "sql" and not uri:
             raise ConfigError(f"{source}: sql catalog {name!r} needs a 'uri' such as sqlite:///path")
         if ctype == "rest" and not uri:

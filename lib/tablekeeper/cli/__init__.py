@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from tablekeeper import __version__
-from tablekeeper.errors import ExitCode, TablekeeperError, exit_code
+from tablekeeper.errors import ExitCode, TablekeeperError, exit_code, task_error
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -259,7 +259,16 @@ def _run_job(args: argparse.Namespace, job: str, table: str, run: Callable[[], J
 
     clock = JobClock()
     try:
-        result = run()
+        try:
+            result = run()
+        except TablekeeperError:
+            raise
+        except Exception as err:
+            typed = task_error(err)  # a Spark task's typed error: reported as itself
+            if typed is None:
+                raise
+            log.debug("a Spark task failed", exc_info=True)
+            raise typed from None
     except TablekeeperError as err:
         dry_run = bool(getattr(args, "dry_run", False))
         failed = clock.result(job, table, dry_run=dry_run, metrics=err.metrics)
@@ -287,11 +296,11 @@ def _recorded(args: argparse.Namespace, result: JobResult, code: ExitCode) -> Jo
     return result if note is None else replace(result, ledger=note)
 
 
-def _spark_session(catalogs: CatalogsConfig) -> SparkSession:
+def _spark_session(catalogs: CatalogsConfig, catalog: str | None = None) -> SparkSession:
     """The jobs that always run on Spark: the spark-submit session, or a local one."""
     from tablekeeper.spark import get_spark
 
-    return get_spark("tablekeeper", catalogs=catalogs)
+    return get_spark("tablekeeper", catalogs=catalogs, catalog=catalog)
 
 
 def _submitted() -> SparkSession | None:
@@ -309,9 +318,14 @@ def _run(args: argparse.Namespace) -> int:
     table = getattr(args, "table", None) or getattr(args, "target", None) or args.catalog or ""
 
     def run() -> JobResult:
+        from tablekeeper.jobs.ledger import preflight
+
         options = module.Options.from_args(args)
         catalogs = _catalogs(args)
-        context = JobContext(catalogs, spark=lambda: _spark_session(catalogs), submitted=_submitted)
+        # A --ledger-table naming an ordinary table is refused before the job touches anything.
+        preflight(catalogs, getattr(args, "ledger_catalog", None), getattr(args, "ledger_table", None))
+        used = getattr(args, "catalog", None)
+        context = JobContext(catalogs, spark=lambda: _spark_session(catalogs, used), submitted=_submitted)
         return module.run(options, context)
 
     return _run_job(args, args.command, table, run)

@@ -166,7 +166,13 @@ def diagnose(conf_file: Path | None = None) -> DoctorReport:
     try:
         config = load_catalogs(conf_file)
         catalogs = tuple(
-            CatalogStatus(c.name, c.type, c.uri, c.warehouse, redacted_properties(c.properties))
+            CatalogStatus(
+                c.name,
+                c.type,
+                redact(c.uri) if c.uri else None,
+                c.warehouse,
+                redacted_properties(c.properties),
+            )
             for c in config.catalogs.values()
         )
         problems.extend(config.unusable.values())

@@ -90,7 +90,7 @@ def plan_manifest_rewrite(
     fewer manifests (so a second run finds nothing to do); ``rewrite_all`` rewrites it whenever
     it has more than one manifest or would be split, as Iceberg's action does."""
     if target_size < 1:
-        raise ConfigError(f"--target-manifest-size {target_size} must be positive")
+        raise ConfigError(f"target manifest size {target_size} must be positive")
     positions = sort_positions(spec, sort_by)
     groups: list[ContentRewrite] = []
     skipped: list[tuple[str, str]] = []

@@ -146,7 +146,12 @@ def run_compute_stats(
         }
         return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
     metrics = plan.metrics()
-    if plan.covered and not options.recompute:
+    # An entry whose Puffin file is gone covers nothing: readers find no sketches there.
+    missing = plan.existing is not None and not table.io.exists(plan.existing.statistics_path)
+    if missing:
+        assert plan.existing is not None
+        metrics["note"] = f"statistics file {plan.existing.statistics_path} is missing: recomputed"
+    if plan.covered and not options.recompute and not missing:
         assert plan.existing is not None
         metrics |= {
             "statistics_file": plan.existing.statistics_path,

@@ -153,6 +153,7 @@ def iceberg_health(
     _expire(advice, metrics, table, thresholds, now_ms, spark, notes)
     _manifests(advice, table, identifier, thresholds, notes)
     _position_deletes(advice, table, identifier, tally, thresholds, notes)
+    _statistics(metrics, table, identifier, notes)
     if list_files:
         _orphans(advice, metrics, catalog, identifier, thresholds, spark, notes)
     if thresholds.v3_readiness and meta.format_version < 3:
@@ -258,6 +259,7 @@ def _manifests(
     from tablekeeper.jobs.rewrite_manifests import RewriteManifestsOptions, plan_rewrite
 
     try:
+        minimum = th.min_manifests(table.metadata.properties)
         plan, manifests = plan_rewrite(RewriteManifestsOptions(table=identifier), table, identifier)
     except TablekeeperError as err:
         notes.append(f"rewrite-manifests not estimated: {err.message}")
@@ -266,7 +268,6 @@ def _manifests(
     groups = [g for g in plan.groups if g.content == MANIFEST_DATA]
     rewritten = sum(len(g.manifests) for g in groups)
     after = len(data) - rewritten + sum(g.target_count for g in groups)
-    minimum = th.min_manifests(table.metadata.properties)
     if len(data) < minimum or not groups or after > len(data) * th.rewrite_manifests_max_share_after:
         return
     advice.append(
@@ -283,6 +284,17 @@ def _manifests(
             files_removed=len(data) - after,
         )
     )
+
+
+def _statistics(metrics: dict[str, Any], table: LoadedTable, identifier: str, notes: list[str]) -> None:
+    """Statistics entries whose Puffin file is gone: engines planning with them find nothing."""
+    missing = [s for s in table.metadata.statistics if not table.io.exists(s.statistics_path)]
+    metrics["missing_statistics_files"] = len(missing)
+    for entry in missing:
+        notes.append(
+            f"statistics file {entry.statistics_path} of snapshot {entry.snapshot_id} is missing: "
+            f"run compute-stats --table {identifier} --snapshot {entry.snapshot_id}"
+        )
 
 
 def _position_deletes(

@@ -52,7 +52,10 @@ class Thresholds:
     def as_keys(self, properties: Mapping[str, str]) -> dict[str, Any]:
         """KEY -> the value in effect for a table with these properties (for the result)."""
         out = {key: getattr(self, name) for key, name in self.keys().items()}
-        out["rewrite-manifests.min-manifests"] = self.min_manifests(properties)
+        try:
+            out["rewrite-manifests.min-manifests"] = self.min_manifests(properties)
+        except ConfigError:
+            out["rewrite-manifests.min-manifests"] = None  # the notes name the bad property
         return out
 
     def override(self, values: Mapping[str, str], where: str) -> Thresholds:
@@ -75,10 +78,20 @@ class Thresholds:
     def min_manifests(self, properties: Mapping[str, str]) -> int:
         if self.rewrite_manifests_min_manifests is not None:
             return self.rewrite_manifests_min_manifests
-        try:
-            return int(properties.get(MIN_COUNT_TO_MERGE, DEFAULT_MIN_COUNT_TO_MERGE))
-        except ValueError:
+        raw = properties.get(MIN_COUNT_TO_MERGE)
+        if raw is None:
             return DEFAULT_MIN_COUNT_TO_MERGE
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+        if value < 0:
+            # Never silently replaced by the default: the table says something Iceberg cannot use.
+            raise ConfigError(
+                f"table property {MIN_COUNT_TO_MERGE}={raw!r} is not a non-negative integer: "
+                f"fix the property, or pass --threshold rewrite-manifests.min-manifests=N"
+            )
+        return value
 
 
 def _key(name: str) -> str:

@@ -81,7 +81,12 @@ _STARTED_AT = 6
 # `history --since` and engines' time filters skip old manifests without opening them; a day's
 # runs are few, so nothing gets smaller files than the one-per-run it has anyway.
 SPEC = PartitionSpec(0, (PartitionField(_STARTED_AT, 1000, "started_at_day", "day"),))
+# Set when tablekeeper creates a ledger: only a table carrying it (or, for ledgers created before
+# the marker existed, one whose schema is exactly SCHEMA) is ever appended to, so a mistyped
+# --ledger-table never writes rows into an ordinary table.
+LEDGER_MARKER = "tablekeeper.ledger"
 PROPERTIES: Mapping[str, str] = {
+    LEDGER_MARKER: "true",
     # Runs scheduled together finish together: give their appends room to retry (Iceberg's
     # default of 4 retries loses races with a handful of writers).
     "commit.retry.num-retries": "20",
@@ -256,11 +261,44 @@ def load_ledger(catalogs: CatalogsConfig, target: LedgerTarget) -> LoadedTable:
     return loaded
 
 
+def _same_fields(a: Schema, b: Schema) -> bool:
+    def key(s: Schema) -> list[tuple[int, str, object, bool]]:
+        return [(f.id, f.name, f.type, f.required) for f in s.fields]
+
+    return key(a) == key(b)
+
+
+def check_ledger(table: LoadedTable, identifier: str) -> LoadedTable:
+    """``table`` if it is a ledger tablekeeper created; a ConfigError (nothing written) if not."""
+    meta = table.metadata
+    if meta.properties.get(LEDGER_MARKER) != "true" and not _same_fields(meta.schema(), SCHEMA):
+        raise ConfigError(
+            f"{identifier} is not a tablekeeper ledger (no {LEDGER_MARKER} property, other columns): "
+            "point --ledger-table at a new table name, and tablekeeper creates it"
+        )
+    _columns(meta.schema())
+    return table
+
+
+def preflight(catalogs: CatalogsConfig, catalog: str | None, table: str | None) -> None:
+    """Refuse, before a job runs, a configured ledger that is an existing non-ledger table."""
+    try:
+        target = ledger_target(catalogs, catalog, table)
+        if target is None or target.catalog not in catalogs.catalogs:
+            return
+        existing = open_catalog(catalogs, target.catalog).load_if_exists(target.table)
+    except Exception:  # an unreachable or misconfigured ledger never fails the job: its note says so
+        log.debug("ledger preflight skipped", exc_info=True)
+        return
+    if existing is not None:
+        check_ledger(existing, str(target))
+
+
 def ensure_ledger(catalog: Catalog, identifier: str, now_ms: int | None = None) -> LoadedTable:
-    """The ledger table, created empty if the catalog has none."""
+    """The ledger table, created empty if the catalog has none; refused if it is no ledger."""
     existing = catalog.load_if_exists(identifier)
     if existing is not None:
-        return existing
+        return check_ledger(existing, identifier)
     meta = new_table_metadata(
         schema=SCHEMA,
         spec=SPEC,
@@ -277,7 +315,7 @@ def ensure_ledger(catalog: Catalog, identifier: str, now_ms: int | None = None) 
         if raced is None:
             raise
         log.info("ledger %s was created by another run meanwhile", identifier)
-        return raced
+        return check_ledger(raced, identifier)
 
 
 # -- writing -------------------------------------------------------------------------------------

@@ -100,8 +100,21 @@ class RewriteManifestsOptions:
 
 def _target_size(options: RewriteManifestsOptions, meta: TableMetadata) -> int:
     if options.target_manifest_size is not None:
-        return parse_size(options.target_manifest_size, "--target-manifest-size")
-    return meta.property_int(TARGET_SIZE_PROPERTY, DEFAULT_TARGET_MANIFEST_SIZE)
+        given = parse_size(options.target_manifest_size, "--target-manifest-size")
+        if given < 1:
+            raise ConfigError(f"--target-manifest-size {options.target_manifest_size} must be positive")
+        return given
+    try:
+        size = meta.property_int(TARGET_SIZE_PROPERTY, DEFAULT_TARGET_MANIFEST_SIZE)
+    except CorruptMetadataError:
+        size = 0
+    if size < 1:
+        raw = meta.properties.get(TARGET_SIZE_PROPERTY)
+        raise ConfigError(
+            f"table property {TARGET_SIZE_PROPERTY}={raw!r} is not a positive size in bytes: "
+            "fix the property, or pass --target-manifest-size"
+        )
+    return size
 
 
 def plan_rewrite(

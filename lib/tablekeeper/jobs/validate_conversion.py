@@ -1,7 +1,7 @@
 """validate-conversion: does the Iceberg table hold as many rows as the Delta table it was converted
 from, at the version the conversion reached?
 
-Delta is read by delta-spark at ``VERSION AS OF`` the converted version, Iceberg by Iceberg Spark at
+Delta is read by delta-spark at the converted version (``versionAsOf``), Iceberg by Iceberg Spark at
 the snapshot convert-delta committed (the current one when that run had nothing new). Both come
 from convert-delta's result (``--convert-result``) or are named. Counts that differ end the job with
 exit 3 and status ``failed``, both counts in the result. The Delta migration DAG runs it after each
@@ -45,13 +45,39 @@ class ValidateConversionOptions:
         snapshot = args.snapshot_id if args.snapshot_id is not None else metrics.get("snapshot_id")
         if version is None:
             raise ConfigError("no Delta version to compare at: pass --convert-result or --delta-version")
+        # Checked here, before any JVM: a bad value must be exit 2 naming the option, never a
+        # Spark parse error.
+        delta_version = _whole(version, "--delta-version")
+        if delta_version < 0:
+            raise ConfigError(f"--delta-version {delta_version} is negative: Delta versions start at 0")
+        snapshot_id = _whole(snapshot, "--snapshot-id") if snapshot is not None else None
+        if not str(args.source or "").strip():
+            raise ConfigError("--source is empty: give the Delta table's path")
+        if not args.target or any(not part.strip() for part in str(args.target).split(".")):
+            raise ConfigError(f"--target {args.target!r} is not <namespace>.<table>")
         return cls(
             source=args.source,
             target=args.target,
-            delta_version=int(version),
-            snapshot_id=int(snapshot) if snapshot is not None else None,
+            delta_version=delta_version,
+            snapshot_id=snapshot_id,
             catalog=args.catalog,
         )
+
+
+_LONG = 1 << 63
+
+
+def _whole(value: object, flag: str) -> int:
+    """An integer (a long), from the command line or convert-delta's JSON; ConfigError if not."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ConfigError(f"{flag} {value!r} is not a whole number")
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{flag} {value!r} is not a whole number") from None
+    if not -_LONG <= number < _LONG:
+        raise ConfigError(f"{flag} {number} is out of range for a 64-bit id")
+    return number
 
 
 # The options class the command line builds (jobs.context's contract).
@@ -76,13 +102,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def count_rows(
     spark: SparkSession, source: str, delta_version: int, iceberg_table: str, snapshot_id: int | None
 ) -> tuple[int, int]:
-    """(Delta rows at the version, Iceberg rows at the snapshot), each read by its own Spark runtime."""
-    delta_path = source.replace("`", "``")
-    delta = spark.sql(f"SELECT count(*) FROM delta.`{delta_path}` VERSION AS OF {delta_version}").first()
-    at = f" VERSION AS OF {snapshot_id}" if snapshot_id is not None else ""
-    iceberg = spark.sql(f"SELECT count(*) FROM {iceberg_table}{at}").first()
-    assert delta is not None and iceberg is not None  # count(*) always returns one row
-    return int(delta[0]), int(iceberg[0])
+    """(Delta rows at the version, Iceberg rows at the snapshot), each read by its own Spark runtime.
+    Paths and versions go as reader options, never into SQL text."""
+    delta = spark.read.format("delta").option("versionAsOf", str(delta_version)).load(source)
+    iceberg = spark.read.format("iceberg")
+    if snapshot_id is not None:
+        iceberg = iceberg.option("versionAsOf", str(snapshot_id))  # a snapshot id
+    return int(delta.count()), int(iceberg.load(iceberg_table).count())
 
 
 def run(options: ValidateConversionOptions, context: JobContext) -> JobResult:

@@ -302,8 +302,11 @@ def keep_reported(directory: str, written: Sequence[DataFile]) -> tuple[DataFile
 def _dv_positions(location: str, offset: int, length: int, cardinality: int) -> pa.Array:
     with FileIO.for_location(location).open_input(location) as stream:
         blob = stream.read_at(length, offset)
-    with no_cycle_collection():
-        values: array[int] = deserialize_dv(blob).to_array()
+    try:
+        with no_cycle_collection():
+            values: array[int] = deserialize_dv(blob).to_array()
+    except CorruptMetadataError as err:  # the blob's own checks cannot name the file
+        raise CorruptMetadataError(f"deletion vector in {location}: {err.message}") from None
     if len(values) != cardinality:
         raise CorruptMetadataError(
             f"deletion vector in {location} holds {len(values)} positions, not {cardinality}"

@@ -70,7 +70,10 @@ def _read_dv(dv: TrackedFile) -> RoaringBitmap64:
         raise CorruptMetadataError(f"deletion vector in {f.file_path} has no offset, size or data file")
     with FileIO.for_location(f.file_path).open_input(f.file_path) as stream:
         blob = stream.read_at(f.content_size_in_bytes, f.content_offset)
-    bitmap = deserialize_dv(blob)
+    try:
+        bitmap = deserialize_dv(blob)
+    except CorruptMetadataError as err:  # the blob's own checks cannot name the file
+        raise CorruptMetadataError(f"deletion vector in {f.file_path}: {err.message}") from None
     if bitmap.cardinality != f.record_count:
         raise CorruptMetadataError(
             f"deletion vector for {f.referenced_data_file} in {f.file_path} holds {bitmap.cardinality} "

@@ -97,16 +97,28 @@ def _follow_storage(spark: SparkSession) -> None:
 
 
 def session_conf(
-    catalogs: CatalogsConfig, jars: Iterable[Path], extra: Mapping[str, str] | None = None
+    catalogs: CatalogsConfig,
+    jars: Iterable[Path],
+    extra: Mapping[str, str] | None = None,
+    used: str | None = None,
 ) -> dict[str, str]:
+    """The local session's settings, every catalog of the file registered in Spark. Only the
+    catalog the job uses (``used``, else the file's default) must map to Spark: another that
+    cannot (a database with no JDBC form) is left out, and a job naming it is refused then."""
     conf = dict(spark_defaults())
     conf.setdefault("spark.master", "local[*]")
     conf["spark.jars"] = ",".join(str(p) for p in jars)
     conf["spark.sql.extensions"] = f"{DELTA_EXTENSION},{ICEBERG_EXTENSION}"
     conf["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
     conf.setdefault("spark.redaction.regex", SPARK_REDACTION)
+    needed = used or catalogs.default
     for catalog in catalogs.catalogs.values():
-        conf.update(iceberg_catalog_conf(catalog))
+        try:
+            conf.update(iceberg_catalog_conf(catalog))
+        except ConfigError:
+            if catalog.name == needed:
+                raise
+            log.debug("catalog %s left out of the Spark session: it does not map to Spark", catalog.name)
     conf.update(extra or {})
     return conf
 
@@ -168,8 +180,10 @@ def get_spark(
     app_name: str = "tablekeeper",
     catalogs: CatalogsConfig | None = None,
     conf: Mapping[str, str] | None = None,
+    catalog: str | None = None,
 ) -> SparkSession:
-    """Return the active session (checked) or start a local one with every runtime loaded."""
+    """Return the active session (checked) or start a local one with every runtime loaded;
+    ``catalog`` is the one the job uses (see session_conf)."""
     active = submitted_session()
     if active is not None:
         check_session(active)
@@ -177,7 +191,7 @@ def get_spark(
         _quiet_task_failures(active)
         return active
     catalogs = catalogs or load_catalogs()
-    settings = session_conf(catalogs, local_jar_paths(), conf)
+    settings = session_conf(catalogs, local_jar_paths(), conf, used=catalog)
     settings.setdefault(DAEMON_MODULE, "tablekeeper.spark.daemon")
     if logging.getLogger("tablekeeper").getEffectiveLevel() <= logging.DEBUG:
         settings.setdefault(f"spark.executorEnv.{WORKER_TRACEBACKS}", "1")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +134,29 @@ def test_rest_tables_go_where_the_server_says_unless_the_warehouse_is_a_location
 
     assert RestCatalog("c", "http://h", "analytics").default_table_location("db.t") == ""
     assert RestCatalog("c", "http://h", "s3://b/wh/").default_table_location("db.t") == "s3://b/wh/db/t"
+
+
+def test_only_the_catalog_a_job_uses_must_map_to_spark(tmp_path: Path) -> None:
+    from tablekeeper.spark.session import session_conf
+
+    catalogs = parse_catalogs(
+        """
+default: local
+catalogs:
+  local:
+    type: sql
+    uri: sqlite:///${warehouse}/catalog.db
+    warehouse: ${warehouse}/sql
+  pg:
+    type: sql
+    uri: postgresql://db.example/iceberg
+    warehouse: ${warehouse}/pg
+""",
+        tmp_path,
+    )
+    for used in (None, "local"):
+        conf = session_conf(catalogs, [], used=used)
+        assert conf["spark.sql.catalog.local.type"] == "jdbc"
+        assert not any(key.startswith("spark.sql.catalog.pg") for key in conf)
+    with pytest.raises(ConfigError, match="catalog 'pg': only sqlite:/// URIs map to JDBC automatically"):
+        session_conf(catalogs, [], used="pg")

@@ -50,7 +50,6 @@ def test_the_documented_keys_and_defaults() -> None:
     [
         ({}, 100),
         ({"commit.manifest.min-count-to-merge": "40"}, 40),
-        ({"commit.manifest.min-count-to-merge": "many"}, 100),  # unreadable: Iceberg's default
     ],
 )
 def test_min_manifests_follows_the_tables_merge_count_unless_set(

@@ -261,11 +261,61 @@ def test_a_ledger_whose_columns_do_not_fit_is_refused(tmp_path: Path) -> None:
     catalog = sql_catalog(tmp_path)
     schema = Schema(0, (NestedField(1, "run_id", STRING, True), NestedField(2, "job", LONG, True)))
     meta = new_table_metadata(
-        schema=schema, location=catalog.default_table_location(LEDGER), timestamp_ms=NOW_US // 1000
+        schema=schema,
+        location=catalog.default_table_location(LEDGER),
+        timestamp_ms=NOW_US // 1000,
+        properties={ledger.LEDGER_MARKER: "true"},
     )
     catalog.create_table(LEDGER, meta)
     with pytest.raises(ConfigError, match="ledger column job is long, not string"):
         append_rows(catalog, LEDGER, [row("compact", "db.a", NOW_US, "r1")])
+
+
+def test_a_new_ledger_is_marked_and_an_unmarked_one_of_the_exact_schema_is_still_a_ledger(
+    tmp_path: Path,
+) -> None:
+    catalog = sql_catalog(tmp_path)
+    assert ensure_ledger(catalog, LEDGER).metadata.properties[ledger.LEDGER_MARKER] == "true"
+    # A ledger created before the marker existed: recognised by its exact schema.
+    older = new_table_metadata(
+        schema=ledger.SCHEMA,
+        spec=ledger.SPEC,
+        location=catalog.default_table_location("tablekeeper.old_runs"),
+        timestamp_ms=NOW_US // 1000,
+    )
+    catalog.create_table("tablekeeper.old_runs", older)
+    append_rows(catalog, "tablekeeper.old_runs", [row("compact", "db.a", NOW_US, "r1")])
+    assert [r.run_id for r in read_runs(catalog.load_table("tablekeeper.old_runs"), HistoryQuery())] == ["r1"]
+
+
+def test_an_ordinary_table_is_never_written_as_the_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    small_table(tmp_path)  # db.src: id long, name string, three snapshots
+    catalog = sql_catalog(tmp_path)
+    # A table with only optional columns of the ledger's names and types: still not a ledger.
+    lookalike = Schema(0, (NestedField(1, "run_id", STRING), NestedField(2, "job", STRING)))
+    catalog.create_table(
+        "db.other",
+        new_table_metadata(
+            schema=lookalike, location=catalog.default_table_location("db.other"), timestamp_ms=NOW_US // 1000
+        ),
+    )
+    before = {t: catalog.load_table(t).metadata_location for t in ("db.src", "db.other")}
+    conf = write_conf(tmp_path)
+    common = ["--conf-file", str(conf), "--warehouse", str(tmp_path), "--ledger-catalog", CATALOG]
+    for target in ("db.src", "db.other"):
+        argv = ["expire-snapshots", "--table", "db.src", "--retain-last", "1", "--older-than", "0s"]
+        code, out, err = run_cli(capsys, *argv, "--ledger-table", target, *common)
+        assert code == 2
+        assert f"{target} is not a tablekeeper ledger" in err.strip().splitlines()[-1]
+        printed = last_json(out)
+        assert printed["status"] == "failed"
+        assert isinstance(printed["ledger"], dict) and printed["ledger"]["written"] is False
+        with pytest.raises(ConfigError, match="is not a tablekeeper ledger"):
+            append_rows(catalog, target, [row("compact", "db.a", NOW_US, "r1")])
+    # Nothing written: neither table has a new snapshot, and the job itself did not run.
+    assert {t: catalog.load_table(t).metadata_location for t in before} == before
 
 
 def test_a_failed_commit_leaves_no_data_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

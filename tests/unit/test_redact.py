@@ -1,0 +1,123 @@
+"""Passwords inside catalog URIs never reach output: the failure line at every log level (a DEBUG
+traceback included), the ledger row, ``history --json`` and ``doctor`` (no Spark)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from tablekeeper.cli import main
+from tablekeeper.redact import install_log_redaction, redact, register_secret
+
+SECRETS = ("PASSWORD1x", "PASSWORD2x", "PASSWORD3x")
+
+
+def conf(tmp_path: Path) -> Path:
+    path = tmp_path / "catalogs.yaml"
+    path.write_text(
+        f"""
+ledger: {{catalog: led}}
+catalogs:
+  led:
+    type: sql
+    uri: sqlite:///{tmp_path}/catalog.db
+    warehouse: {tmp_path}/sql
+  rc:
+    type: rest
+    uri: http://user:PASSWORD1x@127.0.0.1:9/api
+  pg:
+    type: sql
+    uri: postgresql://admin:PASSWORD2x@127.0.0.1:9/db
+    warehouse: {tmp_path}/pg
+    jdbc-uri: jdbc:postgresql://127.0.0.1:9/db?user=admin&password=PASSWORD3x
+"""
+    )
+    return path
+
+
+def assert_clean(text: str) -> None:
+    for secret in SECRETS:
+        assert secret not in text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("http://u:pw12@h/api down", "http://u:***@h/api down"),
+        ("postgresql://admin:pw34@db:5432/x", "postgresql://admin:***@db:5432/x"),
+        (
+            "jdbc:postgresql://h/d?user=a&password=pw56&ssl=true",
+            "jdbc:postgresql://h/d?user=a&password=***&ssl=true",
+        ),
+        ("jdbc:sqlserver://h;user=a;password=pw78;db=x", "jdbc:sqlserver://h;user=a;password=***;db=x"),
+        (
+            "https://h/x?X-Amz-Credential=c1&X-Amz-Signature=s1&n=1",
+            "https://h/x?X-Amz-Credential=***&X-Amz-Signature=***&n=1",
+        ),
+        ("https://h/x?api_key=k1&token=t1", "https://h/x?api_key=***&token=***"),
+        # Ordinary paths keep their look: a partition directory is not a query parameter.
+        ("s3://bucket/t/key=1/part-0.parquet", "s3://bucket/t/key=1/part-0.parquet"),
+        ("http://host:8181/api", "http://host:8181/api"),
+    ],
+)
+def test_uri_passwords_and_secret_parameters_are_masked(text: str, expected: str) -> None:
+    assert redact(text) == expected
+
+
+@pytest.mark.parametrize("level", ["DEBUG", "INFO", "WARNING", "ERROR"])
+@pytest.mark.parametrize("catalog", ["rc", "pg"])
+def test_a_failure_line_never_shows_a_uri_password(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    level: str,
+    catalog: str,
+) -> None:
+    caplog.set_level(getattr(logging, level))
+    argv = ["--log-level", level, "expire-snapshots", "--table", "db.x", "--catalog", catalog]
+    code = main([*argv, "--conf-file", str(conf(tmp_path))])
+    out, err = capsys.readouterr()
+    assert code != 0
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("tablekeeper: ") and "***@127.0.0.1" in last
+    assert_clean(out + err + caplog.text)
+    if level == "DEBUG":
+        assert "Traceback" in caplog.text  # the trace is there, scrubbed
+
+
+def test_the_ledger_and_history_never_show_a_uri_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(conf(tmp_path))
+    for catalog in ("rc", "pg"):
+        main(["expire-snapshots", "--table", "db.x", "--catalog", catalog, "--conf-file", path])
+    capsys.readouterr()
+    assert main(["history", "--json", "--conf-file", path]) == 0
+    out, err = capsys.readouterr()
+    assert '"count":2' in out  # both failed runs are there, with their errors
+    assert "***@127.0.0.1" in out
+    assert_clean(out + err)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_doctor_never_shows_a_uri_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    main(["doctor", "--conf-file", str(conf(tmp_path)), *(["--json"] if as_json else [])])
+    out, err = capsys.readouterr()
+    assert "admin:***@127.0.0.1" in out and "password=***" in out
+    assert_clean(out + err)
+
+
+def test_a_debug_traceback_is_scrubbed_of_registered_secrets(caplog: pytest.LogCaptureFixture) -> None:
+    install_log_redaction()
+    register_secret("vended-tok-98765")
+    caplog.set_level(logging.DEBUG)
+    try:
+        raise RuntimeError("denied for vended-tok-98765")
+    except RuntimeError:
+        logging.getLogger("tablekeeper.test").debug("failed", exc_info=True)
+    assert "RuntimeError: denied for ***" in caplog.text
+    assert "vended-tok-98765" not in caplog.text
