@@ -77,3 +77,35 @@ def test_one_line_and_no_traceback(
         # Asked for, the whole story is there.
         debug = run_job(["--log-level", "DEBUG", *common])
         assert debug.returncode == code and "Traceback" in debug.stderr
+
+
+def test_a_truncated_delete_file_read_in_a_task_is_named_with_exit_3(spark, warehouse: Path) -> None:  # type: ignore[no-untyped-def]
+    """A typed error raised in an executor task reaches the driver as itself: exit 3 and the file
+    named in one line, where it was once exit 1 with Spark's cut-off task failure."""
+    name = "quiet_rewrite_truncated_delete"
+    table = f"{FS_CATALOG}.db.{name}"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id BIGINT, cat STRING) USING iceberg PARTITIONED BY (cat) TBLPROPERTIES "
+        "('format-version'='2', 'write.delete.mode'='merge-on-read')"
+    )
+    spark.sql(f"INSERT INTO {table} SELECT id, 'a' FROM range(40)")
+    spark.sql(f"DELETE FROM {table} WHERE id % 7 = 0")
+    spark.sql(f"DELETE FROM {table} WHERE id % 5 = 0")
+    deletes = [r[0] for r in spark.sql(f"SELECT file_path FROM {table}.delete_files").collect()]
+    assert deletes
+    victim = Path(deletes[0].removeprefix("file:"))
+    victim.write_bytes(victim.read_bytes()[:40])
+    conf = warehouse / "quiet-catalogs.yaml"
+    conf.write_text(
+        f"default: {FS_CATALOG}\ncatalogs:\n  {FS_CATALOG}:\n"
+        f"    type: filesystem\n    warehouse: {warehouse}/files\n"
+    )
+    proc = run_job(
+        ["rewrite-position-deletes", "--table", f"db.{name}", "--conf-file", str(conf), "--rewrite-all"]
+    )
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "Py4JJavaError" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("tablekeeper: ") and victim.name in last, last
+    assert result_json(proc)["error"] in last

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import orc
 
-from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
+from tablekeeper.errors import CorruptMetadataError, TablekeeperError, UnsupportedFeatureError
 from tablekeeper.iceberg.content import POSITION_DELETES, DataFile
 from tablekeeper.iceberg.parquet import FIELD_ID_KEY
 from tablekeeper.iceberg.roaring import RoaringBitmap64
@@ -68,11 +68,28 @@ def empty() -> pa.Table:
     return POSITION_DELETE_SCHEMA.empty_table()
 
 
-def read_position_deletes(source: Any, file_format: str = "PARQUET") -> pa.Table:
+def read_position_deletes(source: Any, file_format: str = "PARQUET", location: str | None = None) -> pa.Table:
     """The (file_path, pos) rows of a position delete file (bytes or a seekable binary stream) in
     any format the spec allows: Parquet, ORC or Avro. Columns are found by field id where the
     format's reader exposes it (Parquet, Avro), else by the spec's reserved names (ORC: pyarrow
-    does not expose ORC type attributes); the optional ``row`` column is not needed."""
+    does not expose ORC type attributes); the optional ``row`` column is not needed.
+
+    A file the format's reader cannot decode (truncated, corrupt) is a ``CorruptMetadataError``
+    naming ``location``: raised in an executor task, it reaches the driver as itself (exit 3)."""
+    try:
+        return _read_any(source, file_format)
+    except TablekeeperError as err:
+        if location is None or location in err.message:
+            raise
+        raise type(err)(f"position delete file {location}: {err.message}") from err
+    except (pa.ArrowException, ValueError, OSError, EOFError, IndexError, KeyError, TypeError) as err:
+        raise CorruptMetadataError(
+            f"position delete file {location or '(in memory)'} is not readable as {file_format.upper()} "
+            f"(truncated or corrupt): {str(err).splitlines()[0] if str(err) else type(err).__name__}"
+        ) from err
+
+
+def _read_any(source: Any, file_format: str) -> pa.Table:
     stream = pa.BufferReader(source) if isinstance(source, (bytes, bytearray)) else source
     fmt = file_format.upper()
     if fmt == "PARQUET":

@@ -318,7 +318,7 @@ def _position_file(location: str, file_format: str, wanted: frozenset[str]) -> d
     """A position delete file's positions (Parquet, ORC or Avro) by the path key of the data file
     they delete from, for the ``wanted`` data files only (a delete file may cover many more)."""
     with FileIO.for_location(location).open_input(location) as stream:
-        table = read_position_deletes(stream, file_format)
+        table = read_position_deletes(stream, file_format, location)
     keys = pc.replace_substring_regex(table.column("file_path"), SCHEME_AUTHORITY, "", max_replacements=1)
     rows = pa.table({"k": keys, "p": table.column("pos")})
     rows = rows.filter(pc.is_in(rows.column("k"), value_set=pa.array(sorted(wanted), pa.string())))

@@ -90,7 +90,7 @@ def rewrite_group(work: GroupWork) -> GroupOutput:
     read = 0
     for d in group.deletes:
         with FileIO.for_location(d.file.file_path).open_input(d.file.file_path) as stream:
-            rows = read_position_deletes(stream, d.file.file_format)
+            rows = read_position_deletes(stream, d.file.file_format, d.file.file_path)
         read += rows.num_rows
         parts.append(applying(rows, d.sequence_number, live))
     rows = merge(parts)

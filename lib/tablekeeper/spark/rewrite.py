@@ -177,7 +177,7 @@ def _other_format_positions(item: tuple[str, str, tuple[str, ...]]) -> Iterator[
     files (Spark reads Parquet ones itself; it has no Avro source and would match ORC by name)."""
     location, file_format, wanted = item
     with FileIO.for_location(location).open_input(location) as stream:
-        rows = read_position_deletes(stream, file_format)
+        rows = read_position_deletes(stream, file_format, location)
     keep = set(wanted)
     for path, pos in zip(rows.column("file_path").to_pylist(), rows.column("pos").to_pylist(), strict=True):
         key = path_key(path)

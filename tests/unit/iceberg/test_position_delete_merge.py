@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tablekeeper.errors import UnsupportedFeatureError
+from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
 from tablekeeper.iceberg.content import POSITION_DELETES
 from tablekeeper.iceberg.position_delete_merge import (
     FILE_PATH_ID,
@@ -106,3 +106,19 @@ def test_orc_and_avro_position_delete_files_are_read(fmt: str) -> None:
 def test_a_format_the_spec_does_not_allow_is_refused_by_name() -> None:
     with pytest.raises(UnsupportedFeatureError, match="'CSV'"):
         read_position_deletes(b"file_path,pos\n", "CSV")
+
+
+@pytest.mark.parametrize("fmt", ["PARQUET", "ORC", "AVRO"])
+def test_a_truncated_delete_file_is_a_typed_error_naming_it(fmt: str) -> None:
+    """Read in an executor task, a raw reader error (pyarrow's, fastavro's) was an untyped task
+    failure, exit 1 with Spark's cut-off message; a typed one reaches the driver as itself."""
+    rows = [("s3://b/d1", 7), ("s3://b/d2", 1)]
+    if fmt == "PARQUET":
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.table({"file_path": ["s3://b/d1"], "pos": pa.array([7], pa.int64())}), sink)
+        data = sink.getvalue().to_pybytes()
+    else:
+        data = orc_deletes(rows) if fmt == "ORC" else avro_deletes(rows)
+    location = "s3://b/t/data/x-deletes.bin"
+    with pytest.raises(CorruptMetadataError, match=location):
+        read_position_deletes(data[: len(data) // 3], fmt, location)
