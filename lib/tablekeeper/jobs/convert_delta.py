@@ -32,6 +32,7 @@ from tablekeeper.errors import (
     CommitConflict,
     CommitFailed,
     ConfigError,
+    DataFileGone,
 )
 from tablekeeper.files.journal import JournalWriter
 from tablekeeper.iceberg.metadata import TableMetadata
@@ -269,6 +270,7 @@ def _convert(
     it, or nothing was converted)."""
     totals = Totals()
     latest: DeltaSnapshot | None = None
+    gone: dict[int, str] = {}  # Delta versions not converted: a file they reach is already gone
     size: int | None = None
     verifier = Verifier(FileIO.for_location(plan.root), options.verify) if options.verify != "off" else None
     if _distributed_full(plan, options, spark):
@@ -284,12 +286,22 @@ def _convert(
             if snap.version not in wanted:
                 previous, prev_version = columns(snap.files), snap.version
                 continue
-            if not catalog.table_exists(options.target):
-                create_target(options, plan, catalog, snap)
             # Tombstones describe one commit only when this state is one commit after the last.
             stepwise = prev_version is not None and snap.version == prev_version + 1
             diff = diff_files(previous, snap.files, snap.tombstones if stepwise else None)
-            commit_version(snap, diff, options, catalog, spark, totals, token, plan.log)
+            try:
+                if not catalog.table_exists(options.target):
+                    create_target(options, plan, catalog, snap)
+                commit_version(snap, diff, options, catalog, spark, totals, token, plan.log)
+            except DataFileGone as err:
+                if snap.version == plan.latest_version:
+                    raise  # the newest version itself lacks a file: the Delta table is broken
+                # A file VACUUM already deleted and only its footer could count: the snapshot
+                # would reach a file already gone, which every run expires. It is never made;
+                # the next version is diffed against the last one committed.
+                log.info("Delta version %d not converted: %s", snap.version, err.message)
+                gone.setdefault(snap.version, err.path)
+                continue
             if verifier is not None:
                 _verify(verifier, snap, catalog, options, spark, token)
             previous, prev_version = columns(snap.files), snap.version
@@ -318,6 +330,12 @@ def _convert(
         "verified": verifier.metrics() if verifier is not None else None,
         "row_lineage": totals.lineage.metrics() if totals.lineage is not None else None,
     }
+    if gone:
+        metrics["not_converted_for_vacuum"] = {
+            "delta_versions": sorted(gone),
+            "reason": "they reach a file already gone whose record count only its footer had "
+            f"(e.g. {next(iter(gone.values()))})",
+        }
     return metrics, latest
 
 

@@ -49,6 +49,7 @@ from tablekeeper.delta.to_iceberg import MappedSchema, MissingRecordCount, data_
 from tablekeeper.errors import (
     ConfigError,
     CorruptMetadataError,
+    DataFileGone,
     FileNotFound,
     NotATableError,
     StorageError,
@@ -488,8 +489,18 @@ def history(
 
 
 def footer_record_count(io: FileIO, add: AddFile) -> int:
-    with io.open_input(add.absolute_path) as stream:
-        return int(pq.ParquetFile(stream).metadata.num_rows)
+    """The file's row count from its Parquet footer (the log has none). A file already gone is
+    ``DataFileGone``: a version of the history Delta's VACUUM broke, or a broken table."""
+    try:
+        with io.open_input(add.absolute_path) as stream:
+            return int(pq.ParquetFile(stream).metadata.num_rows)
+    except FileNotFound as err:
+        raise DataFileGone.at(
+            add.absolute_path,
+            f"Delta data file {add.absolute_path} has no record count in the log and is no longer on "
+            "storage (VACUUM, or deleted by hand): restore it, or remove it from the table in Delta "
+            "(FSCK REPAIR TABLE)",
+        ) from err
 
 
 def build_data_file(
