@@ -77,7 +77,9 @@ def test_row_ids_equal_delta_spark(spark, catalogs, tmp_path: Path, engine: str)
     )
     # Delta's ids sit on ADDED entries as explicit first_row_ids; an Iceberg Java commit that
     # rewrites those manifests (a copy-on-write DELETE: the entries become EXISTING) keeps them.
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.mode' = 'copy-on-write')")
     spark.sql(f"DELETE FROM {table} WHERE id = 3")
+    assert spark.sql(f"SELECT count(*) FROM {table}.entries WHERE status = 0").first()[0] > 0
     kept = {r[0]: r[1] for r in _iceberg_ids(spark, table)}
     assert {i: kept[i] for i, *_ in expected if i != 3} == {r[0]: r[1] for r in expected if r[0] != 3}
 
