@@ -179,10 +179,10 @@ def _converted_as_asked(meta: TableMetadata, options: ConvertDeltaOptions, oldes
     versions = {s.summary.get(DELTA_VERSION_SUMMARY) for s in meta.snapshots}
     latest = int(meta.properties[VERSION_PROPERTY])
     if meta.properties.get(HISTORY_PROPERTY) == "all":
-        # Converted with all history: the versions below the oldest snapshot left were expired
-        # because Delta's VACUUM removed their files; those from it on must all be there.
-        present = [int(v) for v in versions if v is not None and v.isdigit()]
-        oldest = min(present, default=latest)
+        # Converted with all history, and published all at once: versions missing were expired
+        # (or never committed) because Delta's VACUUM removed files they reach, below the oldest
+        # snapshot left or between two.
+        return str(latest) in versions
     return all(str(v) in versions for v in range(oldest, latest + 1))
 
 
