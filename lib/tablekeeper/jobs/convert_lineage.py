@@ -114,7 +114,15 @@ def ids_handed_out_elsewhere(meta: TableMetadata, converted: Callable[[Snapshot]
     if last.first_row_id is None or last.added_rows is None:
         return "the last conversion's snapshot has no row-id range to check the target's row ids against"
     left = last.first_row_id + last.added_rows
-    if meta.next_row_id != left:
+    # A rewrite (compaction, rewrite-manifests: operation replace) may reserve a range but gives
+    # no row a new id: copied rows keep theirs. Any other move, or one whose snapshot is gone,
+    # may have handed ids out.
+    rewrites = sum(
+        s.added_rows or 0
+        for s in meta.snapshots
+        if s.sequence_number > last.sequence_number and s.operation == "replace" and not converted(s)
+    )
+    if meta.next_row_id != left + rewrites:
         return (
             f"another writer added rows to the target since the last conversion (next-row-id "
             f"{meta.next_row_id}, the conversion left {left}): Delta's next row ids could repeat theirs"

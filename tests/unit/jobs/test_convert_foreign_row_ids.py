@@ -68,6 +68,18 @@ def _append(root: Path, version: int, name: str, base_row_id: int, rows: int) ->
     write_commit(root, version, actions)
 
 
+def _file(root: Path, name: str, rows: int) -> DataFile:
+    pq.write_table(pa.table({"x": pa.array(range(rows), pa.int64())}), root / name)
+    return DataFile(
+        content=DATA,
+        file_path=str(root / name),
+        file_format="PARQUET",
+        partition=(),
+        record_count=rows,
+        file_size_in_bytes=(root / name).stat().st_size,
+    )
+
+
 def test_an_iceberg_append_between_runs_makes_the_next_run_fresh(
     tmp_path: Path, catalogs: CatalogsConfig
 ) -> None:
@@ -86,21 +98,23 @@ def test_an_iceberg_append_between_runs_makes_the_next_run_fresh(
     assert convert()["row_lineage"] == {"row_ids": "delta", "reason": None}
     assert catalog.require(target).metadata.next_row_id == 15
 
-    # Another writer appends 3 rows: they take ids 15-17 from next-row-id.
-    other = tmp_path / "other.parquet"
-    pq.write_table(pa.table({"x": pa.array([1, 2, 3], pa.int64())}), other)
-    added = DataFile(
-        content=DATA,
-        file_path=str(other),
-        file_format="PARQUET",
-        partition=(),
-        record_count=3,
-        file_size_in_bytes=other.stat().st_size,
+    # A rewrite (operation replace) moves next-row-id but gives no row a new id: still carried.
+    compacted = _file(tmp_path, "compacted.parquet", 10)
+    rewrite = SnapshotChange(
+        "replace", added_files=(compacted,), removed_paths=frozenset({str(root / "a.parquet")})
     )
-    Committer(catalog, target).commit_snapshot(SnapshotChange("append", added_files=(added,)))
-    assert catalog.require(target).metadata.next_row_id == 18
+    Committer(catalog, target).commit_snapshot(rewrite)
+    assert catalog.require(target).metadata.next_row_id > 15
+    _append(root, 2, "b2.parquet", 15, 1)
+    assert convert()["row_lineage"] == {"row_ids": "delta", "reason": None}
+    after = catalog.require(target).metadata.next_row_id
 
-    _append(root, 2, "c.parquet", 15, 4)  # Delta's ids 15-18: the same ids
+    # Another writer appends 3 rows: they take ids from next-row-id on.
+    other = _file(tmp_path, "other.parquet", 3)
+    Committer(catalog, target).commit_snapshot(SnapshotChange("append", added_files=(other,)))
+    assert catalog.require(target).metadata.next_row_id == after + 3
+
+    _append(root, 3, "c.parquet", 16, 4)  # Delta's next ids, which may be the ones that writer took
     lineage = convert()["row_lineage"]
     assert lineage["row_ids"] == "fresh" and "another writer added rows" in lineage["reason"]
     table = catalog.require(target)
@@ -109,8 +123,9 @@ def test_an_iceberg_append_between_runs_makes_the_next_run_fresh(
         for e in iter_live_entries(table.io, table.metadata, table.metadata.current_snapshot())
     }
     # Delta's files before keep their ids; c.parquet's come after the other writer's.
-    assert first_ids == {"a.parquet": 0, "b.parquet": 10, "other.parquet": 15, "c.parquet": 18}
-    _append(root, 3, "d.parquet", 19, 1)
+    assert first_ids["b.parquet"] == 10 and first_ids["b2.parquet"] == 15
+    assert first_ids["other.parquet"] == after and first_ids["c.parquet"] == after + 3
+    _append(root, 4, "d.parquet", 20, 1)
     assert convert()["row_lineage"] == {
         "row_ids": "fresh",
         "reason": "an earlier run gave the target fresh row ids",
