@@ -172,6 +172,19 @@ class FileNotFound(TablekeeperError):
     exit_code = ExitCode.USAGE
 
 
+class DataFileGone(FileNotFound):
+    """A Delta data file whose record count only its footer has is no longer on storage
+    (``path``: the file's absolute path)."""
+
+    path: str = ""
+
+    @classmethod
+    def at(cls, path: str, message: str) -> DataFileGone:
+        err = cls(message)
+        err.path = path
+        return err
+
+
 class StorageError(TablekeeperError):
     """An I/O failure other than not-found: permissions, network, unsupported storage."""
 

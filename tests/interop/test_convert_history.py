@@ -394,3 +394,25 @@ def test_incremental_on_spark_brings_only_touched_files_to_the_driver(  # type: 
         rows = spark.sql(f"SELECT file_path, content FROM {SQL_CATALOG}.{target}.files").collect()
         contents.append(({r.file_path for r in rows if r.content == 0}, sum(1 for r in rows if r.content)))
     assert contents[0] == contents[1]
+
+
+def test_vacuumed_files_without_stats_on_spark(spark, catalogs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The Spark paths agree with the driver's (unit tests): history replayed through Spark skips
+    the versions reaching a file gone without a record count; the executors refuse a newest
+    version missing one by name."""
+    from tablekeeper.errors import DataFileGone
+    from tests.unit.jobs.test_convert_gone_files import _table
+
+    catalog = catalog_for(catalogs.get(SQL_CATALOG))
+    source = _table(tmp_path / "vacuumed")
+    options = ConvertDeltaOptions(source=str(source), target=f"{NS}.vacuumed", history="all", engine="spark")
+    metrics = run_convert(options, catalog, spark).metrics
+    assert metrics["not_converted_for_vacuum"]["delta_versions"] == [1, 2]
+    table = f"{SQL_CATALOG}.{NS}.vacuumed"
+    spark.sql(f"REFRESH TABLE {table}")
+    assert sorted(snapshots_by_version(spark, table)) == [0, 3]
+    assert_same(spark.table(table), spark.read.format("delta").load(str(source)), "after VACUUM")
+    broken = _table(tmp_path / "broken", newest_gone=True)
+    latest = ConvertDeltaOptions(source=str(broken), target=f"{NS}.broken", engine="spark")
+    with pytest.raises(DataFileGone, match=r"c\.parquet"):
+        run_convert(latest, catalog, spark)

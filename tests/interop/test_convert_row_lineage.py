@@ -75,6 +75,13 @@ def test_row_ids_equal_delta_spark(spark, catalogs, tmp_path: Path, engine: str)
     assert min(i for r, i in zip(_iceberg_ids(spark, table), ids, strict=True) if r[0] >= 1000) > max(
         r[1] for r in expected
     )
+    # Delta's ids sit on ADDED entries as explicit first_row_ids; an Iceberg Java commit that
+    # rewrites those manifests (a copy-on-write DELETE: the entries become EXISTING) keeps them.
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.mode' = 'copy-on-write')")
+    spark.sql(f"DELETE FROM {table} WHERE id = 3")
+    assert spark.sql(f"SELECT count(*) FROM {table}.entries WHERE status = 0").first()[0] > 0
+    kept = {r[0]: r[1] for r in _iceberg_ids(spark, table)}
+    assert {i: kept[i] for i, *_ in expected if i != 3} == {r[0]: r[1] for r in expected if r[0] != 3}
 
 
 def test_history_keeps_delta_ids_until_a_file_holds_copied_ones(spark, catalogs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -110,6 +117,30 @@ def test_history_keeps_delta_ids_until_a_file_holds_copied_ones(spark, catalogs,
     # Rows untouched since the conversion keep Delta's ids.
     delta = {r[0]: r[1] for r in _delta_ids(spark, source)}
     assert all(delta[r[0]] == r[1] for r in rows if r[0] < 75 and r[0] not in (1, 2))
+
+
+def test_an_iceberg_append_between_incremental_runs_never_repeats_a_row_id(
+    spark, catalogs, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    source = tmp_path / "between"
+    spark.sql(
+        f"CREATE TABLE delta.`{source}` (id BIGINT, p STRING) USING delta "
+        "TBLPROPERTIES ('delta.enableRowTracking' = 'true')"
+    )  # v0
+    spark.sql(f"INSERT INTO delta.`{source}` SELECT id, 'd' FROM range(0, 20)")  # v1: ids 0-19
+    target = f"{NS}.between"
+    table = f"{SQL_CATALOG}.{target}"
+    assert _convert(catalogs, source, target, mode="incremental")["row_lineage"]["row_ids"] == "delta"
+    spark.sql(f"REFRESH TABLE {table}")
+    spark.sql(f"INSERT INTO {table} VALUES (500, 'i'), (501, 'i')")  # Iceberg Java: ids 20, 21
+    spark.sql(f"INSERT INTO delta.`{source}` SELECT id, 'd' FROM range(20, 30)")  # v2: Delta's 20-29
+    lineage = _convert(catalogs, source, target, mode="incremental")["row_lineage"]
+    spark.sql(f"REFRESH TABLE {table}")
+    rows = _iceberg_ids(spark, table)
+    assert sorted(r[0] for r in rows) == [*range(30), 500, 501]
+    ids = [r[1] for r in rows]
+    assert None not in ids and len(set(ids)) == len(ids), f"row ids repeat: {rows}"
+    assert lineage["row_ids"] == "fresh" and "another writer added rows" in lineage["reason"]
 
 
 def test_without_row_tracking_ids_are_fresh_and_said_so(spark, catalogs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -33,6 +33,7 @@ from tablekeeper.errors import (
     CommitConflict,
     CommitFailed,
     ConfigError,
+    DataFileGone,
 )
 from tablekeeper.files.journal import JournalWriter
 from tablekeeper.iceberg.metadata import TableMetadata
@@ -182,10 +183,10 @@ def _converted_as_asked(meta: TableMetadata, options: ConvertDeltaOptions, oldes
     versions = {s.summary.get(DELTA_VERSION_SUMMARY) for s in meta.snapshots}
     latest = int(meta.properties[VERSION_PROPERTY])
     if meta.properties.get(HISTORY_PROPERTY) == "all":
-        # Converted with all history: the versions below the oldest snapshot left were expired
-        # because Delta's VACUUM removed their files; those from it on must all be there.
-        present = [int(v) for v in versions if v is not None and v.isdigit()]
-        oldest = min(present, default=latest)
+        # Converted with all history, and published all at once: versions missing were expired
+        # (or never committed) because Delta's VACUUM removed files they reach, below the oldest
+        # snapshot left or between two.
+        return str(latest) in versions
     return all(str(v) in versions for v in range(oldest, latest + 1))
 
 
@@ -273,6 +274,7 @@ def _convert(
     it, or nothing was converted)."""
     totals = Totals()
     latest: DeltaSnapshot | None = None
+    gone: dict[int, str] = {}  # Delta versions not converted: a file they reach is already gone
     size: int | None = None
     verifier = (
         Verifier(FileIO.for_location(plan.root), options.verify, zone=options.partition_zone)
@@ -292,12 +294,22 @@ def _convert(
             if snap.version not in wanted:
                 previous, prev_version = columns(snap.files), snap.version
                 continue
-            if not catalog.table_exists(options.target):
-                create_target(options, plan, catalog, snap)
             # Tombstones describe one commit only when this state is one commit after the last.
             stepwise = prev_version is not None and snap.version == prev_version + 1
             diff = diff_files(previous, snap.files, snap.tombstones if stepwise else None)
-            commit_version(snap, diff, options, catalog, spark, totals, token, plan.log)
+            try:
+                if not catalog.table_exists(options.target):
+                    create_target(options, plan, catalog, snap)
+                commit_version(snap, diff, options, catalog, spark, totals, token, plan.log)
+            except DataFileGone as err:
+                if snap.version == plan.latest_version:
+                    raise  # the newest version itself lacks a file: the Delta table is broken
+                # A file VACUUM already deleted and only its footer could count: the snapshot
+                # would reach a file already gone, which every run expires. It is never made;
+                # the next version is diffed against the last one committed.
+                log.info("Delta version %d not converted: %s", snap.version, err.message)
+                gone.setdefault(snap.version, err.path)
+                continue
             if verifier is not None:
                 _verify(verifier, snap, catalog, options, spark, token)
             previous, prev_version = columns(snap.files), snap.version
@@ -328,6 +340,12 @@ def _convert(
         "partition_timezone": options.partition_timezone,
         "partition_timezone_assumed": assumed_zone(totals.zoneless),
     }
+    if gone:
+        metrics["not_converted_for_vacuum"] = {
+            "delta_versions": sorted(gone),
+            "reason": "they reach a file already gone whose record count only its footer had "
+            f"(e.g. {next(iter(gone.values()))})",
+        }
     return metrics, latest
 
 

@@ -17,7 +17,7 @@ ids it keeps taking them: Delta's later ids could collide with the ones Iceberg 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tablekeeper.delta.models import AddFile
@@ -29,6 +29,7 @@ from tablekeeper.delta_row_ids import (
     commit_operations,
     unsound_file,
 )
+from tablekeeper.iceberg.metadata import Snapshot, TableMetadata
 from tablekeeper.io import FileIO
 
 log = logging.getLogger(__name__)
@@ -58,9 +59,11 @@ def plan_lineage(
     has_snapshots: bool,
     format_version: int,
     files_known: bool = True,
+    foreign_ids: str | None = None,
 ) -> Lineage | None:
     """Whether this version's files may carry Delta's ids, before looking at the files (None: a v2
-    target has no row lineage)."""
+    target has no row lineage). ``foreign_ids``: why ids past the last conversion's may already
+    be in use in the target (``ids_handed_out_elsewhere``)."""
     if format_version < 3:
         return None
     state = target_properties.get(ROW_IDS_PROPERTY)
@@ -71,6 +74,8 @@ def plan_lineage(
             else "the target predates carried row ids"
         )
         return Lineage(False, why)
+    if has_snapshots and foreign_ids is not None:
+        return Lineage(False, foreign_ids)
     rt = snap.row_tracking
     materialized = {
         name: fid
@@ -91,6 +96,38 @@ def plan_lineage(
             return Lineage(False, "the Delta log has no row id high-water mark (delta.rowTracking domain)")
         mark = -1  # no row has an id yet
     return Lineage(True, None, mark, materialized)
+
+
+def ids_handed_out_elsewhere(meta: TableMetadata, converted: Callable[[Snapshot], bool]) -> str | None:
+    """Why Delta's next row ids may collide with ids the target already handed out, or None.
+
+    A conversion leaves next-row-id at the end of its last snapshot's range; a writer that added
+    rows since (any branch: every commit moves next-row-id) handed out ids from there on, which
+    Delta's own next ids (above its high-water mark) would reuse. ``converted``: whether a
+    snapshot is a conversion's."""
+    if meta.format_version < 3 or not meta.snapshots:
+        return None
+    ours = [s for s in meta.snapshots if converted(s)]
+    if not ours:
+        return "no snapshot of an earlier conversion is left to check the target's row ids against"
+    last = max(ours, key=lambda s: s.sequence_number)
+    if last.first_row_id is None or last.added_rows is None:
+        return "the last conversion's snapshot has no row-id range to check the target's row ids against"
+    left = last.first_row_id + last.added_rows
+    # A rewrite (compaction, rewrite-manifests: operation replace) may reserve a range but gives
+    # no row a new id: copied rows keep theirs. Any other move, or one whose snapshot is gone,
+    # may have handed ids out.
+    rewrites = sum(
+        s.added_rows or 0
+        for s in meta.snapshots
+        if s.sequence_number > last.sequence_number and s.operation == "replace" and not converted(s)
+    )
+    if meta.next_row_id != left + rewrites:
+        return (
+            f"another writer added rows to the target since the last conversion (next-row-id "
+            f"{meta.next_row_id}, the conversion left {left}): Delta's next row ids could repeat theirs"
+        )
+    return None
 
 
 def check_files(

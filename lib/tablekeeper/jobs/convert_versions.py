@@ -59,6 +59,7 @@ from tablekeeper.jobs.convert_lineage import (
     ROW_IDS_PROPERTY,
     Lineage,
     check_files,
+    ids_handed_out_elsewhere,
     plan_lineage,
 )
 from tablekeeper.jobs.convert_verify import check_mode
@@ -336,7 +337,10 @@ def commit_version(
     now = int(time.time() * 1000)
     mapped, preview = evolve(meta, snap, now)
     io = FileIO.for_location(snap.root)
-    lineage = plan_lineage(snap, meta.properties, bool(meta.snapshots), meta.format_version)
+    foreign = ids_handed_out_elsewhere(meta, lambda s: DELTA_VERSION_SUMMARY in s.summary)
+    lineage = plan_lineage(
+        snap, meta.properties, bool(meta.snapshots), meta.format_version, foreign_ids=foreign
+    )
     zone = options.partition_zone
     if zone is None:
         totals.zoneless.update(zoneless_columns(snap, diff.added_rows))

@@ -55,6 +55,7 @@ from tablekeeper.delta.to_iceberg import MappedSchema, MissingRecordCount, data_
 from tablekeeper.errors import (
     ConfigError,
     CorruptMetadataError,
+    DataFileGone,
     FileNotFound,
     NotATableError,
     StorageError,
@@ -477,13 +478,16 @@ def history(
     io = io or FileIO.for_location(root)
     entries = list_log(io, root)
     first = oldest_reconstructable(entries, root) if start is None else start
-    commits, _ = parse_listing(entries)
+    commits, checkpoints = parse_listing(entries)
     last = max(commits) if end is None else end
     mtimes = commit_timestamps(entries)
     snapshot = load_snapshot(root, version=first, io=io, replay=replay)
     yield snapshot
     while snapshot.version < last:
         following = advance(io, snapshot, 0)
+        at = [c for c in checkpoints if c.version == following.version]
+        if at:
+            following = _checkpoint_metadata(io, following, at)
         info = following.commit_info
         ict = following.metadata.configuration.get("delta.enableInCommitTimestamps") == "true"
         stamp = info.in_commit_timestamp if ict and info and info.in_commit_timestamp else None
@@ -493,9 +497,49 @@ def history(
         yield snapshot
 
 
+def _checkpoint_metadata(
+    io: FileIO, snapshot: DeltaSnapshot, checkpoints: Sequence[Checkpoint]
+) -> DeltaSnapshot:
+    """The replayed ``snapshot`` with the protocol, metadata, transactions and domains of its
+    version's checkpoint: the protocol makes a checkpoint the table's state at its version (every
+    reader of a later version starts from it), even where the commits before it replay to
+    something else; the first readable one, in the order a reader picks them, as
+    ``readable_segment`` would."""
+    for checkpoint in sorted(checkpoints, key=lambda c: c.rank, reverse=True):
+        state = NonFileState()
+        try:
+            _checkpoint_state(io, snapshot.root, checkpoint, state)
+        except (pa.ArrowInvalid, OSError, TablekeeperError) as err:
+            log.warning(
+                "checkpoint %d cannot be read (%s): keeping the replayed state", checkpoint.version, err
+            )
+            continue
+        if state.protocol is None or state.metadata is None:
+            continue
+        state.protocol.check_readable()
+        return replace(
+            snapshot,
+            protocol=state.protocol,
+            metadata=state.metadata,
+            txns=dict(state.txns),
+            domains=dict(state.domains),
+        )
+    return snapshot
+
+
 def footer_record_count(io: FileIO, add: AddFile) -> int:
-    with io.open_input(add.absolute_path) as stream:
-        return int(pq.ParquetFile(stream).metadata.num_rows)
+    """The file's row count from its Parquet footer (the log has none). A file already gone is
+    ``DataFileGone``: a version of the history Delta's VACUUM broke, or a broken table."""
+    try:
+        with io.open_input(add.absolute_path) as stream:
+            return int(pq.ParquetFile(stream).metadata.num_rows)
+    except FileNotFound as err:
+        raise DataFileGone.at(
+            add.absolute_path,
+            f"Delta data file {add.absolute_path} has no record count in the log and is no longer on "
+            "storage (VACUUM, or deleted by hand): restore it, or remove it from the table in Delta "
+            "(FSCK REPAIR TABLE)",
+        ) from err
 
 
 def build_data_file(
