@@ -114,9 +114,8 @@ class WriteTarget:
     partition: tuple[Any, ...] | None
     directory: str
     compression: str
-    max_records_per_file: int  # Spark's writer only: it cannot roll files by bytes
+    max_records_per_file: int
     output_files: int
-    sizes: tuple[int, int, int]  # target, small and maximum written bytes of a file
     ordering: Ordering
     global_sort: bool  # range-partition by the sort (sort strategy) or only sort within tasks
 
@@ -427,7 +426,7 @@ def rewrite_files(
             "directory": target.directory,
             "compression": target.compression,
             "output_files": target.output_files,
-            "sizes": target.sizes,
+            "max_records": target.max_records_per_file,
             "sort_order_id": sort_order_id,
             "mapping": name_mapping(meta),
         }
