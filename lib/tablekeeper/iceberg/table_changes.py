@@ -15,6 +15,7 @@ from typing import Any
 
 from tablekeeper.errors import UnsupportedFeatureError
 from tablekeeper.iceberg.metadata import (
+    StatisticsFile,
     TableMetadata,
     ref_to_obj,
     snapshot_to_obj,
@@ -163,12 +164,20 @@ def table_change(base: TableMetadata, new: TableMetadata) -> TableChange:
     return TableChange(tuple(reqs.values()), tuple(ups))
 
 
+def _set_statistics(stats: StatisticsFile) -> Update:
+    # The REST spec deprecates the update's own snapshot-id, but servers built on Iceberg 1.7 or
+    # older require it (400 without), and Iceberg Java's client still writes it.
+    return Update(
+        "set-statistics", {"snapshot-id": stats.snapshot_id, "statistics": statistics_to_obj(stats)}
+    )
+
+
 def _statistics(base: TableMetadata, new: TableMetadata, ups: list[Update]) -> None:
     old = {s.snapshot_id: s for s in base.statistics}
     now = {s.snapshot_id: s for s in new.statistics}
     for sid, stats in now.items():
         if old.get(sid) != stats:
-            ups.append(Update("set-statistics", {"statistics": statistics_to_obj(stats)}))
+            ups.append(_set_statistics(stats))
     for sid in sorted(set(old) - set(now)):
         ups.append(Update("remove-statistics", {"snapshot-id": sid}))
     old_p = {s.snapshot_id: s for s in base.partition_statistics}
@@ -218,7 +227,7 @@ def creation_change(meta: TableMetadata) -> TableChange:
     for name, ref in meta.refs.items():
         ups.append(Update("set-snapshot-ref", {"ref-name": name, **ref_to_obj(ref)}))
     for stats in meta.statistics:
-        ups.append(Update("set-statistics", {"statistics": statistics_to_obj(stats)}))
+        ups.append(_set_statistics(stats))
     for p in meta.partition_statistics:
         body = {
             "snapshot-id": p.snapshot_id,

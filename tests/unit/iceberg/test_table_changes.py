@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tablekeeper.errors import UnsupportedFeatureError
-from tablekeeper.iceberg.metadata import MAIN_BRANCH, Snapshot, SnapshotRef, with_changes
+from tablekeeper.iceberg.metadata import MAIN_BRANCH, Snapshot, SnapshotRef, StatisticsFile, with_changes
 from tablekeeper.iceberg.table_changes import table_change
 from tablekeeper.iceberg.types import LONG, NestedField, Schema
 from tablekeeper.iceberg.updates import (
@@ -15,6 +15,7 @@ from tablekeeper.iceberg.updates import (
     new_table_metadata,
     set_properties,
     set_ref,
+    set_statistics,
     upgrade_format_version,
 )
 
@@ -156,3 +157,13 @@ def test_a_created_table_is_checked_for_what_a_server_may_change() -> None:
     assert _created_differently(sent, renumbered) == "schemas"
     assert _created_differently(sent, replace(sent, next_row_id=(sent.next_row_id or 0) + 5)) == "row ids"
     assert _created_differently(sent, replace(sent, refs={})) == "refs"
+
+
+def test_set_statistics_carries_the_snapshot_id_servers_before_iceberg_1_8_require() -> None:
+    """The REST spec deprecates the update's own snapshot-id; servers on Iceberg 1.7 or older
+    answer 400 without it, and Iceberg Java 1.10's client still writes it."""
+    base = add_snapshot(_base(), _snap(1, None, 1), timestamp_ms=T + 1)
+    stats = StatisticsFile(1, "s3://b/t/metadata/1.stats", 100, 40)
+    change = table_change(base, set_statistics(base, stats, timestamp_ms=T + 2))
+    (update,) = [u.to_json() for u in change.updates if u.action == "set-statistics"]
+    assert update["snapshot-id"] == 1 and update["statistics"]["snapshot-id"] == 1
