@@ -61,7 +61,7 @@ from tablekeeper.jobs.context import (
 from tablekeeper.jobs.engines import SparkSource, check_engine, spark_session
 from tablekeeper.jobs.options import parse_size
 from tablekeeper.jobs.result import JobClock, JobResult
-from tablekeeper.tables.iceberg import load_manifests, read_manifest_bytes
+from tablekeeper.tables.iceberg import load_manifests, read_manifest_bytes, with_counts
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,8 @@ def plan_rewrite(
             f"spec {spec_id} of {identifier} partitions by a dropped column (field {dropped[0]}): its "
             "manifests cannot be rewritten with their partition values; rewrite the current spec's"
         )
-    manifests = load_manifests(table.io, meta.ref_snapshot(options.branch))
+    # A v1 list may leave the counts out: the manifests then say them themselves.
+    manifests = with_counts(table.io, meta, load_manifests(table.io, meta.ref_snapshot(options.branch)))
     plan = plan_manifest_rewrite(
         manifests,
         spec=spec,

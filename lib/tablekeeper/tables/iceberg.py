@@ -6,10 +6,10 @@ Used by every job to plan and by the commit layer to carry manifests forward.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tablekeeper.errors import CorruptMetadataError, FileNotFound, UnsupportedFeatureError
-from tablekeeper.iceberg.content import MANIFEST_DATA, ManifestEntry, ManifestFile
+from tablekeeper.iceberg.content import ADDED, DELETED, EXISTING, MANIFEST_DATA, ManifestEntry, ManifestFile
 from tablekeeper.iceberg.delete_index import DeleteIndex
 from tablekeeper.iceberg.health import Tally, new_tally
 from tablekeeper.iceberg.manifest import read_manifest, read_manifest_list
@@ -109,3 +109,30 @@ def tally_manifests(
     for entry in iter_entries(io, meta, manifests):
         tally.add_data(entry, index.for_data_file(entry), options)
     return tally
+
+
+def with_counts(io: FileIO, meta: TableMetadata, manifests: Sequence[ManifestFile]) -> list[ManifestFile]:
+    """``manifests`` with the file and row counts a v1 list may leave out (null means "assume
+    non-zero" in the spec) taken from the manifest itself, so a plan and its checks can rely on them."""
+    out: list[ManifestFile] = []
+    for m in manifests:
+        if m.added_files_count is not None and m.existing_files_count is not None:
+            out.append(m)
+            continue
+        files = [0, 0, 0]  # by status: existing, added, deleted
+        rows = [0, 0, 0]
+        for e in read_entries(io, meta, m):
+            files[e.status] += 1
+            rows[e.status] += e.data_file.record_count
+        out.append(
+            replace(
+                m,
+                existing_files_count=files[EXISTING],
+                added_files_count=files[ADDED],
+                deleted_files_count=files[DELETED],
+                existing_rows_count=rows[EXISTING],
+                added_rows_count=rows[ADDED],
+                deleted_rows_count=rows[DELETED],
+            )
+        )
+    return out

@@ -9,12 +9,19 @@ from pathlib import Path
 import pytest
 
 from tablekeeper.catalog import LoadedTable
+from tablekeeper.catalog.filesystem import FileSystemCatalog
 from tablekeeper.catalog.sql import SqlCatalog
+from tablekeeper.commit import Committer, SnapshotChange
 from tablekeeper.errors import ConfigError
+from tablekeeper.iceberg.manifest import read_manifest_list, write_manifest_list
+from tablekeeper.iceberg.updates import new_table_metadata
 from tablekeeper.jobs.health_iceberg import _manifests
 from tablekeeper.jobs.health_model import Thresholds
-from tablekeeper.jobs.rewrite_manifests import RewriteManifestsOptions, plan_rewrite
+from tablekeeper.jobs.rewrite_manifests import RewriteManifestsOptions, plan_rewrite, run_rewrite_manifests
+from tablekeeper.tables.iceberg import load_manifests, read_entries
+from tests.support.iceberg_writer import write_rows
 from tests.support.small_tables import sql_table
+from tests.unit.files.test_journal import SCHEMA
 
 
 def table_with(tmp_path: Path, **properties: str) -> LoadedTable:
@@ -50,3 +57,51 @@ def test_health_reports_a_bad_merge_count_by_name(tmp_path: Path, value: str) ->
     assert Thresholds().as_keys(table.metadata.properties)["rewrite-manifests.min-manifests"] is None
     # An explicit threshold makes the property irrelevant.
     assert Thresholds(rewrite_manifests_min_manifests=3).min_manifests(table.metadata.properties) == 3
+
+
+def test_a_v1_manifest_list_without_counts_is_rewritten(tmp_path: Path) -> None:
+    """A v1 manifest list may leave its file counts null ("assume non-zero"): the manifests then
+    say them, and the rewrite keeps every live file (it was refused as damaged)."""
+    catalog = FileSystemCatalog("fs", str(tmp_path / "wh"))
+    meta = new_table_metadata(
+        schema=SCHEMA, location=catalog.default_table_location("db.t"), timestamp_ms=1, format_version=1
+    )
+    catalog.create_table("db.t", meta)
+    for i in range(3):
+        files = write_rows(catalog.require("db.t").metadata, [{"id": i, "s": f"r{i}"}])
+        Committer(catalog, "db.t").commit_snapshot(SnapshotChange("append", added_files=tuple(files)))
+    table = catalog.require("db.t")
+    snap = table.metadata.current_snapshot()
+    assert snap is not None
+    listed = read_manifest_list(table.io.read(snap.manifest_list))
+    assert len(listed) == 3
+    bare = [
+        replace(
+            m,
+            added_files_count=None,
+            existing_files_count=None,
+            deleted_files_count=None,
+            added_rows_count=None,
+            existing_rows_count=None,
+            deleted_rows_count=None,
+        )
+        for m in listed
+    ]
+    written = write_manifest_list(
+        bare,
+        format_version=1,
+        snapshot_id=snap.snapshot_id,
+        parent_snapshot_id=snap.parent_snapshot_id,
+        sequence_number=0,
+    )
+    table.io.write(snap.manifest_list, written.data, overwrite=True)
+    assert read_manifest_list(table.io.read(snap.manifest_list))[0].added_files_count is None
+    result = run_rewrite_manifests(RewriteManifestsOptions(table="db.t", rewrite_all=True), catalog, "db.t")
+    assert result.status == "ok", result
+    after = catalog.require("db.t")
+    manifests = load_manifests(after.io, after.metadata.current_snapshot())
+    assert len(manifests) == 1 and manifests[0].existing_files_count == 3
+    live = [e for m in manifests for e in read_entries(after.io, after.metadata, m) if e.is_live]
+    assert sorted(e.data_file.file_path for e in live) == sorted(
+        e.data_file.file_path for m in listed for e in read_entries(table.io, table.metadata, m)
+    )
