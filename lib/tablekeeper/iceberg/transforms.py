@@ -69,7 +69,7 @@ from tablekeeper.iceberg.conversions import (
     unscaled_to_decimal,
     year_text,
 )
-from tablekeeper.iceberg.types import DATE, INT, IcebergType, is_primitive
+from tablekeeper.iceberg.types import DATE, INT, STRING, IcebergType, is_primitive
 
 _BUCKET_KINDS = frozenset(
     {"decimal", "string", "uuid", "fixed", "binary"} | INT32_KINDS | INT64_KINDS,
@@ -351,6 +351,11 @@ class UnknownTransform(Transform):
 
     def can_transform(self, source_type: IcebergType) -> bool:
         return False
+
+    def result_type(self, source_type: IcebergType) -> IcebergType:
+        # The spec has readers read tables with transforms they do not know: their manifests'
+        # partition values are kept as read (string, as Iceberg Java types an unknown transform).
+        return STRING
 
     def human_string(self, source_type: IcebergType, value: object) -> str:
         # Listings of such tables should still work; only computing new values is refused.

@@ -50,6 +50,7 @@ from tablekeeper.iceberg.manifest_rewrite import (
 )
 from tablekeeper.iceberg.manifest_splice import existing_entries
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
+from tablekeeper.iceberg.transforms import UnknownTransform, parse_transform
 from tablekeeper.iceberg.types import UNKNOWN
 from tablekeeper.iceberg.updates import new_snapshot_id
 from tablekeeper.jobs.context import (
@@ -143,6 +144,15 @@ def plan_rewrite(
         raise UnsupportedFeatureError(
             f"spec {spec_id} of {identifier} partitions by a dropped column (field {dropped[0]}): its "
             "manifests cannot be rewritten with their partition values; rewrite the current spec's"
+        )
+    unknown = [
+        pf.transform for pf in spec.fields if isinstance(parse_transform(pf.transform), UnknownTransform)
+    ]
+    if unknown:
+        # Read as strings, their values could not be written back in the writer's own type.
+        raise UnsupportedFeatureError(
+            f"spec {spec_id} of {identifier} uses partition transform {unknown[0]!r}, which tablekeeper "
+            "reads but cannot write: rewrite its manifests with an engine that knows the transform"
         )
     # A v1 list may leave the counts out: the manifests then say them themselves.
     manifests = with_counts(table.io, meta, load_manifests(table.io, meta.ref_snapshot(options.branch)))

@@ -367,8 +367,8 @@ def test_unrecognised_strings_round_trip_as_unknown(text: str) -> None:
     assert parsed == UnknownTransform(text)
     assert str(parsed) == text
     assert not parsed.can_transform(INT)
-    with pytest.raises(UnsupportedFeatureError, match="not supported"):
-        parsed.result_type(INT)
+    # Readers must read such tables (v3): Iceberg Java types an unknown transform's values string.
+    assert parsed.result_type(INT) == STRING
     with pytest.raises(UnsupportedFeatureError, match="not supported"):
         parsed.apply(INT, 1)
     assert parsed.human_string(INT, 5) == "5"
@@ -482,3 +482,17 @@ def test_human_strings(transform: Transform, source_type: IcebergType, value: ob
 def test_human_value_of_dates_outside_four_digit_years() -> None:
     assert human_value(DATE, ymd_to_days(10000, 1, 1)) == "+10000-01-01"
     assert human_value(DATE, ymd_to_days(-1, 1, 1)) == "-0001-01-01"
+
+
+def test_a_spec_with_an_unknown_transform_still_types_its_partition_tuples() -> None:
+    """Every manifest read goes through the spec's partition type: an unknown transform stopped
+    them all; its field is a string, as Iceberg Java reads it."""
+    from tablekeeper.iceberg.partitioning import PartitionField, PartitionSpec
+    from tablekeeper.iceberg.types import NestedField, Schema
+
+    schema = Schema(0, (NestedField(1, "id", LONG, True), NestedField(2, "loc", STRING, False)))
+    spec = PartitionSpec(
+        1, (PartitionField(1, 1000, "id_b", "bucket[4]"), PartitionField(2, 1001, "g", "geohash[5]"))
+    )
+    ptype = spec.partition_type(schema)
+    assert [(f.name, f.type) for f in ptype.fields] == [("id_b", INT), ("g", STRING)]
