@@ -78,6 +78,8 @@ class SortField:
     transform: str
     direction: str  # "asc" | "desc"
     null_order: str  # "nulls-first" | "nulls-last"
+    # v3 multi-argument transforms name several sources; single-source fields leave this empty.
+    source_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,29 +173,37 @@ def partition_spec_to_json(spec: PartitionSpec) -> dict[str, Any]:
     return {"spec-id": spec.spec_id, "fields": partition_fields_to_json(spec)}
 
 
-def sort_order_from_json(obj: Mapping[str, Any]) -> SortOrder:
-    fields = tuple(
-        SortField(
-            source_id=int(_req(f, "source-id", "sort field")),
-            transform=str(_req(f, "transform", "sort field")),
-            direction=str(_req(f, "direction", "sort field")).lower(),
-            null_order=str(_req(f, "null-order", "sort field")).lower(),
-        )
-        for f in _req(obj, "fields", "sort order")
+def _sort_field_from_json(f: Mapping[str, Any]) -> SortField:
+    # v3: a multi-argument transform names its sources in "source-ids" (no "source-id").
+    source_ids = tuple(int(i) for i in f.get("source-ids", ()))
+    source_id = f.get("source-id", source_ids[0] if source_ids else None)
+    if source_id is None:
+        raise CorruptMetadataError("malformed sort field: missing 'source-id'")
+    return SortField(
+        source_id=int(source_id),
+        transform=str(_req(f, "transform", "sort field")),
+        direction=str(_req(f, "direction", "sort field")).lower(),
+        null_order=str(_req(f, "null-order", "sort field")).lower(),
+        source_ids=source_ids if len(source_ids) > 1 else (),
     )
+
+
+def sort_order_from_json(obj: Mapping[str, Any]) -> SortOrder:
+    fields = tuple(_sort_field_from_json(f) for f in _req(obj, "fields", "sort order"))
     return SortOrder(int(_req(obj, "order-id", "sort order")), fields)
+
+
+def _sort_field_to_json(f: SortField) -> dict[str, Any]:
+    item: dict[str, Any] = {"transform": f.transform}
+    if f.source_ids:
+        item["source-ids"] = list(f.source_ids)
+    else:
+        item["source-id"] = f.source_id
+    return item | {"direction": f.direction, "null-order": f.null_order}
 
 
 def sort_order_to_json(order: SortOrder) -> dict[str, Any]:
     return {
         "order-id": order.order_id,
-        "fields": [
-            {
-                "transform": f.transform,
-                "source-id": f.source_id,
-                "direction": f.direction,
-                "null-order": f.null_order,
-            }
-            for f in order.fields
-        ],
+        "fields": [_sort_field_to_json(f) for f in order.fields],
     }

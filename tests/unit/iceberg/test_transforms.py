@@ -496,3 +496,20 @@ def test_a_spec_with_an_unknown_transform_still_types_its_partition_tuples() -> 
     )
     ptype = spec.partition_type(schema)
     assert [(f.name, f.type) for f in ptype.fields] == [("id_b", INT), ("g", STRING)]
+
+
+def test_v3_sort_fields_with_source_ids_load_and_round_trip() -> None:
+    """A v3 multi-argument sort field names its sources in source-ids (no source-id): the
+    metadata failed to load; it loads and is written back as it was."""
+    from tablekeeper.iceberg.partitioning import sort_order_from_json, sort_order_to_json
+
+    obj = {
+        "order-id": 1,
+        "fields": [
+            {"transform": "geo_z[2]", "source-ids": [2, 3], "direction": "asc", "null-order": "nulls-first"},
+            {"transform": "identity", "source-id": 1, "direction": "desc", "null-order": "nulls-last"},
+        ],
+    }
+    order = sort_order_from_json(obj)
+    assert order.fields[0].source_ids == (2, 3) and order.fields[0].source_id == 2
+    assert sort_order_to_json(order) == obj
