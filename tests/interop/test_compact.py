@@ -12,6 +12,7 @@ import pytest
 from tablekeeper.catalog import catalog_for
 from tablekeeper.jobs.compact import CompactOptions, run_compact
 from tests.conftest import FS_CATALOG
+from tests.support.delete_files import iceberg_table_with_every_delete_format
 from tests.support.pyiceberg_check import assert_pyiceberg_same_rows
 
 pytestmark = pytest.mark.spark
@@ -544,19 +545,7 @@ def test_orc_and_avro_position_deletes_written_by_iceberg_are_applied(spark, cat
     rows after."""
     name = f"compact_delete_formats_{writer}"
     table = f"{FS_CATALOG}.db.{name}"
-    spark.sql(f"DROP TABLE IF EXISTS {table}")
-    spark.sql(
-        f"CREATE TABLE {table} (id BIGINT, cat STRING) USING iceberg PARTITIONED BY (cat) "
-        "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read', "
-        "'write.delete.granularity'='partition')"
-    )
-    for i in range(3):
-        spark.sql(
-            f"INSERT INTO {table} SELECT id, IF(id % 2 = 0, 'a', 'b') FROM range({i * 30}, {(i + 1) * 30})"
-        )
-    for k, fmt in enumerate(["parquet", "orc", "avro"]):
-        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.format.default'='{fmt}')")
-        spark.sql(f"DELETE FROM {table} WHERE id % 7 = {k}")
+    iceberg_table_with_every_delete_format(spark, table, batches=3)
     formats = {str(r[0]) for r in spark.sql(f"SELECT file_format FROM {table}.delete_files").collect()}
     assert formats == {"PARQUET", "ORC", "AVRO"}, formats
     before = _rows(spark, f"SELECT id, cat FROM {table}")

@@ -20,6 +20,7 @@ from tablekeeper.jobs.rewrite_position_deletes import (
     run_rewrite_position_deletes,
 )
 from tests.conftest import FS_CATALOG
+from tests.support.delete_files import iceberg_table_with_every_delete_format
 from tests.support.pyiceberg_check import assert_pyiceberg_same_rows
 
 pytestmark = pytest.mark.spark
@@ -233,19 +234,7 @@ def test_v3_orc_and_avro_position_deletes_written_by_iceberg_are_read_and_kept(s
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     name = "rpd_formats"
     table = f"{FS_CATALOG}.db.{name}"
-    spark.sql(f"DROP TABLE IF EXISTS {table}")
-    spark.sql(
-        f"CREATE TABLE {table} (id BIGINT, cat STRING) USING iceberg PARTITIONED BY (cat) "
-        "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read', "
-        "'write.delete.granularity'='partition')"
-    )
-    for i in range(2):
-        spark.sql(
-            f"INSERT INTO {table} SELECT id, IF(id % 2 = 0, 'a', 'b') FROM range({i * 30}, {(i + 1) * 30})"
-        )
-    for k, fmt in enumerate(["parquet", "orc", "avro"]):
-        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.format.default'='{fmt}')")
-        spark.sql(f"DELETE FROM {table} WHERE id % 7 = {k}")
+    iceberg_table_with_every_delete_format(spark, table, batches=2)
     formats = _deletes(spark, table)
     assert {"PARQUET", "ORC", "AVRO"} <= set(formats), formats
     run_backfill(BackfillRowLineageOptions(f"db.{name}"), catalog, f"db.{name}")
