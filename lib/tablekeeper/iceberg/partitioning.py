@@ -121,20 +121,25 @@ def _req(obj: Mapping[str, Any], key: str, what: str) -> Any:
         raise CorruptMetadataError(f"malformed {what}: missing {key!r}") from None
 
 
-def partition_field_from_json(obj: Mapping[str, Any]) -> PartitionField:
+def _sources(obj: Mapping[str, Any], what: str) -> tuple[int, tuple[int, ...]]:
+    """(source-id, source-ids) of a partition or sort field: v3 multi-argument transforms name
+    their sources in "source-ids" (then no "source-id"); a single source keeps the ids empty."""
     source_ids = tuple(int(i) for i in obj.get("source-ids", ()))
-    source_id = obj.get("source-id")
-    if source_id is None and source_ids:
-        source_id = source_ids[0]
+    source_id = obj.get("source-id", source_ids[0] if source_ids else None)
     if source_id is None:
-        raise CorruptMetadataError("malformed partition field: missing 'source-id'")
+        raise CorruptMetadataError(f"malformed {what}: missing 'source-id'")
+    return int(source_id), source_ids if len(source_ids) > 1 else ()
+
+
+def partition_field_from_json(obj: Mapping[str, Any]) -> PartitionField:
+    source_id, source_ids = _sources(obj, "partition field")
     return PartitionField(
-        source_id=int(source_id),
+        source_id=source_id,
         # v1 specs may omit field ids; Java then numbers them from 1000 in order (handled by caller).
         field_id=int(obj.get("field-id", -1)),
         name=str(_req(obj, "name", "partition field")),
         transform=str(_req(obj, "transform", "partition field")),
-        source_ids=source_ids if len(source_ids) > 1 else (),
+        source_ids=source_ids,
     )
 
 
@@ -174,17 +179,13 @@ def partition_spec_to_json(spec: PartitionSpec) -> dict[str, Any]:
 
 
 def _sort_field_from_json(f: Mapping[str, Any]) -> SortField:
-    # v3: a multi-argument transform names its sources in "source-ids" (no "source-id").
-    source_ids = tuple(int(i) for i in f.get("source-ids", ()))
-    source_id = f.get("source-id", source_ids[0] if source_ids else None)
-    if source_id is None:
-        raise CorruptMetadataError("malformed sort field: missing 'source-id'")
+    source_id, source_ids = _sources(f, "sort field")
     return SortField(
-        source_id=int(source_id),
+        source_id=source_id,
         transform=str(_req(f, "transform", "sort field")),
         direction=str(_req(f, "direction", "sort field")).lower(),
         null_order=str(_req(f, "null-order", "sort field")).lower(),
-        source_ids=source_ids if len(source_ids) > 1 else (),
+        source_ids=source_ids,
     )
 
 
