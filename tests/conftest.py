@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -14,6 +15,22 @@ import pytest
 from tests import tiers
 from tests.support.object_store import S3_BUCKET, S3Endpoint, run_s3proxy
 from tests.support.rest_catalog_server import REST_WAREHOUSE, RestCatalogServer, run_rest_catalog
+
+
+# pytest attaches each test's log capture handler to every logger that does not propagate, and
+# PySpark's query-context loggers (created, non-propagating, by the first Spark exception with a
+# query context) are PySparkLoggers, whose addHandler gives the handler PySpark's JSON formatter:
+# from then on every later test's caplog text was JSON, whose exception part bypasses redaction.
+# Made here, with the standard addHandler, before any test can create them.
+def _plain_query_context_loggers() -> None:
+    from pyspark.logger import PySparkLogger
+
+    for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+        logger = PySparkLogger.getLogger(name)
+        logger.addHandler = logging.Logger.addHandler.__get__(logger)  # type: ignore[method-assign]
+
+
+_plain_query_context_loggers()
 
 # Engines turn timestamps into local datetimes; pin the zone so comparisons mean the same everywhere.
 os.environ["TZ"] = "UTC"

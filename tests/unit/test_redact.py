@@ -4,12 +4,14 @@ traceback included), the ledger row, ``history --json`` and ``doctor`` (no Spark
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tablekeeper.cli import main
 from tablekeeper.redact import install_log_redaction, redact, register_secret
+from tablekeeper.spark.session import QUERY_CONTEXT_LOGGERS, quiet_query_context_logs
 
 SECRETS = ("PASSWORD1x", "PASSWORD2x", "PASSWORD3x")
 
@@ -121,3 +123,40 @@ def test_a_debug_traceback_is_scrubbed_of_registered_secrets(caplog: pytest.LogC
         logging.getLogger("tablekeeper.test").debug("failed", exc_info=True)
     assert "RuntimeError: denied for ***" in caplog.text
     assert "vended-tok-98765" not in caplog.text
+
+
+@pytest.fixture
+def pyspark_query_context_loggers() -> Iterator[None]:
+    """The state PySpark leaves after its first exception with a query context: its two loggers
+    exist and do not propagate (made in setup, before the test's log capture is attached)."""
+    from pyspark.logger import PySparkLogger
+
+    loggers = [PySparkLogger.getLogger(name) for name in QUERY_CONTEXT_LOGGERS]
+    for logger in loggers:
+        logger.propagate = False
+    yield
+    for logger in loggers:
+        logger.propagate = True
+
+
+@pytest.mark.usefixtures("pyspark_query_context_loggers")
+def test_a_debug_traceback_is_scrubbed_after_pyspark_made_its_query_context_loggers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Before: PySpark's logger gave the shared capture handler its JSON formatter, which prints the
+    # exception's own text (unscrubbed) and no traceback.
+    test_a_debug_traceback_is_scrubbed_of_registered_secrets(caplog)
+
+
+def test_pyspark_query_context_logs_are_quiet_once_a_session_is_made(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pyspark.logger import PySparkLogger
+
+    quiet_query_context_logs()
+    for name in QUERY_CONTEXT_LOGGERS:
+        try:
+            raise RuntimeError("[UNRESOLVED_COLUMN] no column x")
+        except RuntimeError:
+            PySparkLogger.getLogger(name).exception("no column x", errorClass="UNRESOLVED_COLUMN")
+    assert capsys.readouterr().err == ""

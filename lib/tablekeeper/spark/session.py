@@ -189,6 +189,7 @@ def get_spark(
         check_session(active)
         _follow_storage(active)
         _quiet_task_failures(active)
+        quiet_query_context_logs()
         return active
     catalogs = catalogs or load_catalogs()
     settings = session_conf(catalogs, local_jar_paths(), conf, used=catalog)
@@ -209,6 +210,7 @@ def get_spark(
     spark.sparkContext.setLogLevel(os.environ.get("TABLEKEEPER_SPARK_LOG_LEVEL", "ERROR"))
     _follow_storage(spark)
     _quiet_task_failures(spark)
+    quiet_query_context_logs()
     return spark
 
 
@@ -233,6 +235,20 @@ def _quiet_task_failures(spark: SparkSession) -> None:
             configurator.setLevel(name, off)
     except Exception as err:  # a cluster logging through something else than log4j 2
         log.debug("could not quiet Spark's task failure logs: %s", err)
+
+
+# PySpark logs every exception that carries a query context (an AnalysisException on a bad column,
+# say) as a JSON document with its stack, on stderr, through loggers of its own that do not propagate:
+# a traceback below DEBUG, printed unscrubbed (the exception's text bypasses log redaction). The job
+# reports the same failure as one line; at DEBUG, tablekeeper's own trace carries it, scrubbed.
+QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
+
+
+def quiet_query_context_logs() -> None:
+    from pyspark.logger import PySparkLogger
+
+    for name in QUERY_CONTEXT_LOGGERS:
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def _class_loadable(spark: SparkSession, name: str) -> bool:
