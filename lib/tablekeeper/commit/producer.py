@@ -33,9 +33,18 @@ from tablekeeper.iceberg.metadata import MAIN_BRANCH, Snapshot, TableMetadata
 from tablekeeper.iceberg.partitioning import partition_key
 from tablekeeper.iceberg.updates import add_snapshot
 from tablekeeper.io import FileIO
-from tablekeeper.tables.iceberg import load_manifests, read_entries
+from tablekeeper.tables.iceberg import load_manifests, read_entries, with_counts
 
 log = logging.getLogger(__name__)
+
+
+def _counted(io: FileIO, base: TableMetadata, manifests: list[ManifestFile]) -> list[ManifestFile]:
+    """The manifests to list, each with its file and row counts: a v1 list may leave them null, but
+    v2 and v3 lists require them (and v3 row ids are assigned from them), so a table upgraded from
+    such a v1 table has them taken from the manifests themselves when it is next written."""
+    if base.format_version < 2 or all(m.has_counts() for m in manifests):
+        return manifests
+    return with_counts(io, base, manifests)
 
 
 @dataclass(frozen=True)
@@ -321,7 +330,7 @@ def _apply_change(
         )
     if change.validate_deletes_since is not None and removed_data:
         _check_new_deletes(io, base, change, parent, removed_data)
-    manifests = [*new_manifests, *rewritten, *kept]
+    manifests = _counted(io, base, [*new_manifests, *rewritten, *kept])
     list_path = manifest_list_location(base.location, snapshot_id, attempt, commit_uuid)
     result = write_manifest_list(
         manifests,
@@ -475,7 +484,7 @@ def _apply_manifest_replacement(
     kept = [m for m in parent_manifests if m.manifest_path not in removed]
     list_path = manifest_list_location(base.location, snapshot_id, attempt, commit_uuid)
     result = write_manifest_list(
-        [*added, *kept],
+        _counted(io, base, [*added, *kept]),
         format_version=base.format_version,
         snapshot_id=snapshot_id,
         parent_snapshot_id=parent.snapshot_id,

@@ -91,6 +91,18 @@ class ManifestFile:
     key_metadata: bytes | None = None
     first_row_id: int | None = None
 
+    def has_counts(self) -> bool:
+        """Whether the list gives every file and row count (v1 lists may leave them null)."""
+        counts = (
+            self.added_files_count,
+            self.existing_files_count,
+            self.deleted_files_count,
+            self.added_rows_count,
+            self.existing_rows_count,
+            self.deleted_rows_count,
+        )
+        return all(c is not None for c in counts)
+
     def has_live_files(self) -> bool:
         # Old v1 lists have no counts: they may hold anything.
         if self.added_files_count is None or self.existing_files_count is None:

@@ -116,7 +116,7 @@ def with_counts(io: FileIO, meta: TableMetadata, manifests: Sequence[ManifestFil
     non-zero" in the spec) taken from the manifest itself, so a plan and its checks can rely on them."""
     out: list[ManifestFile] = []
     for m in manifests:
-        if m.added_files_count is not None and m.existing_files_count is not None:
+        if m.has_counts():
             out.append(m)
             continue
         files = [0, 0, 0]  # by status: existing, added, deleted

@@ -7,6 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.manifest import read_manifest_list as pyiceberg_read_manifest_list
 
 from tablekeeper.catalog import LoadedTable
 from tablekeeper.catalog.filesystem import FileSystemCatalog
@@ -14,7 +16,7 @@ from tablekeeper.catalog.sql import SqlCatalog
 from tablekeeper.commit import Committer, SnapshotChange
 from tablekeeper.errors import ConfigError
 from tablekeeper.iceberg.manifest import read_manifest_list, write_manifest_list
-from tablekeeper.iceberg.updates import new_table_metadata
+from tablekeeper.iceberg.updates import new_table_metadata, upgrade_format_version
 from tablekeeper.jobs.health_iceberg import _manifests
 from tablekeeper.jobs.health_model import Thresholds
 from tablekeeper.jobs.rewrite_manifests import RewriteManifestsOptions, plan_rewrite, run_rewrite_manifests
@@ -59,9 +61,9 @@ def test_health_reports_a_bad_merge_count_by_name(tmp_path: Path, value: str) ->
     assert Thresholds(rewrite_manifests_min_manifests=3).min_manifests(table.metadata.properties) == 3
 
 
-def test_a_v1_manifest_list_without_counts_is_rewritten(tmp_path: Path) -> None:
-    """A v1 manifest list may leave its file counts null ("assume non-zero"): the manifests then
-    say them, and the rewrite keeps every live file (it was refused as damaged)."""
+def v1_table_without_list_counts(tmp_path: Path) -> tuple[FileSystemCatalog, list[str]]:
+    """A v1 table of three appends whose current manifest list leaves every count null (a v1 list
+    may: "assume non-zero"); also the paths of its data files."""
     catalog = FileSystemCatalog("fs", str(tmp_path / "wh"))
     meta = new_table_metadata(
         schema=SCHEMA, location=catalog.default_table_location("db.t"), timestamp_ms=1, format_version=1
@@ -96,12 +98,51 @@ def test_a_v1_manifest_list_without_counts_is_rewritten(tmp_path: Path) -> None:
     )
     table.io.write(snap.manifest_list, written.data, overwrite=True)
     assert read_manifest_list(table.io.read(snap.manifest_list))[0].added_files_count is None
+    paths = [e.data_file.file_path for m in listed for e in read_entries(table.io, table.metadata, m)]
+    return catalog, paths
+
+
+def live_paths(catalog: FileSystemCatalog) -> list[str]:
+    after = catalog.require("db.t")
+    manifests = load_manifests(after.io, after.metadata.current_snapshot())
+    return sorted(
+        e.data_file.file_path
+        for m in manifests
+        for e in read_entries(after.io, after.metadata, m)
+        if e.is_live
+    )
+
+
+def test_a_v1_manifest_list_without_counts_is_rewritten(tmp_path: Path) -> None:
+    """A v1 manifest list may leave its file counts null ("assume non-zero"): the manifests then
+    say them, and the rewrite keeps every live file (it was refused as damaged)."""
+    catalog, paths = v1_table_without_list_counts(tmp_path)
     result = run_rewrite_manifests(RewriteManifestsOptions(table="db.t", rewrite_all=True), catalog, "db.t")
     assert result.status == "ok", result
     after = catalog.require("db.t")
     manifests = load_manifests(after.io, after.metadata.current_snapshot())
     assert len(manifests) == 1 and manifests[0].existing_files_count == 3
-    live = [e for m in manifests for e in read_entries(after.io, after.metadata, m) if e.is_live]
-    assert sorted(e.data_file.file_path for e in live) == sorted(
-        e.data_file.file_path for m in listed for e in read_entries(table.io, table.metadata, m)
-    )
+    assert live_paths(catalog) == sorted(paths)
+
+
+def test_a_table_upgraded_from_a_v1_list_without_counts_is_written_with_them(tmp_path: Path) -> None:
+    """v2 lists require the counts a v1 list may leave null: the next commit after an upgrade takes
+    them from the manifests (it failed writing the list: "an integer is required")."""
+    catalog, paths = v1_table_without_list_counts(tmp_path)
+    committer = Committer(catalog, "db.t")
+    committer.update_metadata(lambda meta, now: upgrade_format_version(meta, 2, timestamp_ms=now))
+    files = write_rows(catalog.require("db.t").metadata, [{"id": 9, "s": "r9"}])
+    committer.commit_snapshot(SnapshotChange("append", added_files=tuple(files)))
+    after = catalog.require("db.t")
+    snap = after.metadata.current_snapshot()
+    assert after.metadata.format_version == 2 and snap is not None
+    listed = read_manifest_list(after.io.read(snap.manifest_list))
+    assert all(m.has_counts() for m in listed)
+    assert sum(m.added_files_count or 0 for m in listed) == 4  # v1 appends count as added
+    assert sum((m.added_rows_count or 0) + (m.existing_rows_count or 0) for m in listed) == 4
+    assert live_paths(catalog) == sorted([*paths, *(f.file_path for f in files)])
+    # PyIceberg reads the v2 list we wrote, with the same counts.
+    theirs = list(pyiceberg_read_manifest_list(PyArrowFileIO().new_input(snap.manifest_list)))
+    assert [(t.added_files_count, t.existing_files_count) for t in theirs] == [
+        (m.added_files_count, m.existing_files_count) for m in listed
+    ]
