@@ -513,3 +513,32 @@ def test_v3_sort_fields_with_source_ids_load_and_round_trip() -> None:
     order = sort_order_from_json(obj)
     assert order.fields[0].source_ids == (2, 3) and order.fields[0].source_id == 2
     assert sort_order_to_json(order) == obj
+
+
+def test_v3_partition_fields_with_source_ids_load_type_and_round_trip() -> None:
+    """A v3 partition field may name its sources in source-ids alone (one source or several, no
+    source-id): it loads, its partition value is typed (a multi-argument transform unknown here
+    reads as a string, as Iceberg Java types it), and the spec is written back as it was."""
+    from tablekeeper.iceberg.partitioning import partition_spec_from_json, partition_spec_to_json
+    from tablekeeper.iceberg.types import NestedField, Schema
+
+    schema = Schema(0, (NestedField(1, "id", LONG, True), NestedField(2, "x", LONG, False)))
+    obj = {
+        "spec-id": 2,
+        "fields": [
+            {"source-ids": [1, 2], "field-id": 1000, "name": "xy", "transform": "zorder"},
+            {"source-id": 1, "field-id": 1001, "name": "id_b", "transform": "bucket[8]"},
+        ],
+    }
+    spec = partition_spec_from_json(obj)
+    assert spec.fields[0].source_ids == (1, 2) and spec.fields[0].source_id == 1
+    assert [(f.name, f.type) for f in spec.partition_type(schema).fields] == [("xy", STRING), ("id_b", INT)]
+    assert partition_spec_to_json(spec) == obj
+    # One source named only in source-ids reads as that source.
+    single = partition_spec_from_json(
+        {
+            "spec-id": 3,
+            "fields": [{"source-ids": [2], "field-id": 1000, "name": "x_b", "transform": "bucket[4]"}],
+        }
+    )
+    assert single.fields[0].source_id == 2 and single.partition_type(schema).fields[0].type == INT
