@@ -5,10 +5,12 @@ from __future__ import annotations
 from tablekeeper.catalog.base import Catalog, LoadedTable, TableIdentifier
 from tablekeeper.catalog.config import CatalogConfig, CatalogsConfig
 from tablekeeper.catalog.filesystem import FileSystemCatalog, PathCatalog
+from tablekeeper.catalog.registry import CatalogType, register_catalog_type, type_of
 from tablekeeper.catalog.sql import SqlCatalog
 
 __all__ = [
     "Catalog",
+    "CatalogType",
     "FileSystemCatalog",
     "LoadedTable",
     "PathCatalog",
@@ -16,20 +18,14 @@ __all__ = [
     "TableIdentifier",
     "catalog_for",
     "looks_like_path",
+    "register_catalog_type",
     "resolve_table",
 ]
 
 
 def catalog_for(config: CatalogConfig) -> Catalog:
-    if config.type == "filesystem":
-        return FileSystemCatalog(config.name, config.warehouse)
-    if config.type == "rest":
-        from tablekeeper.catalog.rest import RestCatalog
-
-        assert config.uri is not None
-        return RestCatalog(config.name, config.uri, config.warehouse, config.properties)
-    assert config.uri is not None
-    return SqlCatalog(config.name, config.uri, config.warehouse)
+    """The catalog a catalogs-file entry names, opened by its registered type."""
+    return type_of(config).open(config)
 
 
 def looks_like_path(table: str) -> bool:

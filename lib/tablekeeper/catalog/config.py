@@ -5,44 +5,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, cast
+from typing import cast
 
 import yaml
 
+from tablekeeper.catalog.registry import CatalogConfig, catalog_type, load_impl
 from tablekeeper.errors import ConfigError
-from tablekeeper.io.storage import storage_subset
 from tablekeeper.redact import register_secrets, register_uri_secrets
 from tablekeeper.settings import CATALOGS_FILE, conf_dir, default_warehouse, expand
 
-CatalogType = Literal["sql", "filesystem", "rest"]
-CATALOG_TYPES: tuple[CatalogType, ...] = ("sql", "filesystem", "rest")
+# CatalogConfig, one entry, lives with the catalog types (the registry) and is re-exported here.
+__all__ = [
+    "DEFAULT_LEDGER_TABLE",
+    "PARTITION_TIMEZONE_KEY",
+    "CatalogConfig",
+    "CatalogsConfig",
+    "LedgerConfig",
+    "load_catalogs",
+    "parse_catalogs",
+]
+
 DEFAULT_LEDGER_TABLE = "tablekeeper.runs"
 # A catalog's default for convert-delta --partition-timezone (tablekeeper's own: never passed to Spark).
 PARTITION_TIMEZONE_KEY = "delta-partition-timezone"
-
-
-@dataclass(frozen=True)
-class CatalogConfig:
-    name: str
-    type: CatalogType
-    warehouse: str
-    # SQLAlchemy-style URI for sql catalogs (sqlite:///path), the server's base URI for rest
-    # catalogs (https://host/api/catalog); None for filesystem catalogs.
-    uri: str | None = None
-    properties: Mapping[str, str] = field(default_factory=dict, hash=False, repr=False)
-    # The zone Delta tables converted into this catalog wrote zone-less timestamp partition values in.
-    delta_partition_timezone: str | None = None
-
-    @property
-    def storage(self) -> dict[str, str]:
-        """The FileIO settings (``s3.*``, ``client.region``) among the properties."""
-        return storage_subset(self.properties)
-
-    @property
-    def sqlite_path(self) -> Path | None:
-        if self.uri is not None and self.uri.startswith("sqlite:///"):
-            return Path(self.uri[len("sqlite:///") :])
-        return None
 
 
 @dataclass(frozen=True)
@@ -94,24 +79,26 @@ def parse_catalogs(text: str, warehouse: Path, source: str = CATALOGS_FILE) -> C
         except ConfigError as err:
             unusable[str(name)] = f"{source}: catalog {name!r}: {err.message}"
             continue
-        ctype = props.pop("type", None)
-        if ctype not in CATALOG_TYPES:
-            raise ConfigError(
-                f"{source}: catalog {name!r} has type {ctype!r}; use one of {', '.join(CATALOG_TYPES)}"
-            )
+        where = f"{source}: catalog {name!r}"
+        impl = props.pop("impl", None)
+        if impl:
+            try:
+                kind = load_impl(impl, where)
+            except ConfigError as err:  # only a job that uses this catalog fails on it
+                unusable[str(name)] = err.message
+                continue
+        else:
+            kind = catalog_type(props.get("type") or "", where)
+        ctype = props.pop("type", None) or kind.name
         wh = props.pop("warehouse", None)
-        if not wh and ctype == "rest":
+        if not wh and not kind.warehouse_required:
             wh = ""  # the server decides where tables live
         elif not wh:
-            raise ConfigError(f"{source}: catalog {name!r} needs a 'warehouse'")
+            raise ConfigError(f"{where} needs a 'warehouse'")
         uri = props.pop("uri", None)
         register_uri_secrets(uri)  # taken out of props: its password is learnt here
-        if ctype == "sql" and not uri:
-            raise ConfigError(f"{source}: sql catalog {name!r} needs a 'uri' such as sqlite:///path")
-        if ctype == "rest" and not uri:
-            raise ConfigError(
-                f"{source}: rest catalog {name!r} needs a 'uri' such as https://host/api/catalog"
-            )
+        if kind.uri_example is not None and not uri:
+            raise ConfigError(f"{source}: {ctype} catalog {name!r} needs a 'uri' such as {kind.uri_example}")
         zone = props.pop(PARTITION_TIMEZONE_KEY, None)
         if zone is not None:
             from tablekeeper.delta.values import writer_zone  # only a file that sets one pays for it
@@ -130,6 +117,7 @@ def parse_catalogs(text: str, warehouse: Path, source: str = CATALOGS_FILE) -> C
             uri=uri,
             properties=props,
             delta_partition_timezone=zone,
+            impl=impl or None,
         )
     default = str(doc.get("default") or next(iter([*catalogs, *unusable]), ""))
     if (catalogs or unusable) and default not in catalogs and default not in unusable:

@@ -11,6 +11,8 @@ import logging
 
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable, TableIdentifier, metadata_version, read_metadata
+from tablekeeper.catalog.config import CatalogConfig
+from tablekeeper.catalog.registry import CatalogType, register_catalog_type
 from tablekeeper.errors import (
     AlreadyExists,
     CommitFailed,
@@ -284,3 +286,11 @@ class PathCatalog(Catalog):
         return FileSystemCatalog(
             "path", identifier.rstrip("/").rsplit("/", 2)[0], self._io_for(identifier)
         ).create_table(".".join(identifier.rstrip("/").rsplit("/", 2)[1:]), metadata)
+
+
+def _open(config: CatalogConfig) -> Catalog:
+    return FileSystemCatalog(config.name, config.warehouse)
+
+
+# Iceberg's Hadoop catalog keeps the same version files and hint in the same warehouse layout.
+CATALOG_TYPE = register_catalog_type(CatalogType("filesystem", _open, lambda _: {"type": "hadoop"}))

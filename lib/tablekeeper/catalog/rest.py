@@ -23,6 +23,8 @@ from typing import Any
 
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable, TableIdentifier
+from tablekeeper.catalog.config import CatalogConfig
+from tablekeeper.catalog.registry import CatalogType, register_catalog_type
 from tablekeeper.errors import (
     CommitFailed,
     CommitStateUnknown,
@@ -528,3 +530,18 @@ class RestCatalog(Catalog):
         log.info("committed %s -> %s", base.identifier, location)
         # A commit answer carries no storage settings: the loaded table's (vended) ones still hold.
         return LoadedTable(base.identifier, location, meta, base.io)
+
+
+def _open(config: CatalogConfig) -> Catalog:
+    assert config.uri is not None  # the type requires one
+    return RestCatalog(config.name, config.uri, config.warehouse, config.properties)
+
+
+def _spark(config: CatalogConfig) -> dict[str, str]:
+    assert config.uri is not None
+    return {"type": "rest", "uri": config.uri}
+
+
+CATALOG_TYPE = register_catalog_type(
+    CatalogType("rest", _open, _spark, uri_example="https://host/api/catalog", warehouse_required=False)
+)

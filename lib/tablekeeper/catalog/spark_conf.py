@@ -7,45 +7,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tablekeeper.catalog.config import CatalogConfig
-from tablekeeper.errors import ConfigError
+from tablekeeper.catalog.registry import ICEBERG_SPARK_CATALOG, type_of
 from tablekeeper.io.s3 import S3Settings
 
-ICEBERG_CATALOG = "org.apache.iceberg.spark.SparkCatalog"
+ICEBERG_CATALOG = ICEBERG_SPARK_CATALOG
 S3A_FILESYSTEM = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 S3A_PROVIDER = "org.apache.hadoop.fs.s3a."
 
 
 def iceberg_catalog_conf(catalog: CatalogConfig) -> dict[str, str]:
+    """Iceberg's Spark catalog settings for one catalogs-file entry: its type's own (from the
+    registry), the warehouse, then the entry's other properties as they are."""
+    kind = type_of(catalog)
     prefix = f"spark.sql.catalog.{catalog.name}"
-    conf = {prefix: ICEBERG_CATALOG}
+    conf = {prefix: kind.spark_catalog_class}
     if catalog.warehouse:
         conf[f"{prefix}.warehouse"] = catalog.warehouse
-    if catalog.type == "filesystem":
-        conf[f"{prefix}.type"] = "hadoop"
-    elif catalog.type == "rest":
-        assert catalog.uri is not None
-        conf[f"{prefix}.type"] = "rest"
-        conf[f"{prefix}.uri"] = catalog.uri
-    else:
-        conf[f"{prefix}.type"] = "jdbc"
-        conf[f"{prefix}.uri"] = jdbc_uri(catalog)
-        # V1 is the schema that also records views; Iceberg Java reads rows PyIceberg wrote either way.
-        conf[f"{prefix}.jdbc.schema-version"] = "V1"
+    for key, value in kind.spark(catalog).items():
+        conf[f"{prefix}.{key}"] = value
     for key, value in catalog.properties.items():
         conf[f"{prefix}.{key}"] = value
     return conf
-
-
-def jdbc_uri(catalog: CatalogConfig) -> str:
-    explicit = catalog.properties.get("jdbc-uri")
-    if explicit:
-        return explicit
-    path = catalog.sqlite_path
-    if path is None:
-        raise ConfigError(
-            f"catalog {catalog.name!r}: only sqlite:/// URIs map to JDBC automatically; set 'jdbc-uri'"
-        )
-    return f"jdbc:sqlite:{path}"
 
 
 def s3a_conf(properties: Mapping[str, str]) -> dict[str, str]:

@@ -23,6 +23,8 @@ from tablekeeper.catalog.base import (
     read_metadata,
     write_new_metadata,
 )
+from tablekeeper.catalog.config import CatalogConfig
+from tablekeeper.catalog.registry import CatalogType, register_catalog_type
 from tablekeeper.errors import CommitFailed, CommitStateUnknown, ConfigError, NotATableError
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.io import FileIO
@@ -194,3 +196,30 @@ class SqlCatalog(Catalog):
         faults.kill_point("commit.swapped")
         log.info("committed %s -> %s", base.identifier, location)
         return LoadedTable(base.identifier, location, new_metadata, self.io)
+
+
+def _open(config: CatalogConfig) -> Catalog:
+    assert config.uri is not None  # the type requires one
+    return SqlCatalog(config.name, config.uri, config.warehouse)
+
+
+def _spark(config: CatalogConfig) -> dict[str, str]:
+    # V1 is the schema that also records views; Iceberg Java reads rows PyIceberg wrote either way.
+    return {"type": "jdbc", "uri": jdbc_uri(config), "jdbc.schema-version": "V1"}
+
+
+def jdbc_uri(catalog: CatalogConfig) -> str:
+    """The JDBC URL Iceberg Java reaches the same database with: ``jdbc-uri`` if set, else the
+    sqlite file's."""
+    explicit = catalog.properties.get("jdbc-uri")
+    if explicit:
+        return explicit
+    path = catalog.sqlite_path
+    if path is None:
+        raise ConfigError(
+            f"catalog {catalog.name!r}: only sqlite:/// URIs map to JDBC automatically; set 'jdbc-uri'"
+        )
+    return f"jdbc:sqlite:{path}"
+
+
+CATALOG_TYPE = register_catalog_type(CatalogType("sql", _open, _spark, uri_example="sqlite:///path"))

@@ -1,0 +1,172 @@
+"""A catalog type from outside the package is one class plus one registration: named in the catalogs
+file (``impl:``) or registered by code, it opens tables, gives Iceberg's Spark catalog its settings
+and runs a job, without touching any module of tablekeeper (no Spark)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tablekeeper.catalog import Catalog, CatalogType, LoadedTable, catalog_for, register_catalog_type
+from tablekeeper.catalog.base import (
+    TableIdentifier,
+    new_metadata_location,
+    read_metadata,
+    write_new_metadata,
+)
+from tablekeeper.catalog.config import CatalogConfig, parse_catalogs
+from tablekeeper.catalog.spark_conf import iceberg_catalog_conf
+from tablekeeper.cli import main
+from tablekeeper.commit import Committer, SnapshotChange
+from tablekeeper.errors import CommitFailed, ConfigError, NotATableError
+from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.iceberg.updates import new_table_metadata
+from tablekeeper.io import FileIO
+from tests.support.iceberg_writer import write_rows
+from tests.unit.files.test_journal import SCHEMA
+
+
+class JsonCatalog(Catalog):
+    """Every table's metadata pointer in one JSON file; a commit swaps it under an exclusive lock
+    file (created with O_EXCL), checking that the pointer is still the one the commit started from."""
+
+    def __init__(self, name: str, warehouse: str, pointers: str) -> None:
+        self.name = name
+        self.warehouse = warehouse.rstrip("/")
+        self.pointers = Path(pointers)
+
+    def _read(self) -> dict[str, str]:
+        return json.loads(self.pointers.read_text()) if self.pointers.exists() else {}
+
+    def _swap(self, identifier: str, expected: str | None, new: str) -> None:
+        lock = self.pointers.with_suffix(".lock")
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        try:
+            pointers = self._read()
+            if pointers.get(identifier) != expected:
+                raise CommitFailed(f"{identifier} changed meanwhile")
+            pointers[identifier] = new
+            self.pointers.write_text(json.dumps(pointers))
+        finally:
+            os.close(fd)
+            lock.unlink()
+
+    def load_table(self, identifier: str) -> LoadedTable:
+        location = self._read().get(identifier)
+        if location is None:
+            raise NotATableError(f"no table {identifier} in {self.name}")
+        io = FileIO.for_location(location)
+        return LoadedTable(identifier, location, read_metadata(io, location), io)
+
+    def commit(self, base: LoadedTable, new_metadata: TableMetadata) -> LoadedTable:
+        location = new_metadata_location(new_metadata.location, 1 + len(new_metadata.metadata_log))
+        write_new_metadata(base.io, location, new_metadata)
+        self._swap(base.identifier, base.metadata_location, location)
+        return LoadedTable(base.identifier, location, new_metadata, base.io)
+
+    def create_table(self, identifier: str, metadata: TableMetadata) -> LoadedTable:
+        location = new_metadata_location(metadata.location, 0)
+        io = FileIO.for_location(location)
+        write_new_metadata(io, location, metadata)
+        self._swap(identifier, None, location)
+        return LoadedTable(identifier, location, metadata, io)
+
+    def table_exists(self, identifier: str) -> bool:
+        return identifier in self._read()
+
+    def default_table_location(self, identifier: str) -> str:
+        ident = TableIdentifier.parse(identifier)
+        return f"{self.warehouse}/{'/'.join(ident.namespace)}/{ident.name}"
+
+
+def _open(config: CatalogConfig) -> Catalog:
+    return JsonCatalog(config.name, config.warehouse, config.properties["pointers"])
+
+
+# What a user's module holds: the class above and this one line (named by impl: in the file).
+TOY = CatalogType("json-pointers", _open, lambda c: {"catalog-impl": "com.example.JsonCatalog"})
+
+
+def conf_file(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "catalogs.yaml"
+    path.write_text(f"default: toy\ncatalogs:\n  toy:\n{body}")
+    return path
+
+
+def toy_file(tmp_path: Path) -> Path:
+    return conf_file(
+        tmp_path,
+        f"    impl: {__name__}:TOY\n    warehouse: {tmp_path}/wh\n    pointers: {tmp_path}/pointers.json\n",
+    )
+
+
+def test_a_catalog_type_named_in_the_catalogs_file_runs_a_job(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = toy_file(tmp_path)
+    config = parse_catalogs(path.read_text(), tmp_path).get("toy")
+    assert config.type == "json-pointers" and "impl" not in config.properties
+    catalog = catalog_for(config)
+    assert isinstance(catalog, JsonCatalog)
+    meta = new_table_metadata(
+        schema=SCHEMA, location=catalog.default_table_location("db.t"), timestamp_ms=1, format_version=2
+    )
+    catalog.create_table("db.t", meta)
+    for i in range(3):
+        files = write_rows(catalog.require("db.t").metadata, [{"id": i, "s": f"r{i}"}])
+        Committer(catalog, "db.t").commit_snapshot(SnapshotChange("append", added_files=tuple(files)))
+    assert len(catalog.require("db.t").metadata.snapshots) == 3
+    argv = ["expire-snapshots", "--table", "db.t", "--retain-last", "1", "--older-than", "0s"]
+    code = main([*argv, "--engine", "driver", "--conf-file", str(path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["status"] == "ok" and result["metrics"]["expired_snapshots_count"] == 2
+    after = catalog.require("db.t")
+    assert len(after.metadata.snapshots) == 1  # committed through the toy catalog's own swap
+    assert json.loads((tmp_path / "pointers.json").read_text())["db.t"] == after.metadata_location
+    # Iceberg's Spark catalog gets the type's own settings, then the entry's other properties.
+    spark = iceberg_catalog_conf(config)
+    assert spark["spark.sql.catalog.toy.catalog-impl"] == "com.example.JsonCatalog"
+    assert spark["spark.sql.catalog.toy.warehouse"] == f"{tmp_path}/wh"
+    assert spark["spark.sql.catalog.toy.pointers"] == f"{tmp_path}/pointers.json"
+
+
+def test_a_catalog_type_registered_by_code_is_a_type_name(tmp_path: Path) -> None:
+    register_catalog_type(CatalogType("json-registered", _open, lambda c: {}, uri_example=None))
+    path = conf_file(
+        tmp_path,
+        f"    type: json-registered\n    warehouse: {tmp_path}/wh\n    pointers: {tmp_path}/p.json\n",
+    )
+    assert isinstance(catalog_for(parse_catalogs(path.read_text(), tmp_path).get("toy")), JsonCatalog)
+
+
+def test_an_unknown_type_names_every_registered_one(tmp_path: Path) -> None:
+    register_catalog_type(CatalogType("json-listed", _open, lambda c: {}))
+    path = conf_file(tmp_path, "    type: hive\n    warehouse: /w\n")
+    with pytest.raises(ConfigError, match=r"has type 'hive'; use one of sql, filesystem, rest.*json-listed"):
+        parse_catalogs(path.read_text(), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("impl", "said"),
+    [
+        ("no_such_module_anywhere:X", "cannot be imported"),
+        (f"{__name__}:NOTHING", "has no 'NOTHING'"),
+        (f"{__name__}:conf_file", "is a function, not a CatalogType"),
+        ("bare", "is not 'package.module:NAME'"),
+    ],
+)
+def test_a_bad_impl_fails_only_the_jobs_that_use_its_catalog(tmp_path: Path, impl: str, said: str) -> None:
+    path = tmp_path / "catalogs.yaml"
+    path.write_text(
+        f"default: fs\ncatalogs:\n  fs: {{type: filesystem, warehouse: {tmp_path}}}\n"
+        f"  toy: {{impl: '{impl}', warehouse: /w}}\n"
+    )
+    catalogs = parse_catalogs(path.read_text(), tmp_path)
+    assert catalogs.get("fs").type == "filesystem"  # the rest of the file is usable
+    with pytest.raises(ConfigError, match=said):
+        catalogs.get("toy")
