@@ -36,6 +36,7 @@ import pyarrow.fs as pafs
 from tablekeeper.errors import AlreadyExists, ConfigError, FileNotFound, StorageError, TablekeeperError
 from tablekeeper.io.s3 import S3Settings, bucket_filesystem, delete_keys, s3_filesystem
 from tablekeeper.io.storage import storage_properties
+from tablekeeper.io.stores import Store, store_for
 from tablekeeper.io.uri import location_to_path, strip_trailing_slash
 from tablekeeper.io.walk import entries
 
@@ -213,17 +214,22 @@ class FileIO:
         *,
         authority: str | None = None,
         s3: S3Settings | None = None,
+        store: Store | None = None,
     ) -> None:
         """``authority``: the name node (HDFS) or ``container@account`` (ABFS) the filesystem is
         bound to; locations elsewhere are then refused. ``s3``: the settings an S3 filesystem was
-        made with, so deletes reach the same store in batches. ``for_location`` sets both."""
+        made with, so deletes reach the same store in batches. ``store``: a registered store
+        (``io.stores``) the filesystem serves. ``for_location`` sets them."""
         self._fs = filesystem
         self._s3 = s3
         self._type = str(filesystem.type_name)
         schemes, kind = _KINDS.get(self._type, (None, "generic"))
+        if store is not None:
+            schemes, kind = store.schemes, store.layout
         self._schemes = schemes
         self._kind = kind
         self._authority = authority
+        self._flat = self._type in _NO_DIRECTORIES if store is None else not store.directories
 
     @classmethod
     def for_location(cls, location: str, properties: Mapping[str, str] | None = None) -> FileIO:
@@ -237,10 +243,13 @@ class FileIO:
             if authority:
                 raise ConfigError(f"{location} names host {authority!r}: only local file: locations work")
             return cls(pafs.LocalFileSystem())
+        # Looked up only here: local paths, the common case on hot paths, need no settings.
+        props = storage_properties() if properties is None else properties
         with _connect(location, scheme):
+            if (store := store_for(scheme, props)) is not None:  # a registered store goes first
+                node = authority if store.layout == "path" else None
+                return cls(store.open(authority, props), authority=node, store=store)
             if scheme in _S3_SCHEMES:
-                # Looked up only here: local paths, the common case on hot paths, need no settings.
-                props = storage_properties() if properties is None else properties
                 settings = S3Settings.from_properties(props, f"the storage settings for {location}")
                 if not settings.is_default:
                     return cls(s3_filesystem(settings), s3=settings)
@@ -422,7 +431,7 @@ class FileIO:
     def mkdirs(self, location: str) -> None:
         """Create a directory and its parents; a no-op on object stores, which have none."""
         path = self.fs_path(location)
-        if self._type in _NO_DIRECTORIES:
+        if self._flat:
             return
         with _translate(location, "create directory"):
             self._fs.create_dir(path, recursive=True)
@@ -430,7 +439,7 @@ class FileIO:
     def _make_parent(self, path: str) -> None:
         # HDFS and test filesystems need the parent directory; object stores need nothing.
         parent = path.rsplit("/", 1)[0] if "/" in path.strip("/") else ""
-        if parent and self._type not in _NO_DIRECTORIES:
+        if parent and not self._flat:
             self._fs.create_dir(parent, recursive=True)
 
     # -- deleting --------------------------------------------------------------------------------
@@ -575,7 +584,7 @@ def _connect(location: str, scheme: str) -> Iterator[None]:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
         raise ConfigError(
             f"unsupported storage scheme {scheme!r} in {location}: {_reason(err)} "
-            "(use file, s3, gs, abfs or hdfs)"
+            "(use file, s3, gs, abfs or hdfs, or name a store: io-impl.<scheme>)"
         ) from err
     except (OSError, pa.ArrowException) as err:
         raise StorageError(f"cannot connect to storage for {location}: {_reason(err)}") from err

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 
 from tablekeeper.errors import ConfigError
 from tablekeeper.io.s3 import is_storage_property
+from tablekeeper.io.stores import is_store_setting
 
 # Executors inherit the driver's settings through this variable (it holds secrets: the Spark layer
 # passes it to Python workers directly, never through SparkConf, which the UI shows).
@@ -27,8 +28,13 @@ _listeners: list[Callable[[Mapping[str, str]], None]] = []
 
 
 def storage_subset(properties: Mapping[str, str]) -> dict[str, str]:
-    """The storage (FileIO) settings among catalog or table properties."""
-    return {str(k): str(v) for k, v in properties.items() if is_storage_property(str(k))}
+    """The storage (FileIO) settings among catalog or table properties: S3's, and those of the
+    stores registered or named there (``io.stores``)."""
+    return {
+        str(k): str(v)
+        for k, v in properties.items()
+        if is_storage_property(str(k)) or is_store_setting(str(k), properties)
+    }
 
 
 def configure_storage(properties: Mapping[str, str]) -> None:

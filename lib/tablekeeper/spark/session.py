@@ -20,6 +20,7 @@ from tablekeeper.catalog.config import CatalogsConfig, load_catalogs
 from tablekeeper.catalog.spark_conf import ICEBERG_CATALOG, iceberg_catalog_conf, s3a_conf
 from tablekeeper.errors import ConfigError
 from tablekeeper.io.storage import STORAGE_ENV, on_storage_change
+from tablekeeper.io.stores import hadoop_settings
 from tablekeeper.settings import PACKAGE_ROLES, JarSpec, jar_specs, jars_dir, spark_defaults
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,8 @@ def share_storage(spark: SparkSession, properties: Mapping[str, str]) -> None:
     assert jsc is not None
     hadoop = jsc.hadoopConfiguration()
     if properties:  # with nothing configured, the cluster's own settings stand untouched
-        conf = s3a_conf(properties)
+        stores = hadoop_settings(properties)  # registered stores' own (io.stores)
+        conf = {**s3a_conf(properties), **stores}
         for key, value in conf.items():
             # A cluster's own s3:// filesystem (EMRFS, say) stays; S3A only fills the gap.
             if key.endswith(".impl") and hadoop.get(key) is not None:
@@ -81,7 +83,7 @@ def share_storage(spark: SparkSession, properties: Mapping[str, str]) -> None:
         # Nothing of a store set earlier lingers (keys set elsewhere are not ours to drop).
         for key in _SET_BY_US.get(id(spark), set()) - conf.keys():
             hadoop.unset(key)
-        _SET_BY_US[id(spark)] = set(conf) & _S3A_STORE_KEYS
+        _SET_BY_US[id(spark)] = set(conf) & (_S3A_STORE_KEYS | stores.keys())
     # Python workers are keyed by their environment, so tasks after this see the new settings.
     spark.sparkContext.environment[STORAGE_ENV] = json.dumps(dict(properties), sort_keys=True)
 

@@ -1,0 +1,122 @@
+"""Storage schemes from outside the package: one module and one registration per store.
+
+A ``Store`` says which location schemes it serves, how its pyarrow filesystem is made from the
+storage settings, how a location becomes that filesystem's path, which settings are its own, and
+what Spark's Hadoop layer needs to reach the same store. ``FileIO.for_location`` asks here before
+its built-in schemes, so a registered scheme may also replace a built-in one.
+
+Executor tasks only carry locations and the storage settings (``io.storage``), so a store must be
+found there too: a catalogs-file entry names it with ``io-impl.<scheme>: package.module:NAME`` (as
+PyIceberg's ``py-io-impl`` names a FileIO), a setting that travels with the others and is loaded
+on first use in whichever process meets the scheme. Registering by code suits the driver alone.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pyarrow.fs as pafs
+
+from tablekeeper.errors import ConfigError
+
+IMPL_PREFIX = "io-impl."
+
+
+def _no_hadoop(_: Mapping[str, str]) -> Mapping[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Store:
+    """One storage scheme family.
+
+    ``open(authority, settings)`` makes the filesystem (``settings``: the storage settings the job
+    uses, this store's among them). ``layout``: ``bucket`` when one filesystem serves every
+    authority and takes ``authority/path``; ``path`` when it is bound to one authority and takes
+    the bare path. ``prefixes``: the setting names that are this store's (kept with the storage
+    settings and handed to executors). ``hadoop``: the Hadoop settings Spark's own reads and
+    writes need for the same store. ``directories``: False for object stores (no markers made).
+    """
+
+    name: str
+    schemes: frozenset[str]
+    open: Callable[[str, Mapping[str, str]], pafs.FileSystem]
+    layout: Literal["bucket", "path"] = "bucket"
+    prefixes: tuple[str, ...] = ()
+    hadoop: Callable[[Mapping[str, str]], Mapping[str, str]] = field(default=_no_hadoop)
+    directories: bool = False
+
+
+_lock = threading.Lock()
+_by_scheme: dict[str, Store] = {}
+
+
+def register_store(store: Store) -> Store:
+    """Serve ``store.schemes`` with ``store`` from now on (in this process)."""
+    if not store.schemes or any(not s or s != s.lower() for s in store.schemes):
+        raise ConfigError(f"store {store.name!r}: schemes must be non-empty lowercase names")
+    with _lock:
+        for scheme in store.schemes:
+            _by_scheme[scheme] = store
+    return store
+
+
+def _load(impl: str, key: str) -> Store:
+    module_name, sep, attribute = impl.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ConfigError(f"storage setting {key}={impl!r} is not 'package.module:NAME'")
+    try:
+        found = getattr(importlib.import_module(module_name), attribute)
+    except ImportError as err:
+        raise ConfigError(f"storage setting {key}={impl!r} cannot be imported ({err}): install it") from None
+    except AttributeError:
+        raise ConfigError(f"storage setting {key}={impl!r}: {module_name} has no {attribute!r}") from None
+    if not isinstance(found, Store):
+        raise ConfigError(f"storage setting {key}={impl!r} is a {type(found).__name__}, not a Store")
+    return found
+
+
+def store_for(scheme: str, settings: Mapping[str, str]) -> Store | None:
+    """The store serving ``scheme``: registered, else named by the settings' ``io-impl.<scheme>``
+    (loaded and registered here); None leaves the scheme to the built-in ones."""
+    with _lock:
+        found = _by_scheme.get(scheme)
+    if found is not None:
+        return found
+    key = IMPL_PREFIX + scheme
+    impl = settings.get(key)
+    if not impl:
+        return None
+    store = _load(impl, key)
+    if scheme not in store.schemes:
+        raise ConfigError(f"storage setting {key}={impl!r} names a store for {sorted(store.schemes)}")
+    return register_store(store)
+
+
+def is_store_setting(key: str, settings: Mapping[str, str]) -> bool:
+    """Whether ``key`` is a setting of a store registered or named in ``settings``."""
+    if key.startswith(IMPL_PREFIX):
+        return True
+    with _lock:
+        stores = set(_by_scheme.values())
+    for name, impl in settings.items():
+        if name.startswith(IMPL_PREFIX) and impl:
+            stores.add(_load(impl, name))
+    return any(key.startswith(prefix) for store in stores for prefix in store.prefixes)
+
+
+def hadoop_settings(settings: Mapping[str, str]) -> dict[str, str]:
+    """What Spark's Hadoop layer needs for every store registered or named in ``settings``."""
+    out: dict[str, str] = {}
+    with _lock:
+        stores = set(_by_scheme.values())
+    for name, impl in settings.items():
+        if name.startswith(IMPL_PREFIX) and impl:
+            stores.add(_load(impl, name))
+    for store in sorted(stores, key=lambda s: s.name):
+        out.update(store.hadoop(settings))
+    return out
