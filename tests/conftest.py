@@ -23,7 +23,10 @@ from tests.support.rest_catalog_server import REST_WAREHOUSE, RestCatalogServer,
 # from then on every later test's caplog text was JSON, whose exception part bypasses redaction.
 # Made here, with the standard addHandler, before any test can create them.
 def _plain_query_context_loggers() -> None:
-    from pyspark.logger import PySparkLogger
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # PySpark before 4.0 has no such loggers
+        return
 
     for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
         logger = PySparkLogger.getLogger(name)

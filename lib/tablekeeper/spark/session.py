@@ -247,8 +247,10 @@ QUERY_CONTEXT_LOGGERS = ("DataFrameQueryContextLogger", "SQLQueryContextLogger")
 
 
 def quiet_query_context_logs() -> None:
-    from pyspark.logger import PySparkLogger
-
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:  # PySpark before 4.0 has no such loggers
+        return
     for name in QUERY_CONTEXT_LOGGERS:
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
 
