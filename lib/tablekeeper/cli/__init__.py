@@ -275,8 +275,23 @@ def _run_job(args: argparse.Namespace, job: str, table: str, run: Callable[[], J
         failed = replace(failed, status=err.status, error=err.message)
         _emit(_recorded(args, failed, err.exit_code), args.result_file)
         raise
+    except Exception as err:
+        # Unexpected, yet a run still ends with its JSON result (exit 1): schedulers parse it.
+        dry_run = bool(getattr(args, "dry_run", False))
+        failed = clock.result(job, table, dry_run=dry_run, metrics={})
+        failed = replace(failed, status="failed", error=unexpected_reason(err))
+        _emit(_recorded(args, failed, exit_code(err)), args.result_file)
+        raise
     _emit(_recorded(args, result, ExitCode.OK), args.result_file)
     return 0
+
+
+def unexpected_reason(err: Exception) -> str:
+    """One line for a failure no typed error describes: its class and its (scrubbed) text."""
+    from tablekeeper.redact import redact
+
+    reason = redact(" ".join(str(err).split())) or err.__class__.__name__
+    return f"unexpected {err.__class__.__name__}: {reason[:300]}"
 
 
 def _recorded(args: argparse.Namespace, result: JobResult, code: ExitCode) -> JobResult:
@@ -353,10 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.UNEXPECTED)
     except Exception as err:  # the last line must still be one readable reason
         log.debug("unexpected failure", exc_info=True)
-        reason = redact(" ".join(str(err).split())) or err.__class__.__name__
         sys.stderr.write(
-            f"tablekeeper: unexpected {err.__class__.__name__}: {reason[:300]} "
-            "(rerun with --log-level DEBUG for the trace)\n"
+            f"tablekeeper: {unexpected_reason(err)} (rerun with --log-level DEBUG for the trace)\n"
         )
         return int(exit_code(err))
 

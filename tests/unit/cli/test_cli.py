@@ -213,3 +213,32 @@ def test_metadata_failures_answer_without_starting_spark(tmp_path: Path) -> None
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout.strip().splitlines()[-1])["metrics"]["engine"] == "driver"
         assert "log4j" not in proc.stderr
+
+
+def test_an_unexpected_failure_still_ends_with_one_json_result(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Schedulers parse stdout's last line: a failure no typed error describes ends with a JSON
+    result too (status failed, exit 1), scrubbed like the stderr line (there was none before)."""
+    from tablekeeper.cli import main
+    from tablekeeper.jobs import expire_snapshots
+
+    sql_table(tmp_path, [("a.parquet", 1, 10)], format_version=2)
+    conf = tmp_path / "catalogs.yaml"
+    conf.write_text(
+        f"catalogs:\n  c: {{type: sql, uri: 'sqlite:///{tmp_path}/c.db', warehouse: {tmp_path}}}\n"
+    )
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("disk on fire at http://u:hunter22@h/x")
+
+    monkeypatch.setattr(expire_snapshots, "run_expire", boom)
+    argv = ["expire-snapshots", "--table", "db.t", "--catalog", "c", "--engine", "driver"]
+    code = main([*argv, "--conf-file", str(conf)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["status"] == "failed" and result["job"] == "expire-snapshots"
+    assert result["error"] == "unexpected RuntimeError: disk on fire at http://u:***@h/x"
+    assert err.strip().splitlines()[-1].startswith("tablekeeper: unexpected RuntimeError: disk on fire")
+    assert "hunter22" not in out + err
