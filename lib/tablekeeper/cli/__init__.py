@@ -244,6 +244,10 @@ def _emit(result: JobResult, result_file: str | None) -> None:
     from tablekeeper.redact import redact
 
     line = redact(result.to_json())
+    from tablekeeper.jobs.result_schema import check_result, checking
+
+    if checking():  # the tests' harness: every printed result keeps to the published schema
+        check_result(line)
     print(line)
     if result_file:
         from pathlib import Path
