@@ -44,6 +44,6 @@ def check_result(line: str) -> None:
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "(the result)"
         raise ResultSchemaViolation(
-            f"the {body.get('job')} result breaks {SCHEMA_FILE} at {where}: {first.message} "
+            f"{first.message} at {where}: the {body.get('job')} result breaks {SCHEMA_FILE} "
             f"({len(errors)} problem(s)); update the schema with the job's metrics"
         )
