@@ -12,11 +12,12 @@ footer, so the driver lists nothing and trusts no file it was not told about.
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,6 +51,7 @@ from tablekeeper.io import FileIO
 from tablekeeper.spark.concurrent import no_cycle_collection
 from tablekeeper.spark.data_read import SCHEME_AUTHORITY, path_key
 from tablekeeper.spark.schema import LAST_UPDATED, ROW_ID
+from tablekeeper.spark.settle import Sized, settle, sizes_of
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,10 @@ _DEFAULT_LEVELS = {"zstd": 3, "gzip": 6}
 # Spark's lz4 is Hadoop's LZ4 framing, pyarrow's is LZ4_RAW, which older readers lack: Spark writes it.
 _PYARROW_CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "none": "none"}
 _BATCH_ROWS = 1 << 16
+NO_ROW_LIMIT = 2**62  # files roll by written bytes
+# A row group is never cut below this share of the target: the estimate of a file's size is
+# off by at most that, so files land within a small row group of the target.
+_MIN_GROUP_SHARE = 32
 
 
 def arrow_blocker(meta: TableMetadata, compression: str) -> str | None:
@@ -111,6 +117,11 @@ class Job:
     schema: Schema
     metrics: MetricsConfig
     sort_order_id: int | None
+    # Written bytes at which a file rolls over; below ``small_bytes`` a file is small (compact's
+    # and health's rule); a file taking the last rows of its partition may grow to ``max_bytes``.
+    target_bytes: int = 512 << 20
+    small_bytes: int = 384 << 20
+    max_bytes: int = 921 << 20
 
 
 def make_job(
@@ -120,6 +131,7 @@ def make_job(
     compression: str,
     sort_order_id: int | None,
     mapping: NameMapping | None,
+    sizes: tuple[int, int, int],
 ) -> Job:
     schema = meta.schema()
     v3 = meta.format_version >= 3
@@ -137,15 +149,26 @@ def make_job(
         schema=schema,
         metrics=MetricsConfig.for_table(meta.properties, schema, sorted_columns(meta)),
         sort_order_id=sort_order_id,
+        target_bytes=sizes[0],
+        small_bytes=sizes[1],
+        max_bytes=sizes[2],
     )
 
 
-def _bins(tasks: Sequence[FileTask], count: int) -> list[tuple[list[FileTask], int]]:
+class _HasSize(Protocol):
+    @property
+    def size(self) -> int: ...
+
+
+S = TypeVar("S", bound=_HasSize)
+
+
+def _bins(tasks: Sequence[S], count: int) -> list[tuple[list[S], int]]:
     """``tasks`` in order, cut into runs near ``total / count`` bytes, each with the number of
     files it is written into (a run holding a file larger than that writes several)."""
     total = sum(t.size for t in tasks)
     ideal = max(1.0, total / max(1, count))
-    bins: list[list[FileTask]] = [[]]
+    bins: list[list[S]] = [[]]
     size = 0
     for t in tasks:
         # A run closes only once it is half a file or more (no tiny file between two large ones),
@@ -249,29 +272,50 @@ def rewrite_with_arrow(
     partition: tuple[Any, ...],
     compression: str,
     output_files: int,
-    max_records: int,
+    sizes: tuple[int, int, int],
     sort_order_id: int | None,
     mapping: NameMapping | None,
 ) -> tuple[DataFile, ...]:
+    """Rewrite ``tasks`` into files of ``sizes`` (target, small, maximum written bytes): one
+    task per run of input files, each rolling its files at the target, then the files left under
+    it merged (``settle``) until at most one per partition is."""
     job = make_job(
-        meta, directory=directory, compression=compression, sort_order_id=sort_order_id, mapping=mapping
+        meta,
+        directory=directory,
+        compression=compression,
+        sort_order_id=sort_order_id,
+        mapping=mapping,
+        sizes=sizes,
     )
-    bins = [
-        (
-            [make_input(meta, job, t) for t in b],
-            max_records if files == 1 else min(max_records, _rows(b, files)),
-        )
-        for b, files in _bins(tasks, max(1, output_files))
-    ]
+    bins = [([make_input(meta, job, t) for t in b], None) for b, _ in _bins(tasks, max(1, output_files))]
     io = FileIO.for_location(directory)
     io.mkdirs(directory)
-    sc = spark.sparkContext
-    written: list[DataFile] = (
-        sc.parallelize(list(enumerate(bins)), len(bins))
-        .flatMap(lambda ib: _write_bin(job, ib[0], ib[1][0], ib[1][1], spec_id, partition))
-        .collect()
-    )
-    return keep_reported(directory, written)
+
+    def run(work: Sequence[tuple[list[_Input], tuple[int, int] | None]]) -> list[DataFile]:
+        written: list[DataFile] = (
+            spark.sparkContext.parallelize(list(enumerate(work)), len(work))
+            .flatMap(lambda ib: _write_bin(job, ib[0], ib[1][0], ib[1][1], spec_id, partition))
+            .collect()
+        )
+        return written
+
+    def again(files: Sequence[DataFile], count: int) -> list[DataFile]:
+        # Only the last merge (one task) lets its last file take the rest: merges in parallel
+        # leave theirs under the target for that one.
+        runs = _bins([Sized(f) for f in files], count)
+        return run(
+            [
+                ([plain_input(s.file) for s in b], sizes_of(f.file for f in b) if count == 1 else None)
+                for b, _ in runs
+            ]
+        )
+
+    return keep_reported(directory, settle(sizes, directory, run(bins), again))
+
+
+def plain_input(f: DataFile) -> _Input:
+    """A file this rewrite wrote, read again as it is (its lineage columns already explicit)."""
+    return _Input(f.file_path, 0, None, None, (), (), ())
 
 
 def keep_reported(directory: str, written: Sequence[DataFile]) -> tuple[DataFile, ...]:
@@ -281,11 +325,6 @@ def keep_reported(directory: str, written: Sequence[DataFile]) -> tuple[DataFile
     reported = {f.file_path for f in written}
     io.delete_many([i.location for i in io.list(directory, recursive=True) if i.location not in reported])
     return tuple(sorted(written, key=lambda f: f.file_path))
-
-
-def _rows(tasks: Sequence[FileTask], files: int) -> int:
-    """Rows per file when a run's rows (before deletes) go into ``files`` files of equal rows."""
-    return max(1, -(-sum(t.file.record_count for t in tasks) // files))
 
 
 def _dv_positions(location: str, offset: int, length: int, cardinality: int) -> pa.Array:
@@ -331,39 +370,87 @@ def _deleted(item: _Input, wanted: frozenset[str], cache: dict[str, dict[str, pa
 
 
 class Output:
-    """One partition's output files: rows buffered into row groups, files rolled at max_records."""
+    """One partition's output files: rows buffered into row groups, each file rolled once the
+    bytes written to it reach the job's target (or at ``max_records`` rows).
+
+    A row group is cut when its rows' estimated encoded size (Arrow bytes times the encoded to
+    Arrow ratio this output has measured so far) would fill the file to the target; the sink's
+    position then says what was really written. With ``expected`` (the rows and written bytes of
+    files read again), the last file takes the remaining rows instead of leaving a small one."""
 
     def __init__(
-        self, job: Job, name: str, max_records: int, spec_id: int, partition: tuple[Any, ...]
+        self,
+        job: Job,
+        name: str,
+        max_records: int,
+        spec_id: int,
+        partition: tuple[Any, ...],
+        expected: tuple[int, int] | None = None,
     ) -> None:
         self.job = job
         self.name = name
         self.max_records = max(1, max_records)
         self.spec_id = spec_id
         self.partition = partition
+        self.expected = expected
         self.io = FileIO.for_location(job.directory)
         self.schema = write_schema(job.fields)
         self.buffer: list[pa.RecordBatch] = []
-        self.buffered_bytes = 0
+        self.buffered_bytes = 0.0
         self.buffered_rows = 0
         self.writer: pq.ParquetWriter | None = None
         self.stream: Any = None
         self.location = ""
         self.file_rows = 0
+        self.rows = 0  # written by this output, over all its files
+        self.ratio = 1.0  # encoded bytes per Arrow byte, as measured over every row group
+        self.encoded = self.arrow_bytes = 0
+        self.takes_rest = False
         self.floats = FloatCollector(job.fields)
         self.done: list[DataFile] = []
 
+    def written(self) -> int:
+        return int(self.stream.tell()) if self.writer is not None else 0
+
+    def _budget(self) -> float:
+        """Encoded bytes the open row group may still take."""
+        goal = self.job.max_bytes if self.takes_rest else self.job.target_bytes
+        left = min(self.job.row_group_bytes, goal - self.written())
+        return float(max(left, self.job.target_bytes // _MIN_GROUP_SHARE, 1))
+
     def add(self, batch: pa.RecordBatch) -> None:
+        per_row = batch.nbytes / max(1, batch.num_rows)
         while batch.num_rows:
+            budget = self._budget()
+            wanted = budget / self.ratio - self.buffered_bytes
+            rows = max(1, math.ceil(wanted / per_row)) if per_row > 0 else batch.num_rows
             room = self.max_records - self.file_rows - self.buffered_rows
-            part, batch = batch.slice(0, room), batch.slice(room)
+            take = min(batch.num_rows, rows, room)
+            part, batch = batch.slice(0, take), batch.slice(take)
             self.buffer.append(part)
-            self.buffered_rows += part.num_rows
-            self.buffered_bytes += part.nbytes
-            if self.buffered_bytes >= self.job.row_group_bytes or part.num_rows == room:
+            self.buffered_rows += take
+            self.buffered_bytes += take * per_row
+            if self.buffered_bytes * self.ratio >= budget or take == room:
                 self.flush()
-            if self.file_rows >= self.max_records:
-                self.close()
+                if self.file_rows >= self.max_records or self._full():
+                    self.close()
+
+    def _full(self) -> bool:
+        """Whether the open file is done: at the target, unless what is left to write would make
+        a small file that fits into this one."""
+        size = self.written()
+        if self.takes_rest:
+            return size >= self.job.max_bytes
+        if size < self.job.target_bytes:
+            return False
+        if self.expected is not None:
+            rows, total = self.expected
+            pending = self.rows + self.buffered_rows
+            rest = total * max(0, rows - pending) / max(1, rows)
+            if 0 < rest < self.job.small_bytes and size + rest <= self.job.max_bytes:
+                self.takes_rest = True
+                return False
+        return True
 
     def flush(self) -> None:
         if not self.buffer:
@@ -386,9 +473,15 @@ class Output:
         table = pa.Table.from_batches(self.buffer, self.schema)
         for batch in table.to_batches():
             self.floats.update(batch)
+        before = self.written()
         self.writer.write_table(table, row_group_size=max(1, table.num_rows))
+        self.encoded += self.written() - before
+        self.arrow_bytes += table.nbytes
+        if self.arrow_bytes:
+            self.ratio = max(1e-6, self.encoded / self.arrow_bytes)
         self.file_rows += table.num_rows
-        self.buffer, self.buffered_bytes, self.buffered_rows = [], 0, 0
+        self.rows += table.num_rows
+        self.buffer, self.buffered_bytes, self.buffered_rows = [], 0.0, 0
 
     def close(self) -> None:
         self.flush()
@@ -396,7 +489,7 @@ class Output:
             return
         self.writer.close()
         self.stream.close()
-        self.writer, self.stream, self.file_rows = None, None, 0
+        self.writer, self.stream, self.file_rows, self.takes_rest = None, None, 0, False
         with self.io.open_input(self.location) as stream:
             size = stream.size()
             footer = pq.read_metadata(stream)
@@ -444,9 +537,14 @@ def task_name(index: int) -> str:
 
 
 def _write_bin(
-    job: Job, index: int, items: Sequence[_Input], max_records: int, spec_id: int, partition: tuple[Any, ...]
+    job: Job,
+    index: int,
+    items: Sequence[_Input],
+    expected: tuple[int, int] | None,
+    spec_id: int,
+    partition: tuple[Any, ...],
 ) -> list[DataFile]:
-    out = Output(job, task_name(index), max_records, spec_id, partition)
+    out = Output(job, task_name(index), NO_ROW_LIMIT, spec_id, partition, expected)
     FileIO.for_location(job.directory).mkdirs(job.directory)
     try:
         for batch in read_inputs(job, items):
