@@ -45,10 +45,8 @@ from tablekeeper.iceberg.types import (
     StructType,
 )
 from tablekeeper.io import FileIO
+from tablekeeper.spark.arrow_output import NO_ROW_LIMIT, Job, Output
 from tablekeeper.spark.arrow_rewrite import (
-    NO_ROW_LIMIT,
-    Job,
-    Output,
     _bins,
     _Input,
     keep_reported,

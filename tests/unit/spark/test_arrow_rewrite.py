@@ -14,7 +14,8 @@ import pytest
 from tablekeeper.iceberg.metrics import MetricsConfig
 from tablekeeper.iceberg.position_delete_merge import write_position_delete_file
 from tablekeeper.iceberg.types import NestedField, PrimitiveType, Schema
-from tablekeeper.spark.arrow_rewrite import Job, Output, _bins, _position_file
+from tablekeeper.spark.arrow_output import Job, Output
+from tablekeeper.spark.arrow_rewrite import _bins, _position_file
 from tests.support.delete_files import avro_deletes, orc_deletes
 
 
