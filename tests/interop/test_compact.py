@@ -126,10 +126,14 @@ def test_sort_strategy_orders_files(spark, catalogs) -> None:  # type: ignore[no
         f"SELECT readable_metrics.k.lower_bound, readable_metrics.k.upper_bound FROM {table}.files"
     ).collect()
     ranges = sorted((int(r[0]), int(r[1])) for r in bounds)
-    # Each task writes a range of k; the files its tasks left under the target are merged, so a
-    # merged file spans the ends of neighbouring ranges and overlaps at most a file of each.
-    overlaps = [sum(1 for b in ranges if b is not a and a[0] < b[1] and b[0] < a[1]) for a in ranges]
-    assert max(overlaps) <= 2 and sum(overlaps) <= len(ranges), ranges
+    # Each task writes a range of k; the files its tasks left under the target are sorted and
+    # merged, so a merged file spans the ends of several ranges. The other files stay disjoint:
+    # most files are pairwise disjoint (greedy interval scheduling finds the largest such set).
+    disjoint, end = 0, -1
+    for lo, hi in sorted(ranges, key=lambda r: r[1]):
+        if lo > end:
+            disjoint, end = disjoint + 1, hi
+    assert disjoint >= len(ranges) // 2 + 1, ranges
 
 
 def test_concurrent_append_survives(spark, catalogs) -> None:  # type: ignore[no-untyped-def]
