@@ -20,7 +20,6 @@ from tests.support.cluster_submit import Submission, local_catalog_file
 from tests.support.spark_cluster import StandaloneCluster
 from tests.support.spark_submit import (
     REPO_ROOT,
-    ROWS_PER_FILE,
     delta_table_in_versions,
     iceberg_table_of_small_files,
     live_data_files,
@@ -90,7 +89,10 @@ def test_readme_standalone_line_then_expire_run_on_both_workers(
     """README's standalone block as written (compact; the catalog file by --files), then
     expire-snapshots with --engine spark."""
     warehouse = tmp_path / "warehouse"
-    table = iceberg_table_of_small_files(warehouse, "db.events", files=FILES)
+    # Rows enough that their bytes, not each file's footer, make the size: compact sizes its
+    # output by the bytes written, and ten rows a file would merge into one file (one task).
+    rows = 500
+    table = iceberg_table_of_small_files(warehouse, "db.events", files=FILES, rows_per_file=rows)
     total = sum(task.file.file_size_in_bytes for task in table.scan().plan_files())
     # The README's line takes the table's target size: one group cut into OUTPUT_FILES bins.
     with table.transaction() as tx:
@@ -109,7 +111,7 @@ def test_readme_standalone_line_then_expire_run_on_both_workers(
     after = sql_catalog(warehouse).load_table("db.events")
     assert len(live_data_files(after)) == metrics["added_data_files_count"]
     ids = sorted(after.scan().to_arrow().column("id").to_pylist())
-    assert ids == list(range(FILES * ROWS_PER_FILE))
+    assert ids == list(range(FILES * rows))
     compacted.assert_both_workers_ran_tasks()
 
     # Expiring on Spark: the files of the expired snapshots found and deleted by executor tasks.

@@ -65,7 +65,9 @@ def sql_catalog(warehouse: Path) -> Any:
     return SqlCatalog(CATALOG, uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}/sql")
 
 
-def iceberg_table_of_small_files(warehouse: Path, identifier: str, files: int) -> Any:
+def iceberg_table_of_small_files(
+    warehouse: Path, identifier: str, files: int, rows_per_file: int = ROWS_PER_FILE
+) -> Any:
     """A v2 table with one small file and one snapshot per append, plus an orphan file old enough
     for remove-orphans' default 3-day floor; returns the PyIceberg table."""
     from pyiceberg.schema import Schema
@@ -80,7 +82,7 @@ def iceberg_table_of_small_files(warehouse: Path, identifier: str, files: int) -
     )
     table = catalog.create_table(identifier, schema=schema)
     for i in range(files):
-        ids = range(i * ROWS_PER_FILE, (i + 1) * ROWS_PER_FILE)
+        ids = range(i * rows_per_file, (i + 1) * rows_per_file)
         table.append(pa.table({"id": list(ids), "name": [f"n{j}" for j in ids]}, schema=_SCHEMA))
     orphan = orphan_path(table)
     orphan.write_bytes(b"left behind by a failed writer")

@@ -269,7 +269,7 @@ class CompactionEstimate:
     files: int  # data files compaction would rewrite
     bytes: int
     groups: int
-    output_files: int  # the files it would write
+    output_files: int  # the files it would write were they sized by their input bytes
     live_files: int
 
     @property

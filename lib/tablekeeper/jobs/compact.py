@@ -202,6 +202,7 @@ def _targets(
             compression=_CODECS[codec],
             max_records_per_file=max(1, int(rewrite.write_max_file_size / per_record)),
             output_files=rewrite.expected_output_files(size),
+            sizes=(rewrite.target_file_size, rewrite.min_file_size, rewrite.max_file_size),
             ordering=order.ordering,
             global_sort=order.global_sort,
         )

@@ -201,7 +201,11 @@ def _compact(
             f"compact.min-files={th.compact_min_files}",
             {
                 "data_files_before": estimate.live_files,
+                # The plan's count from the input bytes; compact rolls files by the bytes it
+                # writes, so it writes fewer when merged rows shed footers or compress better,
+                # more when they compress worse. Every group with live rows writes at least one.
                 "data_files_after": estimate.files_after,
+                "data_files_after_at_least": estimate.live_files - estimate.files + estimate.groups,
                 "files_rewritten": estimate.files,
                 "bytes_rewritten": estimate.bytes,
                 "groups": estimate.groups,

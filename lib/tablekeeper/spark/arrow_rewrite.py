@@ -15,8 +15,8 @@ import logging
 import uuid
 from array import array
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,18 +38,19 @@ from tablekeeper.iceberg.arrow_project import (
 )
 from tablekeeper.iceberg.content import DataFile
 from tablekeeper.iceberg.metadata import TableMetadata
-from tablekeeper.iceberg.metrics import FloatCollector, MetricsConfig
+from tablekeeper.iceberg.metrics import MetricsConfig
 from tablekeeper.iceberg.name_mapping import NameMapping
-from tablekeeper.iceberg.parquet import WRITER_OPTIONS, data_file_from_footer
 from tablekeeper.iceberg.position_delete_merge import read_position_deletes
 from tablekeeper.iceberg.puffin import deserialize_dv
 from tablekeeper.iceberg.rewrite_plan import FileTask
 from tablekeeper.iceberg.transforms import parse_transform
-from tablekeeper.iceberg.types import IcebergType, NestedField, Schema, StructType
+from tablekeeper.iceberg.types import IcebergType, NestedField, StructType
 from tablekeeper.io import FileIO
+from tablekeeper.spark.arrow_output import NO_ROW_LIMIT, Job, Output
 from tablekeeper.spark.concurrent import no_cycle_collection
 from tablekeeper.spark.data_read import SCHEME_AUTHORITY, path_key
 from tablekeeper.spark.schema import LAST_UPDATED, ROW_ID
+from tablekeeper.spark.settle import Sized, settle, sizes_of
 
 log = logging.getLogger(__name__)
 
@@ -95,24 +96,6 @@ class _Input:
     equalities: tuple[tuple[str, tuple[int, ...]], ...]  # (delete file, equality field ids)
 
 
-@dataclass(frozen=True)
-class Job:
-    """How a rewrite reads its input files and writes its output (shipped to the executors)."""
-
-    fields: tuple[NestedField, ...]  # written columns, then the v3 lineage columns
-    lineage: bool
-    mapping: NameMapping | None
-    directory: str
-    codec: str
-    level: int | None
-    row_group_bytes: int
-    page_bytes: int
-    dict_bytes: int
-    schema: Schema
-    metrics: MetricsConfig
-    sort_order_id: int | None
-
-
 def make_job(
     meta: TableMetadata,
     *,
@@ -120,6 +103,7 @@ def make_job(
     compression: str,
     sort_order_id: int | None,
     mapping: NameMapping | None,
+    sizes: tuple[int, int, int],
 ) -> Job:
     schema = meta.schema()
     v3 = meta.format_version >= 3
@@ -137,15 +121,26 @@ def make_job(
         schema=schema,
         metrics=MetricsConfig.for_table(meta.properties, schema, sorted_columns(meta)),
         sort_order_id=sort_order_id,
+        target_bytes=sizes[0],
+        small_bytes=sizes[1],
+        max_bytes=sizes[2],
     )
 
 
-def _bins(tasks: Sequence[FileTask], count: int) -> list[tuple[list[FileTask], int]]:
+class _HasSize(Protocol):
+    @property
+    def size(self) -> int: ...
+
+
+S = TypeVar("S", bound=_HasSize)
+
+
+def _bins(tasks: Sequence[S], count: int) -> list[tuple[list[S], int]]:
     """``tasks`` in order, cut into runs near ``total / count`` bytes, each with the number of
     files it is written into (a run holding a file larger than that writes several)."""
     total = sum(t.size for t in tasks)
     ideal = max(1.0, total / max(1, count))
-    bins: list[list[FileTask]] = [[]]
+    bins: list[list[S]] = [[]]
     size = 0
     for t in tasks:
         # A run closes only once it is half a file or more (no tiny file between two large ones),
@@ -249,29 +244,50 @@ def rewrite_with_arrow(
     partition: tuple[Any, ...],
     compression: str,
     output_files: int,
-    max_records: int,
+    sizes: tuple[int, int, int],
     sort_order_id: int | None,
     mapping: NameMapping | None,
 ) -> tuple[DataFile, ...]:
+    """Rewrite ``tasks`` into files of ``sizes`` (target, small, maximum written bytes): one
+    task per run of input files, each rolling its files at the target, then the files left under
+    it merged (``settle``) until at most one per partition is."""
     job = make_job(
-        meta, directory=directory, compression=compression, sort_order_id=sort_order_id, mapping=mapping
+        meta,
+        directory=directory,
+        compression=compression,
+        sort_order_id=sort_order_id,
+        mapping=mapping,
+        sizes=sizes,
     )
-    bins = [
-        (
-            [make_input(meta, job, t) for t in b],
-            max_records if files == 1 else min(max_records, _rows(b, files)),
-        )
-        for b, files in _bins(tasks, max(1, output_files))
-    ]
+    bins = [([make_input(meta, job, t) for t in b], None) for b, _ in _bins(tasks, max(1, output_files))]
     io = FileIO.for_location(directory)
     io.mkdirs(directory)
-    sc = spark.sparkContext
-    written: list[DataFile] = (
-        sc.parallelize(list(enumerate(bins)), len(bins))
-        .flatMap(lambda ib: _write_bin(job, ib[0], ib[1][0], ib[1][1], spec_id, partition))
-        .collect()
-    )
-    return keep_reported(directory, written)
+
+    def run(work: Sequence[tuple[list[_Input], tuple[int, int] | None]]) -> list[DataFile]:
+        written: list[DataFile] = (
+            spark.sparkContext.parallelize(list(enumerate(work)), len(work))
+            .flatMap(lambda ib: _write_bin(job, ib[0], ib[1][0], ib[1][1], spec_id, partition))
+            .collect()
+        )
+        return written
+
+    def again(files: Sequence[DataFile], count: int) -> list[DataFile]:
+        # Only the last merge (one task) lets its last file take the rest: merges in parallel
+        # leave theirs under the target for that one.
+        runs = _bins([Sized(f) for f in files], count)
+        return run(
+            [
+                ([plain_input(s.file) for s in b], sizes_of(f.file for f in b) if count == 1 else None)
+                for b, _ in runs
+            ]
+        )
+
+    return keep_reported(directory, settle(sizes, directory, run(bins), again))
+
+
+def plain_input(f: DataFile) -> _Input:
+    """A file this rewrite wrote, read again as it is (its lineage columns already explicit)."""
+    return _Input(f.file_path, 0, None, None, (), (), ())
 
 
 def keep_reported(directory: str, written: Sequence[DataFile]) -> tuple[DataFile, ...]:
@@ -281,11 +297,6 @@ def keep_reported(directory: str, written: Sequence[DataFile]) -> tuple[DataFile
     reported = {f.file_path for f in written}
     io.delete_many([i.location for i in io.list(directory, recursive=True) if i.location not in reported])
     return tuple(sorted(written, key=lambda f: f.file_path))
-
-
-def _rows(tasks: Sequence[FileTask], files: int) -> int:
-    """Rows per file when a run's rows (before deletes) go into ``files`` files of equal rows."""
-    return max(1, -(-sum(t.file.record_count for t in tasks) // files))
 
 
 def _dv_positions(location: str, offset: int, length: int, cardinality: int) -> pa.Array:
@@ -330,104 +341,6 @@ def _deleted(item: _Input, wanted: frozenset[str], cache: dict[str, dict[str, pa
     return Deleted.of(parts)
 
 
-class Output:
-    """One partition's output files: rows buffered into row groups, files rolled at max_records."""
-
-    def __init__(
-        self, job: Job, name: str, max_records: int, spec_id: int, partition: tuple[Any, ...]
-    ) -> None:
-        self.job = job
-        self.name = name
-        self.max_records = max(1, max_records)
-        self.spec_id = spec_id
-        self.partition = partition
-        self.io = FileIO.for_location(job.directory)
-        self.schema = write_schema(job.fields)
-        self.buffer: list[pa.RecordBatch] = []
-        self.buffered_bytes = 0
-        self.buffered_rows = 0
-        self.writer: pq.ParquetWriter | None = None
-        self.stream: Any = None
-        self.location = ""
-        self.file_rows = 0
-        self.floats = FloatCollector(job.fields)
-        self.done: list[DataFile] = []
-
-    def add(self, batch: pa.RecordBatch) -> None:
-        while batch.num_rows:
-            room = self.max_records - self.file_rows - self.buffered_rows
-            part, batch = batch.slice(0, room), batch.slice(room)
-            self.buffer.append(part)
-            self.buffered_rows += part.num_rows
-            self.buffered_bytes += part.nbytes
-            if self.buffered_bytes >= self.job.row_group_bytes or part.num_rows == room:
-                self.flush()
-            if self.file_rows >= self.max_records:
-                self.close()
-
-    def flush(self) -> None:
-        if not self.buffer:
-            return
-        if self.writer is None:
-            self.location = f"{self.job.directory.rstrip('/')}/{self.name}-{len(self.done):05d}.parquet"
-            self.stream = self.io.filesystem.open_output_stream(self.io.fs_path(self.location))
-            self.writer = pq.ParquetWriter(
-                self.stream,
-                self.schema,
-                compression=self.job.codec,
-                compression_level=self.job.level,
-                data_page_size=self.job.page_bytes,
-                dictionary_pagesize_limit=self.job.dict_bytes,
-                store_schema=False,
-                write_statistics=True,
-                **WRITER_OPTIONS,
-            )
-            self.floats = FloatCollector(self.job.fields)
-        table = pa.Table.from_batches(self.buffer, self.schema)
-        for batch in table.to_batches():
-            self.floats.update(batch)
-        self.writer.write_table(table, row_group_size=max(1, table.num_rows))
-        self.file_rows += table.num_rows
-        self.buffer, self.buffered_bytes, self.buffered_rows = [], 0, 0
-
-    def close(self) -> None:
-        self.flush()
-        if self.writer is None:
-            return
-        self.writer.close()
-        self.stream.close()
-        self.writer, self.stream, self.file_rows = None, None, 0
-        with self.io.open_input(self.location) as stream:
-            size = stream.size()
-            footer = pq.read_metadata(stream)
-        f = data_file_from_footer(
-            footer,
-            self.job.schema,
-            path=self.location,
-            file_size=size,
-            spec_id=self.spec_id,
-            partition=self.partition,
-            metrics=self.job.metrics,
-            floats=self.floats.stats,
-        )
-        self.done.append(
-            f if self.job.sort_order_id is None else replace(f, sort_order_id=self.job.sort_order_id)
-        )
-
-    def abandon(self) -> None:
-        """After a failure: close what is open and delete every file this attempt wrote, so no
-        attempt outlives the driver's cleanup as an orphan."""
-        try:
-            if self.writer is not None:
-                self.writer.close()
-            if self.stream is not None:
-                self.stream.close()
-        except Exception:  # the first failure is the one to report
-            log.debug("closing a failed output", exc_info=True)
-        written = [f.file_path for f in self.done] + ([self.location] if self.location else [])
-        self.io.delete_many(written)
-
-
 def _batches(f: pq.ParquetFile, columns: list[str]) -> Iterator[tuple[int, pa.RecordBatch | None]]:
     if columns:
         for b in f.iter_batches(batch_size=_BATCH_ROWS, columns=columns, use_threads=False):
@@ -444,9 +357,14 @@ def task_name(index: int) -> str:
 
 
 def _write_bin(
-    job: Job, index: int, items: Sequence[_Input], max_records: int, spec_id: int, partition: tuple[Any, ...]
+    job: Job,
+    index: int,
+    items: Sequence[_Input],
+    expected: tuple[int, int] | None,
+    spec_id: int,
+    partition: tuple[Any, ...],
 ) -> list[DataFile]:
-    out = Output(job, task_name(index), max_records, spec_id, partition)
+    out = Output(job, task_name(index), NO_ROW_LIMIT, spec_id, partition, expected)
     FileIO.for_location(job.directory).mkdirs(job.directory)
     try:
         for batch in read_inputs(job, items):

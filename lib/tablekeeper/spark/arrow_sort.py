@@ -30,7 +30,7 @@ from tablekeeper.iceberg.arrow_project import arrow_type, storage, write_schema,
 from tablekeeper.iceberg.content import DataFile
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.name_mapping import NameMapping
-from tablekeeper.iceberg.partitioning import PartitionSpec
+from tablekeeper.iceberg.partitioning import PartitionSpec, partition_key
 from tablekeeper.iceberg.rewrite_plan import FileTask
 from tablekeeper.iceberg.sort_keys import ZOrder, partition_keys, transformed, zorder_values
 from tablekeeper.iceberg.transforms import Transform, parse_transform
@@ -45,16 +45,18 @@ from tablekeeper.iceberg.types import (
     StructType,
 )
 from tablekeeper.io import FileIO
+from tablekeeper.spark.arrow_output import NO_ROW_LIMIT, Job, Output
 from tablekeeper.spark.arrow_rewrite import (
-    Job,
-    Output,
     _bins,
+    _Input,
     keep_reported,
     make_input,
     make_job,
+    plain_input,
     read_inputs,
     task_name,
 )
+from tablekeeper.spark.settle import settle, sizes_of
 
 PART = "_tk_part"
 ZVALUE = "_tk_z"
@@ -201,16 +203,23 @@ def rewrite_sorted(
     ordering: Ordering,
     compression: str,
     output_files: int,
-    max_records: int,
+    sizes: tuple[int, int, int],
     sort_order_id: int | None,
     mapping: NameMapping | None,
 ) -> tuple[DataFile, ...]:
     """Rewrite ``tasks`` into ``spec``, rows ordered by ``ordering``; returns the new files.
-    ``partition`` is the tuple every row keeps, or None to compute each row's in ``spec``."""
+    ``partition`` is the tuple every row keeps, or None to compute each row's in ``spec``.
+    Each task rolls its files at the target's written bytes; the files left under it are sorted
+    and written again together (``settle``)."""
     if partition is None and all(str(pf.transform) == "void" for pf in spec.fields):
         partition = tuple(None for _ in spec.fields)  # an unpartitioned spec: one partition
     job = make_job(
-        meta, directory=directory, compression=compression, sort_order_id=sort_order_id, mapping=mapping
+        meta,
+        directory=directory,
+        compression=compression,
+        sort_order_id=sort_order_id,
+        mapping=mapping,
+        sizes=sizes,
     )
     fields = job.fields
     schema = meta.schema()
@@ -249,44 +258,55 @@ def rewrite_sorted(
         order.append(F.col(ZVALUE).asc_nulls_first())
     data_fields = [T.StructField(f"c{i}", _spark_type(f.type), True) for i, f in enumerate(fields)]
     carried = T.StructType(data_fields + key_fields)
-    bins = [
+    first = [
         [make_input(meta, job, t) for t in b]
         for b, _ in _bins(tasks, max(1, min(len(tasks), spark.sparkContext.defaultParallelism * 4)))
     ]
-
-    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for b in batches:
-            for index in b.column(0).to_pylist():
-                for rows in read_inputs(job, bins[index]):
-                    arrays = [rows.column(i) for i in range(rows.num_columns)]
-                    columns = [to_carried(f.type, a) for f, a in zip(fields, arrays, strict=True)]
-                    columns += _key_arrays(keys, arrays)
-                    yield pa.RecordBatch.from_arrays(columns, names=carried.fieldNames())
-
     spec_id, fixed = spec.spec_id, partition
-
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        yield from _write_sorted(job, batches, fixed, spec_id, max_records)
-
     io = FileIO.for_location(directory)
     io.mkdirs(directory)
-    df = spark.range(0, len(bins), 1, numPartitions=max(1, len(bins))).mapInArrow(
-        read,  # type: ignore[arg-type]
-        carried,
-    )
-    if order and not ordering.local:
-        df = df.repartitionByRange(max(1, output_files), *order).sortWithinPartitions(*order)
-    elif part:
-        # Rows of one partition meet in one task (hash of the key), sorted there by the rest.
-        df = df.repartition(max(1, output_files), F.col(PART)).sortWithinPartitions(*order)
-    else:
-        df = df.repartition(max(1, output_files))
-        if order:
-            df = df.sortWithinPartitions(*order)
     result = T.StructType([T.StructField("file", T.BinaryType(), False)])
-    out = df.mapInArrow(write, result)  # type: ignore[arg-type]
-    written = [pickle.loads(r[0]) for r in out.collect()]
-    return keep_reported(directory, written)
+
+    def run(
+        bins: list[list[_Input]], files: int, expected: dict[Any, tuple[int, int]] | None
+    ) -> list[DataFile]:
+        def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for b in batches:
+                for index in b.column(0).to_pylist():
+                    for rows in read_inputs(job, bins[index]):
+                        arrays = [rows.column(i) for i in range(rows.num_columns)]
+                        columns = [to_carried(f.type, a) for f, a in zip(fields, arrays, strict=True)]
+                        columns += _key_arrays(keys, arrays)
+                        yield pa.RecordBatch.from_arrays(columns, names=carried.fieldNames())
+
+        def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            yield from _write_sorted(job, batches, fixed, spec_id, expected)
+
+        df = spark.range(0, len(bins), 1, numPartitions=max(1, len(bins))).mapInArrow(
+            read,  # type: ignore[arg-type]
+            carried,
+        )
+        if order and not ordering.local:
+            df = df.repartitionByRange(max(1, files), *order).sortWithinPartitions(*order)
+        elif part:
+            # Rows of one partition meet in one task (hash of the key), sorted there by the rest.
+            df = df.repartition(max(1, files), F.col(PART)).sortWithinPartitions(*order)
+        else:
+            df = df.repartition(max(1, files))
+            if order:
+                df = df.sortWithinPartitions(*order)
+        out = df.mapInArrow(write, result)  # type: ignore[arg-type]
+        return [pickle.loads(r[0]) for r in out.collect()]
+
+    def again(files: Sequence[DataFile], count: int) -> list[DataFile]:
+        # The last merge (one task) knows each partition's rows and bytes: its files take them.
+        scopes: dict[Any, list[DataFile]] = {}
+        for f in files:
+            scopes.setdefault(partition_key(f.partition), []).append(f)
+        expected = {k: sizes_of(v) for k, v in scopes.items()} if count == 1 else None
+        return run([[plain_input(f)] for f in files], count, expected)
+
+    return keep_reported(directory, settle(sizes, directory, run(first, output_files, None), again))
 
 
 def _write_sorted(
@@ -294,7 +314,7 @@ def _write_sorted(
     batches: Iterator[pa.RecordBatch],
     partition: tuple[Any, ...] | None,
     spec_id: int,
-    max_records: int,
+    expected: dict[Any, tuple[int, int]] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Write a task's sorted rows: one run of files per partition (rows of a partition are
     contiguous), the partition read from each row's key unless every row keeps ``partition``."""
@@ -320,7 +340,8 @@ def _write_sorted(
                         current.close()
                         done.extend(current.done)
                     values = tuple(pickle.loads(key)) if key is not None else partition or ()
-                    current = Output(job, f"{name}-p{runs:04d}", max_records, spec_id, values)
+                    sizes = None if expected is None else expected.get(partition_key(values))
+                    current = Output(job, f"{name}-p{runs:04d}", NO_ROW_LIMIT, spec_id, values, sizes)
                     current_key = key
                     runs += 1
                 current.add(rows.slice(start, end - start))

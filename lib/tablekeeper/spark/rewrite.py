@@ -114,8 +114,9 @@ class WriteTarget:
     partition: tuple[Any, ...] | None
     directory: str
     compression: str
-    max_records_per_file: int
+    max_records_per_file: int  # Spark's writer only: it cannot roll files by bytes
     output_files: int
+    sizes: tuple[int, int, int]  # target, small and maximum written bytes of a file
     ordering: Ordering
     global_sort: bool  # range-partition by the sort (sort strategy) or only sort within tasks
 
@@ -426,7 +427,7 @@ def rewrite_files(
             "directory": target.directory,
             "compression": target.compression,
             "output_files": target.output_files,
-            "max_records": target.max_records_per_file,
+            "sizes": target.sizes,
             "sort_order_id": sort_order_id,
             "mapping": name_mapping(meta),
         }

@@ -14,7 +14,8 @@ import pytest
 from tablekeeper.iceberg.metrics import MetricsConfig
 from tablekeeper.iceberg.position_delete_merge import write_position_delete_file
 from tablekeeper.iceberg.types import NestedField, PrimitiveType, Schema
-from tablekeeper.spark.arrow_rewrite import Job, Output, _bins, _position_file
+from tablekeeper.spark.arrow_output import Job, Output
+from tablekeeper.spark.arrow_rewrite import _bins, _position_file
 from tests.support.delete_files import avro_deletes, orc_deletes
 
 
@@ -219,3 +220,68 @@ def test_decimals_are_stored_as_the_spec_asks_with_their_bounds(tmp_path: Path) 
         assert f.null_value_counts[i + 1] == 1
     back = pq.read_table(f.file_path)
     assert [back.column(i).to_pylist() for i in range(3)] == values
+
+
+def _sized_job(tmp_path: Path, target: int) -> Job:
+    return Job(
+        **{  # type: ignore[arg-type]
+            **_job(tmp_path).__dict__,
+            "target_bytes": target,
+            "small_bytes": int(target * 0.75),
+            "max_bytes": int(target * 1.4),
+        }
+    )
+
+
+@pytest.mark.parametrize("kind", ["sorted", "random"])
+def test_files_roll_at_the_written_target(tmp_path: Path, kind: str) -> None:
+    """Rows that compress 10x or not at all: every file but the last reaches the target, and
+    none passes it by more than a small row group."""
+    import random
+
+    target = 64 << 10
+    out = Output(_sized_job(tmp_path, target), "t", 2**62, 0, ())
+    values = list(range(400_000)) if kind == "sorted" else random.Random(7).sample(range(2**40), 60_000)
+    for start in range(0, len(values), 65_536):
+        out.add(pa.record_batch([pa.array(values[start : start + 65_536], pa.int64())], schema=out.schema))
+    out.close()
+    sizes = [f.file_size_in_bytes for f in out.done]
+    assert len(sizes) > 3, sizes
+    assert all(target <= s <= target * 1.1 for s in sizes[:-1]), sizes
+    rows = [r for f in out.done for r in pq.read_table(f.file_path).column("id").to_pylist()]
+    assert rows == values
+
+
+def test_the_last_file_takes_the_rest_when_it_knows_it(tmp_path: Path) -> None:
+    """Written again with the rows and bytes it will write, an output's last file takes a rest
+    that would have been small (never a small file after a merge)."""
+    import random
+
+    values = random.Random(3).sample(range(2**40), 30_000)
+    target = 100_000
+    first = Output(_sized_job(tmp_path, target), "a", 2**62, 0, ())
+    first.add(pa.record_batch([pa.array(values, pa.int64())], schema=first.schema))
+    first.close()
+    written = sum(f.file_size_in_bytes for f in first.done)
+    assert first.done[-1].file_size_in_bytes < target * 0.75  # without knowing: a small last file
+    again = Output(_sized_job(tmp_path, target), "b", 2**62, 0, (), (len(values), written))
+    again.add(pa.record_batch([pa.array(values, pa.int64())], schema=again.schema))
+    again.close()
+    sizes = [f.file_size_in_bytes for f in again.done]
+    assert all(s >= target for s in sizes) and sizes[-1] <= target * 1.4, sizes
+
+
+def test_settle_merges_the_files_under_the_target_per_partition() -> None:
+    from tablekeeper.iceberg.content import DATA, DataFile
+    from tablekeeper.spark.settle import merge_candidates
+
+    def f(name: str, size: int, part: int) -> DataFile:
+        return DataFile(DATA, name, "PARQUET", (part,), 10, size, spec_id=0)
+
+    sizes = (100, 75, 140)
+    files = [f("a1", 120, 1), f("a2", 50, 1), f("a3", 90, 1), f("b1", 110, 2), f("b2", 30, 2)]
+    files += [f("c1", 80, 3), f("d1", 100, 4), f("d2", 105, 4), f("e1", 10, 5)]
+    picked = sorted(x.file_path for x in merge_candidates(sizes, files))
+    # Several under the target: merged. One small with others: merged with the smallest other.
+    # One under the target but not small, or alone: kept.
+    assert picked == ["a2", "a3", "b1", "b2"]
