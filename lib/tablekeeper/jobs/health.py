@@ -232,7 +232,7 @@ def run(options: HealthOptions, context: JobContext) -> JobResult:
                 cli,
                 now_ms=now,
                 list_files=options.list_files,
-                spark=context.submitted(),
+                spark=context.session_for(options.engine),  # driver: none; spark: started
             )
         checked = [one]
         label = options.table
