@@ -277,6 +277,13 @@ class OptimizeSettings:
             )
         if options.strategy == "binpack" and zorder:
             raise ConfigError("--sort-order needs --strategy sort")
+        if options.dry_run and options.where:
+            # The plan is read from the log, which cannot evaluate a SQL predicate: it would list
+            # files --where leaves out.
+            raise ConfigError(
+                "--where with --dry-run on a Delta table: the plan is read from the log and cannot "
+                "apply a SQL predicate; run OPTIMIZE without --dry-run, or plan without --where"
+            )
         target = (
             None
             if options.target_file_size is None

@@ -43,3 +43,9 @@ def test_orders_a_delta_table_cannot_take_are_refused() -> None:
         OptimizeSettings.of(CompactOptions("t", strategy="sort", sort_order="a DESC"))
     with pytest.raises(ConfigError, match="--sort-order needs --strategy sort"):
         OptimizeSettings.of(CompactOptions("t", sort_order="zorder(a)"))
+
+
+def test_a_dry_run_cannot_plan_a_where_it_cannot_evaluate() -> None:
+    """The dry run's plan comes from the log: with --where it would have listed every file."""
+    with pytest.raises(ConfigError, match="--where with --dry-run on a Delta table"):
+        OptimizeSettings.of(CompactOptions("t", where="p = 1", dry_run=True))
