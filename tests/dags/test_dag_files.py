@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tablekeeper.cli import build_parser
+from tablekeeper.cli import JOBS, _job_module, build_parser, given_options
+from tablekeeper.jobs.formats import check_delta_options
 from tablekeeper.spark.session import packages_arg
 from tests.dags.conftest import AIRFLOW_PYTHON, DAGS_FOLDER, airflow_env, write_tables
 from tests.support.spark_submit import REPO_ROOT
@@ -68,7 +69,7 @@ TEMPLATED = {
             "limit": 5,
             "pool": "tk_fleet",
             "health": {"thresholds": {"expire-snapshots.min-snapshots": 2}},
-            "jobs": {"remove-orphans": {"older-than": "7d"}, "compact": {"min-input-files": 2}},
+            "jobs": {"remove-orphans": {"older-than": "7d"}, "compact": {"target-file-size": "64MB"}},
             "submit": {"executor_memory": "8g", "deploy_mode": "client"},
         }
     ],
@@ -257,9 +258,7 @@ def test_example_fleet_ranks_by_health_then_maps_a_table_group_over_what_it_plan
     # The first table instance of the plan of a canned health result: sales.orders, in catalog files.
     assert tasks["table.compact"]["table"] == "sales.orders"
     assert tasks["table.compact"]["args"] == ["--table", "sales.orders", "--catalog", "files"]
-    assert tasks["table.expire_snapshots"]["args"] == [
-        "--table", "sales.orders", "--catalog", "files", "--older-than", "5d", "--retain-last", "10",
-    ]  # fmt: skip
+    assert tasks["table.expire_snapshots"]["args"] == ["--table", "sales.orders", "--catalog", "files"]
 
 
 def test_example_migration_converts_incrementally_then_validates_at_the_converted_version(
@@ -366,6 +365,16 @@ def _validate_conversion_parser() -> Any:
     return module.build_parser()
 
 
+def _honoured_on_delta(dag: dict[str, Any], job: str, argv: list[str]) -> None:
+    """A Delta table's job, or a fleet's (its namespace may hold Delta tables, and health never
+    sends them an Iceberg-only job), gives only options a Delta table honours: the job would
+    refuse the rest with exit 2 when it starts."""
+    declared = _job_module(JOBS[job][0]).DELTA_OPTIONS
+    fleet_only_iceberg = "fleet" in dag["tags"] and declared is None
+    if ("delta" in dag["tags"] or "fleet" in dag["tags"]) and "--table" in argv and not fleet_only_iceberg:
+        check_delta_options(job, "a Delta table", declared, given_options([job, *argv]))
+
+
 @pytest.mark.parametrize(("source", "tasks"), [("example", 20), ("templated", 7)])
 def test_every_rendered_job_command_is_accepted_by_its_parser(
     probed: dict[str, Any], source: str, tasks: int
@@ -383,6 +392,7 @@ def test_every_rendered_job_command_is_accepted_by_its_parser(
             else:
                 parsed = build_parser().parse_args([task["job"], *argv])
                 assert parsed.command == task["job"]
+                _honoured_on_delta(dag, task["job"], argv)
             assert parsed.result_file == "/tmp/result.json"
             checked += 1
     assert checked == tasks

@@ -233,11 +233,19 @@ def test_delta_table_compacted_through_optimize(spark, tmp_path) -> None:  # typ
         "p"
     ).save(path)
     before = _rows(spark, f"SELECT * FROM delta.`{path}`")
-    planned = run_optimize(path, spark, sort_order=None, where=None, dry_run=True).metrics
+    planned = run_optimize(path, spark, CompactOptions(path, dry_run=True)).metrics
     assert planned["files_to_rewrite"] == planned["live_data_files"] == 36, planned
-    m = run_optimize(path, spark, sort_order=None, where="p = 1", dry_run=False).metrics
+    m = run_optimize(path, spark, CompactOptions(path, where="p = 1")).metrics
     assert m["rewritten_data_files_count"] == 12 and m["added_data_files_count"] == 1, m
-    m = run_optimize(path, spark, sort_order="zorder(id)", where=None, dry_run=False).metrics
+    # --target-file-size is OPTIMIZE's maxFileSize (and minFileSize): bins of a third of the bytes.
+    part = sum(f.stat().st_size for f in Path(path).glob("p=2/*.parquet"))  # all 12 still live
+    m = run_optimize(
+        path, spark, CompactOptions(path, where="p = 2", target_file_size=str(part // 3))
+    ).metrics
+    assert m["rewritten_data_files_count"] == 12 and 3 <= m["added_data_files_count"] <= 4, m
+    assert spark.conf.get("spark.databricks.delta.optimize.maxFileSize", None) is None  # put back
+    zorder = CompactOptions(path, strategy="sort", sort_order="zorder(id)")
+    m = run_optimize(path, spark, zorder).metrics
     assert m["added_data_files_count"] == 3, m
     assert _rows(spark, f"SELECT * FROM delta.`{path}`") == before
 

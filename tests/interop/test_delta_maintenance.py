@@ -52,7 +52,9 @@ def test_vacuum_dry_run_matches_delta_and_real_run_keeps_the_table(spark, tmp_pa
     assert dry["status"] == "dry_run" and dry["files"] == theirs
     assert all(Path(p.removeprefix("file:")).exists() for p in theirs)
 
-    assert main(args) == 0
+    # delta-spark's parallel delete, as many tasks as --max-concurrent-deletes asks, set for VACUUM only.
+    assert main([*args, "--max-concurrent-deletes", "2"]) == 0
+    assert spark.conf.get("spark.databricks.delta.vacuum.parallelDelete.parallelism", None) is None
     done = _result(capsys)
     assert done["metrics"]["deleted_files_count"] == len(theirs)  # type: ignore[index]
     assert not any(Path(p.removeprefix("file:")).exists() for p in theirs)

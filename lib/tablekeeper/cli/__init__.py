@@ -81,9 +81,10 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(ExitCode.USAGE)
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, *, given_only: bool = False) -> argparse.ArgumentParser:
     """The whole command line. Only ``command``'s job module adds its options (a job module brings
-    pyspark and its planning code, a third of a second each); None: every job's."""
+    pyspark and its planning code, a third of a second each); None: every job's. ``given_only``:
+    no defaults, so a parse holds just the options given (see ``given_options``)."""
     from tablekeeper.jobs.context import add_ledger_arguments, add_table_arguments
 
     parser = _Parser(prog="tablekeeper", description=__doc__)
@@ -138,7 +139,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         job = sub.add_parser(name, help=help_text)
         if command is None or name == command:
             _job_module(module).add_arguments(job)
+            if given_only:
+                for action in job._actions:
+                    action.default = argparse.SUPPRESS
     return parser
+
+
+def given_options(argv: Sequence[str]) -> frozenset[str]:
+    """The dests of the job options ``argv`` gives explicitly (abbreviated, ``--opt=value`` or
+    not), as argparse itself reads them: a default is never mistaken for a choice."""
+    command = _command(argv) or ""
+    args = build_parser(command, given_only=True).parse_args(argv)
+    return frozenset(vars(args)) - {"command", "log_level"}
 
 
 def _count(text: str) -> int:
@@ -162,7 +174,7 @@ def _command(argv: Sequence[str]) -> str | None:
     return rest[0] if rest else None
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace, given: frozenset[str]) -> int:
     if args.command == "doctor":
         from pathlib import Path
 
@@ -176,7 +188,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return history.run(args, _catalog_file(args))
     if args.command in JOBS:
-        return _run(args)
+        return _run(args, given)
     raise AssertionError(f"unhandled command {args.command}")
 
 
@@ -328,7 +340,19 @@ def _submitted() -> SparkSession | None:
     return submitted_session()
 
 
-def _run(args: argparse.Namespace) -> int:
+def _refuse_unhonoured(args: argparse.Namespace, module: JobModule, given: frozenset[str]) -> None:
+    """A Delta ``--table`` (seen from its ``_delta_log`` on storage, as the job routes it) with an
+    option the job cannot honour there, or for a job that takes only Iceberg tables: exit 2
+    before the table is read. A catalog identifier always names an Iceberg table."""
+    from tablekeeper.jobs.context import delta_root
+    from tablekeeper.jobs.formats import check_delta_options
+
+    table = getattr(args, "table", None)
+    if table and delta_root(table) is not None:
+        check_delta_options(args.command, table, module.DELTA_OPTIONS, given)
+
+
+def _run(args: argparse.Namespace, given: frozenset[str]) -> int:
     """One job: its options from the command line, its context, its result printed."""
     from tablekeeper.jobs.context import JobContext
 
@@ -340,7 +364,8 @@ def _run(args: argparse.Namespace) -> int:
         from tablekeeper.jobs.ledger import preflight
 
         options = module.Options.from_args(args)
-        catalogs = _catalogs(args)
+        catalogs = _catalogs(args)  # also the storage settings a path table is reached with
+        _refuse_unhonoured(args, module, given)
         # A --ledger-table naming an ordinary table is refused before the job touches anything.
         preflight(catalogs, getattr(args, "ledger_catalog", None), getattr(args, "ledger_table", None))
         used = getattr(args, "catalog", None)
@@ -355,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(_command(argv) or "").parse_args(argv)
+    given = given_options(argv) if args.command in JOBS else frozenset()
     install_log_redaction()
     logging.basicConfig(
         level=getattr(logging, args.log_level),
@@ -362,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
-        return _dispatch(args)
+        return _dispatch(args, given)
     except TablekeeperError as err:
         log.debug("failed", exc_info=True)
         sys.stderr.write(f"tablekeeper: {redact(err.message)}\n")

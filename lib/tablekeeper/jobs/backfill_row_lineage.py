@@ -171,6 +171,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # The options class the command line builds (jobs.context's contract).
 Options = BackfillRowLineageOptions
+# Iceberg tables only: a Delta table is refused whole, before it is read (jobs.formats).
+DELTA_OPTIONS = None
 
 
 def run(options: BackfillRowLineageOptions, context: JobContext) -> JobResult:

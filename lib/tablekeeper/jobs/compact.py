@@ -487,6 +487,7 @@ def _counts(outcomes: Sequence[_Outcome], removed_deletes: int) -> dict[str, obj
 # The options class the command line builds and its arguments (jobs.context's contract).
 Options = CompactOptions
 add_arguments = compact_options.add_arguments
+DELTA_OPTIONS = compact_options.DELTA_OPTIONS
 
 
 def run(options: CompactOptions, context: JobContext) -> JobResult:
@@ -494,12 +495,6 @@ def run(options: CompactOptions, context: JobContext) -> JobResult:
     if delta is not None:
         from tablekeeper.jobs.delta_maintenance import run_optimize
 
-        return run_optimize(
-            delta,
-            context.spark(),
-            sort_order=options.sort_order,
-            where=options.where,
-            dry_run=options.dry_run,
-        )
+        return run_optimize(delta, context.spark(), options)
     catalog, identifier = context.resolve(options.table, options.catalog)
     return run_compact(options, catalog, identifier, context.spark)

@@ -11,6 +11,7 @@ from tablekeeper.iceberg.metadata import MAIN_BRANCH
 from tablekeeper.iceberg.rewrite_plan import RewriteOptions
 from tablekeeper.iceberg.sort_keys import MAX_OUTPUT_SIZE, VAR_LENGTH_CONTRIBUTION
 from tablekeeper.jobs.context import add_run_arguments, add_table_arguments, positive
+from tablekeeper.jobs.formats import delta_options, honoured, refused
 from tablekeeper.jobs.options import parse_size
 
 Strategy = Literal["binpack", "sort"]
@@ -116,3 +117,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="auto: Arrow on the executors where no shuffle is needed; spark: always Spark SQL (auto)",
     )
     add_run_arguments(parser)
+
+
+_ICEBERG_PLAN = "delta-spark's OPTIMIZE has no such setting; drop it for Delta tables"
+# compact on a Delta table runs delta-spark's OPTIMIZE (jobs.formats): what it honours, and how.
+DELTA_OPTIONS = delta_options(
+    {
+        "strategy": honoured("binpack: OPTIMIZE; sort: OPTIMIZE ZORDER BY with --sort-order zorder(...)"),
+        "sort_order": honoured("zorder(c1, c2): OPTIMIZE ZORDER BY (a linear order is refused)"),
+        "where": honoured("OPTIMIZE WHERE, on partition columns"),
+        "target_file_size": honoured("spark.databricks.delta.optimize.maxFileSize (and minFileSize)"),
+        "min_file_size": honoured("spark.databricks.delta.optimize.minFileSize"),
+        "max_concurrent_groups": honoured("spark.databricks.delta.optimize.maxThreads"),
+        "partial_progress": honoured("spark.databricks.delta.optimize.batchSize: batches commit as they end"),
+        "max_commits": honoured("with --partial-progress: the batch size is the input bytes / max-commits"),
+        "var_length_contribution": refused("Delta's ZORDER BY has no such setting; drop it"),
+        "max_output_size": refused("Delta's ZORDER BY has no such setting; drop it"),
+        "max_file_size": refused("OPTIMIZE never splits large files; drop it for Delta tables"),
+        "min_input_files": refused("OPTIMIZE rewrites any bin of two or more small files; drop it"),
+        "delete_file_threshold": refused(
+            "OPTIMIZE picks files by spark.databricks.delta.optimize.maxDeletedRowsRatio; set that instead"
+        ),
+        "rewrite_all": refused(_ICEBERG_PLAN),
+        "output_spec_id": refused("Delta tables have one partitioning; drop it"),
+        "writer": refused("OPTIMIZE writes through delta-spark itself; drop it for Delta tables"),
+    }
+)

@@ -25,8 +25,11 @@ from tablekeeper.catalog import Catalog, catalog_for, looks_like_path, resolve_t
 from tablekeeper.catalog.config import DEFAULT_LEDGER_TABLE, CatalogsConfig
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pyspark.sql import SparkSession
 
+    from tablekeeper.jobs.formats import OnDelta
     from tablekeeper.jobs.result import JobResult
 
 
@@ -73,6 +76,9 @@ class JobModule(Protocol):
 
     JOB: str
     Options: type[JobOptions]
+    # Per option, how a Delta --table honours it (jobs.formats); None: Iceberg tables only, or
+    # no --table at all (convert-delta, validate-conversion: formats fixed by role).
+    DELTA_OPTIONS: Mapping[str, OnDelta] | None
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
 

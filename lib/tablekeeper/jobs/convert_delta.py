@@ -463,6 +463,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # The options class the command line builds (jobs.context's contract).
 Options = ConvertDeltaOptions
+# No --table: --source is a Delta table and --target an Iceberg one by role (jobs.formats).
+DELTA_OPTIONS = None
 
 
 def run(options: ConvertDeltaOptions, context: JobContext) -> JobResult:

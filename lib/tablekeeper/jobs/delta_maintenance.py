@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 
@@ -20,16 +23,48 @@ from tablekeeper.delta.values import (
     RETENTION_PROPERTY,
     interval_hours,
 )
-from tablekeeper.errors import SafetyRefusal, TablekeeperError, UnsupportedFeatureError
+from tablekeeper.errors import ConfigError, SafetyRefusal, TablekeeperError, UnsupportedFeatureError
 from tablekeeper.files.engine import first_sorted
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.options import parse_older_than, report_files
 from tablekeeper.jobs.result import JobClock, JobResult
 
+
+class CompactChoices(Protocol):
+    """What OPTIMIZE takes of compact's options (jobs.compact_options.CompactOptions; named by
+    shape, as compact_options sits above this module's importers)."""
+
+    @property
+    def strategy(self) -> str: ...
+    @property
+    def sort_order(self) -> str | None: ...
+    @property
+    def where(self) -> str | None: ...
+    @property
+    def target_file_size(self) -> str | None: ...
+    @property
+    def min_file_size(self) -> str | None: ...
+    @property
+    def max_concurrent_groups(self) -> int: ...
+    @property
+    def partial_progress(self) -> bool: ...
+    @property
+    def max_commits(self) -> int: ...
+    @property
+    def dry_run(self) -> bool: ...
+
+
 RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 # delta-spark lists the table with this many tasks (Spark's default is 10,000: minutes on 2 cores).
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 LOG_DIR = "_delta_log"
+# delta-spark's OPTIMIZE and VACUUM settings compact's and remove-orphans' options map onto.
+OPTIMIZE_MAX_SIZE = "spark.databricks.delta.optimize.maxFileSize"
+OPTIMIZE_MIN_SIZE = "spark.databricks.delta.optimize.minFileSize"
+OPTIMIZE_MAX_THREADS = "spark.databricks.delta.optimize.maxThreads"
+OPTIMIZE_BATCH_SIZE = "spark.databricks.delta.optimize.batchSize"
+VACUUM_PARALLEL_DELETE = "spark.databricks.delta.vacuum.parallelDelete.enabled"
+VACUUM_PARALLELISM = "spark.databricks.delta.vacuum.parallelDelete.parallelism"
 
 
 def _retention_floor(spark: SparkSession, path: str) -> float:
@@ -83,8 +118,10 @@ def run_vacuum(
     force_short_retention: bool,
     dry_run: bool,
     file_list: str | None,
+    max_concurrent_deletes: int | None = None,
 ) -> JobResult:
-    """delta-spark's VACUUM; ``older_than`` None means the table's deletedFileRetentionDuration."""
+    """delta-spark's VACUUM; ``older_than`` None means the table's deletedFileRetentionDuration,
+    ``max_concurrent_deletes`` its parallel delete with that many tasks (1: one at a time)."""
     clock = JobClock()
     now = int(time.time() * 1000)
     hours = None
@@ -104,6 +141,11 @@ def run_vacuum(
     spark.conf.set(LISTING_PARALLELISM, str(max(8, spark.sparkContext.defaultParallelism * 8)))
     if force_short_retention:
         spark.conf.set(RETENTION_CHECK, "false")
+    deletes: dict[str, str] = {}
+    if max_concurrent_deletes is not None:
+        deletes[VACUUM_PARALLEL_DELETE] = str(max_concurrent_deletes > 1).lower()
+        if max_concurrent_deletes > 1:
+            deletes[VACUUM_PARALLELISM] = str(max_concurrent_deletes)
     try:
         spark.sparkContext.setJobDescription("remove-orphans: VACUUM DRY RUN")
         paths = _vacuum_list(spark, path, hours)
@@ -111,7 +153,8 @@ def run_vacuum(
             spark.sparkContext.setJobDescription("remove-orphans: VACUUM")
             size = _sizes(spark, paths)
             retain = "" if hours is None else f" RETAIN {hours:.3f} HOURS"
-            spark.sql(f"VACUUM {_quoted(path)}{retain}").collect()
+            with _session_conf(spark, deletes):
+                spark.sql(f"VACUUM {_quoted(path)}{retain}").collect()
     except TablekeeperError:
         raise
     except Exception as err:
@@ -184,7 +227,7 @@ def run_log_cleanup(path: str, spark: SparkSession, *, dry_run: bool) -> JobResu
     return clock.result("expire-snapshots", path, dry_run=dry_run, metrics=metrics)
 
 
-def _optimize_candidates(path: str, zorder: bool) -> tuple[int, int, int, int]:
+def _optimize_candidates(path: str, zorder: bool, min_size: int) -> tuple[int, int, int, int]:
     """(live files, candidate files, their bytes, partitions touched) as delta-spark's OPTIMIZE
     picks them: files under its minimum size in partitions holding more than one, or every file
     of a partition with Z-order."""
@@ -198,29 +241,86 @@ def _optimize_candidates(path: str, zorder: bool) -> tuple[int, int, int, int]:
     ]
     by_part: dict[object, list[int]] = {}
     for size, part in zip(sizes, parts, strict=True):
-        if zorder or size < OPTIMIZE_MIN_FILE_SIZE:
+        if zorder or size < min_size:
             by_part.setdefault(part, []).append(int(size))
     chosen = {p: s for p, s in by_part.items() if zorder or len(s) > 1}
     return len(sizes), sum(len(s) for s in chosen.values()), sum(sum(s) for s in chosen.values()), len(chosen)
 
 
-def run_optimize(
-    path: str, spark: SparkSession, *, sort_order: str | None, where: str | None, dry_run: bool
-) -> JobResult:
-    """compact on a Delta table: delta-spark's OPTIMIZE (bin-pack, or Z-order with
-    ``--sort-order zorder(c1,c2)``; ``--where`` on partition columns)."""
-    from tablekeeper.jobs.options import parse_sort_order
+@dataclass(frozen=True)
+class OptimizeSettings:
+    """compact's options as delta-spark's OPTIMIZE settings (None: delta-spark's own default)."""
 
-    clock = JobClock()
-    zorder: tuple[str, ...] = ()
-    if sort_order:
-        spec = parse_sort_order(sort_order)
-        if not spec.zorder:
+    zorder: tuple[str, ...]
+    max_file_size: int | None
+    min_file_size: int | None
+    max_threads: int
+    max_commits: int | None  # --partial-progress: commit in at most this many batches
+
+    @classmethod
+    def of(cls, options: CompactChoices) -> OptimizeSettings:
+        from tablekeeper.jobs.options import parse_size, parse_sort_order
+
+        zorder: tuple[str, ...] = ()
+        if options.sort_order:
+            spec = parse_sort_order(options.sort_order)
+            if not spec.zorder:
+                raise UnsupportedFeatureError(
+                    "Delta tables compact by bin-packing or zorder(c1,c2): a linear --sort-order is "
+                    "Iceberg-only"
+                )
+            zorder = spec.zorder
+        if options.strategy == "sort" and not zorder:
             raise UnsupportedFeatureError(
-                "Delta tables compact by bin-packing or zorder(c1,c2): a linear --sort-order is Iceberg-only"
+                "--strategy sort on a Delta table needs --sort-order zorder(c1, c2): a Delta table has "
+                "no sort order of its own"
             )
-        zorder = spec.zorder
-    live, candidates, size, partitions = _optimize_candidates(path, bool(zorder))
+        if options.strategy == "binpack" and zorder:
+            raise ConfigError("--sort-order needs --strategy sort")
+        if options.dry_run and options.where:
+            # The plan is read from the log, which cannot evaluate a SQL predicate: it would list
+            # files --where leaves out.
+            raise ConfigError(
+                "--where with --dry-run on a Delta table: the plan is read from the log and cannot "
+                "apply a SQL predicate; run OPTIMIZE without --dry-run, or plan without --where"
+            )
+        target = (
+            None
+            if options.target_file_size is None
+            else parse_size(options.target_file_size, "--target-file-size")
+        )
+        low = None if options.min_file_size is None else parse_size(options.min_file_size, "--min-file-size")
+        # delta-spark's defaults keep minFileSize == maxFileSize: files under the target are compacted.
+        if low is None and target is not None:
+            low = target
+        return cls(
+            zorder=zorder,
+            max_file_size=target,
+            min_file_size=low,
+            max_threads=options.max_concurrent_groups,
+            max_commits=options.max_commits if options.partial_progress else None,
+        )
+
+    def conf(self, candidate_bytes: int) -> dict[str, str]:
+        conf = {OPTIMIZE_MAX_THREADS: str(self.max_threads)}
+        if self.max_file_size is not None:
+            conf[OPTIMIZE_MAX_SIZE] = str(self.max_file_size)
+        if self.min_file_size is not None:
+            conf[OPTIMIZE_MIN_SIZE] = str(self.min_file_size)
+        if self.max_commits is not None:
+            conf[OPTIMIZE_BATCH_SIZE] = str(max(1, math.ceil(candidate_bytes / self.max_commits)))
+        return conf
+
+
+def run_optimize(path: str, spark: SparkSession, options: CompactChoices) -> JobResult:
+    """compact on a Delta table: delta-spark's OPTIMIZE (bin-pack, or Z-order with
+    ``--sort-order zorder(c1,c2)``; ``--where`` on partition columns), its file sizes, threads and
+    batches set from compact's options for this command only."""
+    clock = JobClock()
+    settings = OptimizeSettings.of(options)
+    zorder = settings.zorder
+    min_size = OPTIMIZE_MIN_FILE_SIZE if settings.min_file_size is None else settings.min_file_size
+    live, candidates, size, partitions = _optimize_candidates(path, bool(zorder), min_size)
     metrics: dict[str, Any] = {
         "format": "delta",
         "strategy": "zorder" if zorder else "binpack",
@@ -229,17 +329,18 @@ def run_optimize(
         "bytes_to_rewrite": size,
         "partitions_to_rewrite": partitions,
     }
-    if dry_run:
+    if dry_run := options.dry_run:
         metrics["note"] = "planned from the Delta log as OPTIMIZE picks files; nothing written"
-        return clock.result("compact", path, dry_run=True, metrics=metrics)
+        return clock.result("compact", path, dry_run=dry_run, metrics=metrics)
     sql = f"OPTIMIZE {_quoted(path)}"
-    if where:
-        sql += f" WHERE {where}"
+    if options.where:
+        sql += f" WHERE {options.where}"
     if zorder:
         sql += " ZORDER BY (" + ", ".join("`" + c.replace("`", "``") + "`" for c in zorder) + ")"
     try:
         spark.sparkContext.setJobDescription("compact: Delta OPTIMIZE")
-        row = spark.sql(sql).collect()[0]
+        with _session_conf(spark, settings.conf(size)):
+            row = spark.sql(sql).collect()[0]
     except Exception as err:
         raise UnsupportedFeatureError(
             f"OPTIMIZE of {path} failed, nothing committed: {_reason(err)}"
@@ -257,3 +358,19 @@ def run_optimize(
         "partitions_optimized": int(m["partitionsOptimized"]),
     }
     return clock.result("compact", path, dry_run=False, metrics=metrics)
+
+
+@contextmanager
+def _session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """Session settings for one command, put back as they were after it (the session is shared)."""
+    previous: dict[str, str | None] = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, before in previous.items():
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)

@@ -61,6 +61,7 @@ from tablekeeper.jobs.context import (
     positive,
 )
 from tablekeeper.jobs.engines import SparkSource, check_engine, choose_engine
+from tablekeeper.jobs.formats import delta_options, refused
 from tablekeeper.jobs.options import parse_older_than, report_files
 from tablekeeper.jobs.result import JobClock, JobResult
 
@@ -455,6 +456,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # The options class the command line builds (jobs.context's contract).
 Options = ExpireSnapshotsOptions
+_LOG_RETENTION = "Delta keeps its log for the table's delta.logRetentionDuration: set that instead"
+# expire-snapshots on a Delta table is a checkpoint and delta-spark's log cleanup (jobs.formats).
+DELTA_OPTIONS = delta_options(
+    {
+        "older_than": refused(_LOG_RETENTION),
+        "retain_last": refused(_LOG_RETENTION),
+        "snapshot_ids": refused("Delta versions cannot be expired one by one; drop it"),
+        "clean_expired_metadata": refused("Delta keeps one schema and partitioning; drop it"),
+        "metadata_only": refused("Delta's log cleanup deletes only log files already; drop it"),
+        "max_concurrent_deletes": refused("delta-spark's log cleanup has no such setting; drop it"),
+        "file_list": refused("a dry run on a Delta table lists no files; drop it"),
+        "engine": refused("the log cleanup always runs on Spark; drop it for Delta tables"),
+    }
+)
 
 
 def run(options: ExpireSnapshotsOptions, context: JobContext) -> JobResult:

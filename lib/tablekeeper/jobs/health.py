@@ -36,6 +36,7 @@ from tablekeeper.jobs.context import (
     positive,
 )
 from tablekeeper.jobs.engines import check_engine
+from tablekeeper.jobs.formats import delta_options, honoured, refused
 from tablekeeper.jobs.health_model import TableHealth, Thresholds, parse_threshold_args
 from tablekeeper.jobs.result import JobClock, JobResult
 from tablekeeper.settings import CATALOGS_FILE, conf_dir
@@ -231,7 +232,7 @@ def run(options: HealthOptions, context: JobContext) -> JobResult:
                 cli,
                 now_ms=now,
                 list_files=options.list_files,
-                spark=context.submitted(),
+                spark=context.session_for(options.engine),  # driver: none; spark: started
             )
         checked = [one]
         label = options.table
@@ -323,3 +324,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 Options = HealthOptions
+# health of one Delta table reads its log (jobs.health_delta); a catalog's Delta tables are
+# checked with its Iceberg ones, and these options then apply to the Iceberg ones.
+DELTA_OPTIONS = delta_options(
+    {
+        "threshold": honoured("the Delta checks' thresholds"),
+        "sort": honoured("orders the report"),
+        "limit": honoured("bounds the report"),
+        "output": honoured("how the report is shown"),
+        "list_files": refused("the Delta checks count VACUUM's files from the log; drop it"),
+        "v3_readiness": refused("row lineage is an Iceberg v3 feature: convert-delta --format-version 3"),
+        "namespace": refused("with --table there is one table; use --catalog without --table"),
+        "tables": refused("with --table there is one table; use --catalog without --table"),
+        "engine": refused("one Delta table is checked on the driver; drop it"),
+    },
+    without=("dry_run",),  # health changes nothing: it takes no --dry-run
+)

@@ -46,6 +46,7 @@ from tablekeeper.jobs.context import (
 )
 from tablekeeper.jobs.engines import SparkSource, check_engine, choose_engine, spark_engine
 from tablekeeper.jobs.expire_snapshots import DRIVER_DELETE_THREADS, GC_ENABLED
+from tablekeeper.jobs.formats import delta_options, honoured, refused
 from tablekeeper.jobs.options import parse_older_than, report_files, write_file_list
 from tablekeeper.jobs.result import JobClock, JobResult
 
@@ -350,6 +351,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 # The options class the command line builds (jobs.context's contract).
 Options = RemoveOrphansOptions
+# remove-orphans on a Delta table runs delta-spark's VACUUM (jobs.formats).
+DELTA_OPTIONS = delta_options(
+    {
+        "older_than": honoured("VACUUM RETAIN n HOURS, never under delta.deletedFileRetentionDuration"),
+        "force_short_retention": honoured("VACUUM under the table's retention (its check switched off)"),
+        "max_concurrent_deletes": honoured(
+            "spark.databricks.delta.vacuum.parallelDelete.enabled and .parallelism"
+        ),
+        "file_list": honoured("VACUUM's file list written there"),
+        "location": refused("VACUUM always scans the whole table; drop it for Delta tables"),
+        "equal_schemes": refused("VACUUM compares paths itself; drop it for Delta tables"),
+        "equal_authorities": refused("VACUUM compares paths itself; drop it for Delta tables"),
+        "prefix_mismatch": refused("VACUUM compares paths itself; drop it for Delta tables"),
+        "engine": refused("VACUUM always runs on Spark; drop it for Delta tables"),
+    }
+)
 
 
 def run(options: RemoveOrphansOptions, context: JobContext) -> JobResult:
@@ -364,6 +381,7 @@ def run(options: RemoveOrphansOptions, context: JobContext) -> JobResult:
             force_short_retention=options.force_short_retention,
             dry_run=options.dry_run,
             file_list=options.file_list,
+            max_concurrent_deletes=options.max_concurrent_deletes,
         )
     catalog, identifier = context.resolve(options.table, options.catalog)
     return run_orphans(options, catalog, identifier, context.spark)

@@ -364,6 +364,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 Options = RewriteManifestsOptions
+# Iceberg tables only: a Delta table is refused whole, before it is read (jobs.formats).
+DELTA_OPTIONS = None
 
 
 def run(options: RewriteManifestsOptions, context: JobContext) -> JobResult:

@@ -82,6 +82,8 @@ def _whole(value: object, flag: str) -> int:
 
 # The options class the command line builds (jobs.context's contract).
 Options = ValidateConversionOptions
+# No --table: --source is a Delta table and --target an Iceberg one by role (jobs.formats).
+DELTA_OPTIONS = None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
