@@ -9,11 +9,11 @@ Delta's own rules decide what is safe there: ``VACUUM`` for files no version ins
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 from pyspark.sql import SparkSession
 
+from tablekeeper.clock import now_ms
 from tablekeeper.delta.values import (
     DEFAULT_RETENTION,
     OPTIMIZE_MIN_FILE_SIZE,
@@ -86,7 +86,7 @@ def run_vacuum(
 ) -> JobResult:
     """delta-spark's VACUUM; ``older_than`` None means the table's deletedFileRetentionDuration."""
     clock = JobClock()
-    now = int(time.time() * 1000)
+    now = now_ms()
     hours = None
     if older_than is not None:
         # Whole thousandths of an hour, rounded up: never retain less than asked.
