@@ -1,17 +1,22 @@
 """Every job killed at every phase boundary, on v2 and v3 tables and a converted Delta table.
 
-Each case restores a saved table, runs the job as a user would (``python -m tablekeeper``, its own
-process group) with ``TABLEKEEPER_KILL_AT`` naming the phase, and the process dies by SIGKILL
-there: no ``finally`` runs, its Spark JVM dies with it. Then, through Iceberg Spark:
+Most kills happen in this process: the job's kill point (``faults.crash_at``) raises
+``SimulatedCrash``, which no error handling of the job catches; the files and catalog pointers
+are put back as they were at the kill point (so clean-ups the unwinding ran count for nothing, as
+under SIGKILL) and the process forgets what it had loaded (``tests.support.kill.crash``). One
+case per kind of boundary is a real SIGKILL of a ``python -m tablekeeper`` process group (its
+Spark JVM too): the pointer swap on each catalog type, a driver's delete half done, and an
+executor task killing its job mid-delete. Then, either way, through Iceberg Spark:
 
 - the table reads the rows it held before (every job here keeps them) or, for a conversion, the
   source's rows or no table at all; every file its metadata references exists;
-- the same command run again succeeds and ends where an uninterrupted run ends (the twin);
+- the same job run again succeeds and ends where an uninterrupted run ends (the twin);
 - after it, remove-orphans leaves nothing on disk that the metadata does not reference, and no
   journal remains.
 
-Jobs the driver engine runs (expire-snapshots, remove-orphans, convert-delta,
-backfill-row-lineage on these small tables) start no JVM; compact and the Spark-engine cases do.
+Phases a job reaches in its own code (plan, stage, journal, delete) run for every table kind; the
+commit phases go through one commit path, so each job meets each of them on one table kind, and
+each table kind meets each of them through some job.
 """
 
 from __future__ import annotations
@@ -33,7 +38,9 @@ from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
 from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
 from tests.conftest import FS_CATALOG, SQL_CATALOG
 from tests.support.kill import (
+    Storage,
     age,
+    crash,
     files_under,
     journal_files,
     killed,
@@ -200,9 +207,13 @@ def conf_file(warehouse: Path) -> Path:
 class Job:
     name: str
     args: Callable[[Saved], list[str]]
-    rerun: Callable[[Saved, Any, Any], Any]  # (saved, catalog, spark) -> JobResult
+    run: Callable[[Saved, Any, Any, str], Any]  # (saved, catalog, spark, engine) -> JobResult
     phases: tuple[str, ...]
     gc_on: bool = False  # cut the converted table over first (its files become its own)
+    engine: str = "auto"  # what the killed run uses (its command line's --engine)
+
+    def rerun(self, saved: Saved, catalog: Any, spark: Any) -> Any:
+        return self.run(saved, catalog, spark, "auto")
 
 
 def _expire_args(s: Saved, engine: str = "driver") -> list[str]:
@@ -213,8 +224,11 @@ JOBS: dict[str, Job] = {
     "expire": Job(
         "expire-snapshots",
         _expire_args,
-        lambda s, c, spark: run_expire(
-            ExpireSnapshotsOptions(table=s.ident, older_than="0s", retain_last=2), c, s.ident, spark
+        lambda s, c, spark, engine: run_expire(
+            ExpireSnapshotsOptions(table=s.ident, older_than="0s", retain_last=2, engine=engine),
+            c,
+            s.ident,
+            spark,
         ),
         (
             "plan.done",
@@ -225,17 +239,23 @@ JOBS: dict[str, Job] = {
             "delete.mid",
         ),
         gc_on=True,
+        engine="driver",
     ),
     "orphans": Job(
         "remove-orphans",
         lambda s: ["remove-orphans", "--engine", "driver"],
-        lambda s, c, spark: run_orphans(RemoveOrphansOptions(table=s.ident), c, s.ident, spark),
+        lambda s, c, spark, engine: run_orphans(
+            RemoveOrphansOptions(table=s.ident, engine=engine), c, s.ident, spark
+        ),
         ("plan.done", "journal.written", "delete.mid"),
+        engine="driver",
     ),
     "compact": Job(
         "compact",
         lambda s: ["compact", "--min-input-files", "2"],
-        lambda s, c, spark: run_compact(CompactOptions(table=s.ident, min_input_files=2), c, s.ident, spark),
+        lambda s, c, spark, engine: run_compact(
+            CompactOptions(table=s.ident, min_input_files=2), c, s.ident, spark
+        ),
         (
             "plan.done",
             "stage.written",
@@ -247,18 +267,39 @@ JOBS: dict[str, Job] = {
     "backfill": Job(
         "backfill-row-lineage",
         lambda s: ["backfill-row-lineage"],
-        lambda s, c, spark: run_backfill(BackfillRowLineageOptions(table=s.ident), c, s.ident),
+        lambda s, c, spark, engine: run_backfill(BackfillRowLineageOptions(table=s.ident), c, s.ident),
         ("plan.done", "commit.manifests-written", "commit.metadata-written", "commit.swapped"),
     ),
 }
 
-# (job, table): v3 tables need no backfill; every other pair runs every phase of its job.
+COMMIT_PHASES = ("commit.manifests-written", "commit.metadata-written", "commit.swapped")
+# The commit phases: each job meets each on one table kind, each table kind meets each through
+# some job (v3 tables need no backfill, so compact meets the swap on v3 as well).
+COMMIT_KINDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "expire": {
+        "commit.manifests-written": ("v2",),
+        "commit.metadata-written": ("v3",),
+        "commit.swapped": ("delta",),
+    },
+    "compact": {
+        "commit.manifests-written": ("v3",),
+        "commit.metadata-written": ("delta",),
+        "commit.swapped": ("v2", "v3"),
+    },
+    "backfill": {
+        "commit.manifests-written": ("delta",),
+        "commit.metadata-written": ("v2",),
+        "commit.swapped": ("v2",),
+    },
+}
+# (job, table): the job's own phases on every table kind it applies to (v3 tables need no backfill).
 MATRIX = [
     (job, kind, phase)
     for job in ("expire", "orphans", "compact", "backfill")
     for kind in ("v2", "v3", "delta")
     if not (job == "backfill" and kind == "v3")
     for phase in JOBS[job].phases
+    if phase not in COMMIT_PHASES or kind in COMMIT_KINDS[job][phase]
 ]
 
 
@@ -351,6 +392,12 @@ def _newest_version(root: Path) -> int:
     return max(int(p.name[1:].split(".")[0]) for p in (root / "metadata").glob("v*.metadata.json"))
 
 
+def _storage(saved: Saved, warehouse: Path) -> Storage:
+    """What an in-process crash must leave as a kill would: the table's files, and the sql
+    catalog's pointers when the table is in it."""
+    return Storage([saved.root], warehouse / "catalog.db" if saved.catalog == SQL_CATALOG else None)
+
+
 def _kill_and_recover(  # type: ignore[no-untyped-def]
     spark,
     catalogs,
@@ -360,16 +407,28 @@ def _kill_and_recover(  # type: ignore[no-untyped-def]
     twin: Any,
     job: str,
     phase: str,
-    args: list[str],
+    args: list[str] | None = None,
+    engine: str | None = None,
 ) -> None:
+    """Kill ``job`` at ``phase``: as a process run with ``args`` when given, else in this process
+    (with ``engine``, by default the job's); then recover and compare with the twin."""
     spec = JOBS[job]
     catalog = _prepare(spark, saved, warehouse, catalogs, spec)
     rows_before = _rows(spark, saved.spark_name)
-    args = [*args, "--table", saved.ident, "--catalog", saved.catalog, "--conf-file", str(conf_file)]
-    proc = run_job(args, phase)
-    assert killed(proc), (
-        f"{phase} was never reached: {proc.returncode} {proc.stdout[-500:]} {proc.stderr[-1500:]}"
-    )
+    if args is not None:
+        args = [*args, "--table", saved.ident, "--catalog", saved.catalog, "--conf-file", str(conf_file)]
+        proc = run_job(args, phase)
+        assert killed(proc), (
+            f"{phase} was never reached: {proc.returncode} {proc.stdout[-500:]} {proc.stderr[-1500:]}"
+        )
+    else:
+        crash(
+            spark,
+            lambda: spec.run(saved, catalog, spark, engine or spec.engine),
+            phase,
+            _storage(saved, warehouse),
+        )
+        catalog = catalog_for(catalogs.get(saved.catalog))  # the next process's
     # The table reads what it held, and nothing its metadata names is gone.
     assert _rows(spark, saved.spark_name) == rows_before
     assert missing(referenced_files(spark, saved.spark_name)) == []
@@ -391,33 +450,25 @@ def _kill_and_recover(  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize(("job", "kind", "phase"), MATRIX, ids=["-".join(m) for m in MATRIX])
-def test_kill_matrix(
+def test_crash_matrix(
     spark, catalogs, warehouse: Path, tables, conf_file: Path, twins, job: str, kind: str, phase: str
 ) -> None:  # type: ignore[no-untyped-def]
     saved = tables[kind]
-    twin = twins(job, kind)
-    _kill_and_recover(spark, catalogs, warehouse, saved, conf_file, twin, job, phase, JOBS[job].args(saved))
+    _kill_and_recover(spark, catalogs, warehouse, saved, conf_file, twins(job, kind), job, phase)
 
 
-# The same kills with the executors doing the work (reads, journal parts, deletes), and on the
-# sql catalog, where writing the metadata file and swapping the pointer are two steps.
+# The same crashes with the executors doing the work (reads, journal parts), and on the sql
+# catalog, where writing the metadata file and swapping the pointer are two steps.
 EXTRA = [
-    ("expire", "v2", "journal.written", ["--engine", "spark"]),
-    ("expire", "v2", "delete.mid", ["--engine", "spark"]),
-    ("orphans", "v2", "delete.mid", ["--engine", "spark"]),
-    ("expire", "sql-v2", "commit.metadata-written", []),
-    ("expire", "sql-v2", "commit.swapped", []),
-    ("expire", "sql-v2", "delete.mid", []),
-    ("compact", "sql-v2", "commit.metadata-written", []),
+    ("expire", "v2", "journal.written", "spark"),
+    ("expire", "sql-v2", "commit.metadata-written", "auto"),
+    ("expire", "sql-v2", "delete.mid", "auto"),
+    ("compact", "sql-v2", "commit.metadata-written", "auto"),
 ]
 
 
-@pytest.mark.parametrize(
-    ("job", "kind", "phase", "extra"),
-    EXTRA,
-    ids=[f"{j}-{k}-{p}-{''.join(e)[2:] or 'driver'}" for j, k, p, e in EXTRA],
-)
-def test_kill_on_spark_and_sql(
+@pytest.mark.parametrize(("job", "kind", "phase", "engine"), EXTRA, ids=["-".join(e) for e in EXTRA])
+def test_crash_on_spark_and_sql(
     spark,
     catalogs,
     warehouse: Path,
@@ -427,11 +478,45 @@ def test_kill_on_spark_and_sql(
     job: str,
     kind: str,
     phase: str,
-    extra: list[str],
+    engine: str,
 ) -> None:  # type: ignore[no-untyped-def]
     saved = tables[kind]
     twin = twins(job, kind)
-    args = [a for a in JOBS[job].args(saved) if a not in ("--engine", "driver")] + extra
+    _kill_and_recover(spark, catalogs, warehouse, saved, conf_file, twin, job, phase, engine=engine)
+
+
+# Real SIGKILLs of the job's process group, one per kind of boundary: the pointer swap on each
+# catalog type (filesystem: the version hint is not yet rewritten; sql: the row is), a delete half
+# done on the driver, and an executor task killing its job mid-delete (the in-process hook cannot
+# reach a task: it runs in another process).
+KILLS = [
+    ("expire", "v2", "commit.swapped", ["--engine", "driver"]),
+    ("expire", "sql-v2", "commit.swapped", []),
+    ("expire", "v2", "delete.mid", ["--engine", "driver"]),
+    ("expire", "v2", "delete.mid", ["--engine", "spark"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("job", "kind", "phase", "engine"),
+    KILLS,
+    ids=[f"{j}-{k}-{p}-{''.join(e)[2:] or 'auto'}" for j, k, p, e in KILLS],
+)
+def test_kill_process(
+    spark,
+    catalogs,
+    warehouse: Path,
+    tables,
+    conf_file: Path,
+    twins,
+    job: str,
+    kind: str,
+    phase: str,
+    engine: list[str],
+) -> None:  # type: ignore[no-untyped-def]
+    saved = tables[kind]
+    twin = twins(job, kind)
+    args = [a for a in JOBS[job].args(saved) if a not in ("--engine", "driver")] + engine
     _kill_and_recover(spark, catalogs, warehouse, saved, conf_file, twin, job, phase, args)
 
 
@@ -446,9 +531,11 @@ CONVERT_PHASES = (
     "commit.metadata-written",
     "commit.swapped",
 )
+# v3 differs from v2 in what the conversion writes (row lineage), not in how it commits: its
+# commit phases are v2's.
 CONVERSIONS = [
     *(("full", FS_CATALOG, 2, p) for p in CONVERT_PHASES),
-    *(("full", FS_CATALOG, 3, p) for p in CONVERT_PHASES),
+    *(("full", FS_CATALOG, 3, p) for p in CONVERT_PHASES if p not in COMMIT_PHASES),
     *(("full", SQL_CATALOG, 2, p) for p in ("stage.written", "commit.metadata-written", "commit.swapped")),
     *(("incremental", FS_CATALOG, 2, p) for p in CONVERT_PHASES),
 ]
@@ -487,7 +574,7 @@ def conversion_twins(spark, catalogs, warehouse: Path, tables) -> Callable[[str,
     CONVERSIONS,
     ids=[f"{m}-{c}-v{f}-{p}" for m, c, f, p in CONVERSIONS],
 )
-def test_conversion_kill_matrix(
+def test_conversion_crash_matrix(
     spark,
     catalogs,
     warehouse: Path,
@@ -507,27 +594,13 @@ def test_conversion_kill_matrix(
     target = f"db.kc_{catalog_name}_{fv}_{phase.replace('.', '_').replace('-', '_')}" if full else saved.ident
     table = f"{catalog_name}.{target}"
     before = _conversion_state(spark, table) if not full else None
-    args = [
-        "convert-delta",
-        "--source",
-        str(saved.source),
-        "--target",
-        target,
-        "--mode",
-        mode,
-        "--history",
-        "all",
-        "--format-version",
-        str(fv),
-        "--catalog",
-        catalog_name,
-        "--conf-file",
-        str(conf_file),
-    ]
-    proc = run_job(args, phase)
-    assert killed(proc), (
-        f"{phase} was never reached: {proc.returncode} {proc.stdout[-500:]} {proc.stderr[-1500:]}"
+    options = ConvertDeltaOptions(
+        source=str(saved.source), target=target, mode=mode, history="all", format_version=fv
     )
+    root = saved.root if not full else Path(catalog.default_table_location(target).removeprefix("file:"))
+    storage = Storage([root], warehouse / "catalog.db" if catalog_name == SQL_CATALOG else None)
+    crash(spark, lambda: run_convert(options, catalog), phase, storage)
+    catalog = catalog_for(catalogs.get(catalog_name))  # the next process's
     visible = catalog.table_exists(target)
     if full:
         # No partial target: nothing before the create, everything after it.
@@ -536,9 +609,6 @@ def test_conversion_kill_matrix(
         assert _conversion_state(spark, table) in (before, twin)
         assert missing(referenced_files(spark, table)) == []
     # The same command again: it converts, or finds the conversion already complete.
-    options = ConvertDeltaOptions(
-        source=str(saved.source), target=target, mode=mode, history="all", format_version=fv
-    )
     result = run_convert(options, catalog)
     assert result.status == "ok", result
     assert _conversion_state(spark, table) == twin

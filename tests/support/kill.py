@@ -1,6 +1,9 @@
 """Test support: run a job killed at a phase, and check what a kill must never leave behind.
 
-A job runs as ``python -m tablekeeper`` in its own session (process group), with the kill point
+In-process (``crash``): the job's kill point raises ``SimulatedCrash``; the files and catalog
+pointers are then put back as they were at the kill point, and the process forgets what it had
+loaded, so what runs next sees what a new process would. As a process (``run_job``): a job
+runs as ``python -m tablekeeper`` in its own session (process group), with the kill point
 armed; it dies by SIGKILL with everything it started (its Spark JVM and Python workers). The
 checks read the table through Iceberg Spark, the reference engine: every file its metadata
 references must exist, and after the jobs ran once more no file may be left that nothing
@@ -9,19 +12,24 @@ references.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tablekeeper import faults
 from tablekeeper.faults import KILL_ENV
 
 MARKER_ENV = "TABLEKEEPER_TEST_RUN"
@@ -132,3 +140,88 @@ def age(root: Path, days: float) -> None:
     for p in root.rglob("*"):
         if p.is_file():
             os.utime(p, (stamp, stamp))
+
+
+# -----------------------------------------------------------------------------------------------
+# In-process crashes: the kill point raises SimulatedCrash; storage is put back as it was at that
+# instant (unwinding ran clean-ups a SIGKILL would not), and the process forgets what it held.
+
+
+class Storage:
+    """What a kill leaves: the files under ``dirs`` and the sql catalog's pointers (``db``), as
+    they are when ``capture`` runs (at the kill point, before any clean-up of the unwinding)."""
+
+    def __init__(self, dirs: Iterable[Path], db: Path | None = None) -> None:
+        self.dirs = tuple(dirs)
+        self.db = db
+        self._copy = Path(tempfile.mkdtemp(prefix="tk-crash-"))
+        self._present: dict[Path, bool] = {}
+        self._rows: list[tuple[Any, ...]] | None = None
+        self.phase: str | None = None
+
+    def capture(self, phase: str) -> None:
+        self.phase = phase
+        for i, d in enumerate(self.dirs):
+            self._present[d] = d.exists()
+            if d.exists():
+                shutil.copytree(d, self._copy / str(i), copy_function=_copy_if_there)
+        if self.db is not None:
+            with sqlite3.connect(self.db, timeout=30) as conn:
+                self._rows = conn.execute("SELECT * FROM iceberg_tables").fetchall()
+
+    def restore(self) -> None:
+        assert self.phase is not None, "the kill point was never reached"
+        for i, d in enumerate(self.dirs):
+            shutil.rmtree(d, ignore_errors=True)
+            if self._present[d]:
+                shutil.copytree(self._copy / str(i), d)
+        if self.db is not None and self._rows is not None:
+            with sqlite3.connect(self.db, timeout=30) as conn:
+                conn.execute("DELETE FROM iceberg_tables")
+                if self._rows:
+                    marks = ", ".join("?" * len(self._rows[0]))
+                    conn.executemany(f"INSERT INTO iceberg_tables VALUES ({marks})", self._rows)
+        shutil.rmtree(self._copy, ignore_errors=True)
+        for d in self.dirs:
+            _orphan_journals(d)
+
+
+def _orphan_journals(root: Path) -> None:
+    """The crashed run's journals name this process as their owner, still alive; a killed run's
+    name a dead one. Made to name an earlier process with this pid (another start time), which
+    is how a journal's reader tells a dead owner from a new process that reuses its pid."""
+    for header in root.rglob("journal.json"):
+        if f"/{JOURNALS}/" not in str(header):
+            continue
+        obj = json.loads(header.read_bytes())
+        if obj["owner"]["pid"] == os.getpid():
+            obj["owner"]["started"] -= 1
+            header.write_text(json.dumps(obj, indent=2))
+
+
+def _copy_if_there(src: str, dst: str) -> None:
+    with contextlib.suppress(FileNotFoundError):  # deleted by another thread while copying
+        shutil.copy2(src, dst)
+
+
+def forget_process_state(spark: Any) -> None:
+    """What a new process would not have: every memoized function of the library (loaded
+    schemas, encoders, filesystems) and Spark's cached data. Catalogs and tables are loaded
+    anew by the caller."""
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("tablekeeper") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            clear = getattr(value, "cache_clear", None)
+            if callable(clear) and getattr(value, "__module__", None) == name:
+                clear()
+    spark.catalog.clearCache()
+
+
+def crash(spark: Any, run: Callable[[], Any], phase: str, storage: Storage) -> None:
+    """``run`` crashes in this process at ``phase``; afterwards storage is as the kill left it
+    and the process holds nothing the crashed run loaded."""
+    with faults.crash_at(phase, at_crash=storage.capture), pytest.raises(faults.SimulatedCrash):
+        run()
+    storage.restore()
+    forget_process_state(spark)

@@ -82,3 +82,43 @@ def _gone(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return state in ("Z", "X")  # a zombie is dead, waiting only for its new parent to reap it
+
+
+# In-process crashes (faults.crash_at): what the kill tests use for most kill points.
+
+
+def test_in_process_crash_is_no_exception_a_job_handles() -> None:
+    seen: list[str] = []
+    passes = 0
+    with faults.crash_at("commit.swapped", nth=2, at_crash=seen.append), pytest.raises(faults.SimulatedCrash):
+        try:
+            for _ in range(3):
+                faults.kill_point("delete.mid")  # another phase passes
+                faults.kill_point("commit.swapped")
+                passes += 1
+        except Exception:  # a job's own error handling
+            pytest.fail("SimulatedCrash was handled as an error")
+    assert passes == 1 and seen == ["commit.swapped"]
+
+
+def test_in_process_crash_fires_once_and_only_inside_the_block() -> None:
+    with faults.crash_at("plan.done"):
+        with pytest.raises(faults.SimulatedCrash):
+            faults.kill_point("plan.done")
+        faults.kill_point("plan.done")  # clean-ups that pass the point again while unwinding
+        assert not faults.armed("plan.done")
+    faults.kill_point("plan.done")
+    assert faults.remote_kill("plan.done") is None
+
+
+def test_in_process_remote_kill_crashes_the_driver_engine() -> None:
+    with faults.crash_at("delete.mid"):
+        kill = faults.remote_kill("delete.mid")
+        assert kill is not None
+        with pytest.raises(faults.SimulatedCrash):
+            kill.fire()
+
+
+def test_crash_at_refuses_an_unknown_phase() -> None:
+    with pytest.raises(ValueError, match="names no phase"), faults.crash_at("commit.sawpped"):
+        pass

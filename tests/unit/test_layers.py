@@ -19,6 +19,7 @@ RANKS: dict[str, int] = {
     "errors": 0,
     "cycles": 0,
     "faults": 1,
+    "clock": 1,
     "redact": 1,
     "settings": 1,
     "iceberg": 1,  # pure format code

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 
@@ -25,6 +24,7 @@ from pyspark.sql import SparkSession
 
 from tablekeeper import faults
 from tablekeeper.catalog import Catalog, LoadedTable
+from tablekeeper.clock import now_ms
 from tablekeeper.commit.transaction import RetryPolicy
 from tablekeeper.delta.diff import diff_files
 from tablekeeper.delta.segment import oldest_reconstructable
@@ -257,7 +257,7 @@ def execute_convert(
             return load_snapshot(plan.root, version=plan.latest_version, replay=replay).restricted(paths)
 
         metrics["expired_for_vacuum"] = expire_broken(
-            catalog, options.target, plan.latest_version, state, int(time.time() * 1000), spark
+            catalog, options.target, plan.latest_version, state, now_ms(), spark
         )
     return metrics
 
@@ -395,7 +395,7 @@ def run_convert(
         metrics["partition_timezone_assumed"] = assumed_zone(zoneless_columns(snap, snap.files))
     if catalog.table_exists(options.target):
         metrics["would_expire_for_vacuum"] = vacuum_exposed(
-            catalog.require(options.target), plan.latest_version, snap, int(time.time() * 1000)
+            catalog.require(options.target), plan.latest_version, snap, now_ms()
         )
     if plan.versions:
         without_dv = snap.files.column("dv_id").null_count

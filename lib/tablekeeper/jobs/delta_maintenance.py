@@ -9,7 +9,6 @@ Delta's own rules decide what is safe there: ``VACUUM`` for files no version ins
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 
+from tablekeeper.clock import now_ms
 from tablekeeper.delta.values import (
     DEFAULT_RETENTION,
     OPTIMIZE_MIN_FILE_SIZE,
@@ -123,7 +123,7 @@ def run_vacuum(
     """delta-spark's VACUUM; ``older_than`` None means the table's deletedFileRetentionDuration,
     ``max_concurrent_deletes`` its parallel delete with that many tasks (1: one at a time)."""
     clock = JobClock()
-    now = int(time.time() * 1000)
+    now = now_ms()
     hours = None
     if older_than is not None:
         # Whole thousandths of an hour, rounded up: never retain less than asked.

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
+from tablekeeper.clock import now_ms
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import CommitStateUnknown, ConfigError, SafetyRefusal, TablekeeperError
 from tablekeeper.files.containment import Containment, require_home
@@ -198,7 +198,7 @@ def run_expire(
     options: ExpireSnapshotsOptions, catalog: Catalog, identifier: str, spark: SparkSource = None
 ) -> JobResult:
     clock = JobClock()
-    now = int(time.time() * 1000)
+    now = now_ms()
     policy = options.policy(now)
     table = catalog.require(identifier)
     require_home(table, identifier, JOB)

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
+from tablekeeper.clock import now_ms
 from tablekeeper.errors import ConfigError, SafetyRefusal, TablekeeperError
 from tablekeeper.files.containment import Containment, require_home
 from tablekeeper.files.engine import Engine, ListingTooLarge, OrphanScan, failed, task_failure
@@ -171,7 +171,7 @@ def run_orphans(
     options: RemoveOrphansOptions, catalog: Catalog, identifier: str, spark: SparkSource = None
 ) -> JobResult:
     clock = JobClock()
-    now = int(time.time() * 1000)
+    now = now_ms()
     table = catalog.require(identifier)
     rules = PathRules(options.equal_schemes, options.equal_authorities or None)
     scope = _check(options, table, rules, now)
