@@ -82,6 +82,7 @@ CASES = {
     "compact-delete": (2, "delete", ["compact", "--rewrite-all"]),
     "compact-dv-crc": (3, "dv-crc", ["compact", "--rewrite-all"]),
     "compact-dv-cut": (3, "dv-cut", ["compact", "--rewrite-all"]),
+    "compact-delta-data": (0, "data", ["compact"]),  # format version 0: a Delta table (OPTIMIZE)
 }
 
 
@@ -91,18 +92,34 @@ def test_a_corrupt_input_file_exits_3_naming_it(
 ) -> None:
     version, victim, job = CASES[case]
     name = "corrupt_" + case.replace("-", "_")
-    table = _build(spark, name, version)
-    path = _corrupt(spark, table, victim)
-    catalog = catalog_for(catalogs.get(FS_CATALOG))
-    before = catalog.require(f"db.{name}").metadata_location
+    if version == 0:
+        where = tmp_path / "delta"
+        for i in range(3):
+            spark.range(i * 20, (i + 1) * 20).write.format("delta").mode("append").save(str(where))
+        path = next(where.glob("*.parquet"))
+        _cut(path, path.stat().st_size // 2)
+        table_arg = str(where)
+
+        def state() -> object:
+            return sorted(p.name for p in (where / "_delta_log").iterdir())
+    else:
+        table = _build(spark, name, version)
+        path = _corrupt(spark, table, victim)
+        catalog = catalog_for(catalogs.get(FS_CATALOG))
+        table_arg = f"db.{name}"
+
+        def state() -> object:
+            return catalog.require(table_arg).metadata_location
+
+    before = state()
     conf = tmp_path / "catalogs.yaml"
     warehouse = catalogs.get(FS_CATALOG).warehouse
     conf.write_text(f"default: fs\ncatalogs:\n  fs:\n    type: filesystem\n    warehouse: {warehouse}\n")
     capsys.readouterr()
-    code = main([job[0], "--table", f"db.{name}", "--conf-file", str(conf), *job[1:]])
+    code = main([job[0], "--table", table_arg, "--conf-file", str(conf), *job[1:]])
     out, err = capsys.readouterr()
     last = err.strip().splitlines()[-1]
     assert code == 3, last
     assert str(path) in last, last
     assert json.loads(out.strip().splitlines()[-1])["status"] == "refused"
-    assert catalog.require(f"db.{name}").metadata_location == before
+    assert state() == before
