@@ -131,6 +131,82 @@ _TASK_ERROR = re.compile(r"(?m)^tablekeeper\.[\w.]*?\.?(\w+): (.*)$")
 # Spark's error class for a file its reader could not read, naming the file.
 _UNREADABLE_FILE = re.compile(r"\[FAILED_READ_FILE[.\w]*\] Encountered error while reading file (\S+?)\.?\s")
 
+# Java exceptions (thrown by Iceberg's, Avro's, Parquet's or Hadoop's readers in a task or on the
+# driver) that mean an input file is truncated, corrupt or missing: the driver engine refuses the
+# same files with CorruptMetadataError, so the Spark engine must too.
+_JAVA_READ_FAILURE = re.compile(
+    r"\b(?:[a-z]\w*\.)+(?:RuntimeIOException|AvroRuntimeException|InvalidAvroMagicException"
+    r"|EOFException|ParquetDecodingException|ChecksumException|FileNotFoundException"
+    r"|NotFoundException)\b"
+    r"|is not a Parquet file|[Mm]agic bytes not found|Not an Avro data file|CRC-?32 mismatch"
+)
+# ...unless the failure is one of storage or of writing, not of the file's bytes: then the file
+# may be sound, and the failure is no refusal (exit 1, its cause first, see ``java_cause``).
+_NOT_THE_FILE = re.compile(
+    r"Failed to (?:create|write|close|flush|rename)|FileAlreadyExists|[Pp]ermission denied|No space left"
+    r"|Access ?Denied|Forbidden|Connection (?:refused|reset)|[Tt]imed? ?out|SlowDown|Throttl"
+)
+# A data, delete or metadata file a message names (a URI or an absolute path); never a source
+# file of a stack trace.
+_FILE = re.compile(
+    r"(?:\b[a-z][a-z0-9+.-]*:/|(?<![\w.:/])/)[^\s'\"`,;()\[\]]+?\.(?:parquet|avro|orc|puffin|json)\b"
+)
+# The exception a Spark task died of ("Lost task ... (TID n) (host executor id): Class: message"),
+# and each cause Java chains to it.
+_JAVA_CAUSE = re.compile(
+    r"(?:\(TID \d+\) \([^)]*\): |Caused by: )((?:[a-z]\w*\.)+[A-Z][\w$]*)"
+    r"(?::\s*(.*?))?(?=\s+at [\w.$]+[.(<]|\s+Caused by: |$)",
+    re.M,
+)
+
+
+def _root_cause(text: str) -> tuple[str, str | None, str] | None:
+    """The root Java exception in a failure's text: its short class, the file it (or else the
+    text) names, and its message with that file left out."""
+    found = _JAVA_CAUSE.findall(text)
+    if not found:
+        return None
+    cls, message = found[-1]
+    named = _FILE.search(message) or _FILE.search(text)
+    path = named[0] if named else None
+    if path is not None:
+        message = message.replace(path, "it")
+    return cls.rsplit(".", 1)[-1], path, message[:200]
+
+
+def java_cause(text: str) -> str | None:
+    """The root Java exception in a Spark or py4j failure's text as ``Class reading file:
+    message``, short, the class and the file first so no cut of the line can lose them; None
+    when the text holds no Java exception."""
+    root = _root_cause(" ".join(text.split()))
+    if root is None:
+        return None
+    cls, path, message = root
+    return f"{cls}{f' reading {path}' if path else ''}: {message}".rstrip(": ")
+
+
+def unreadable_input(text: str) -> CorruptMetadataError | None:
+    """A Java reader's failure on an input file it names, as the refusal the driver engine gives
+    for the same file; None when ``text`` is no such failure or names no file."""
+    text = " ".join(text.split())
+    unreadable = _UNREADABLE_FILE.search(text)
+    if unreadable is not None:
+        path = unreadable[1]
+    elif (
+        _JAVA_READ_FAILURE.search(text) is not None
+        and _NOT_THE_FILE.search(text) is None
+        and (named := _FILE.search(text)) is not None
+    ):
+        path = named[0]
+    else:
+        return None
+    root = _root_cause(text)
+    reason = f" ({root[0]}: {root[2][:160]})".replace(": )", ")") if root else ""
+    return CorruptMetadataError(
+        f"could not read {path}{reason}: truncated, corrupt or missing; restore the file, "
+        "or rerun with --log-level DEBUG for the reader's trace"
+    )
+
 
 def _subclasses(cls: type[TablekeeperError]) -> Iterator[type[TablekeeperError]]:
     for sub in cls.__subclasses__():
@@ -147,22 +223,22 @@ def task_error(err: BaseException) -> TablekeeperError | None:
     text = str(err).replace("\r", "")
     found = _TASK_ERROR.findall(text)
     if not found:
-        # Spark's own reader (Parquet data and delete files) failing on a file: fail closed,
-        # as the driver engine does on a file it cannot read.
-        unreadable = _UNREADABLE_FILE.search(text)
-        if unreadable is None:
-            return None
-        return CorruptMetadataError(
-            f"Spark could not read {unreadable[1]} (truncated, corrupt or unreachable): "
-            "check the file, or rerun with --log-level DEBUG for Spark's reason"
-        )
+        # A Java reader (Spark's, Iceberg's) failing on a file: fail closed, as the driver engine
+        # does on a file it cannot read.
+        return unreadable_input(text)
     name, message = found[-1]  # the last raised (a chained traceback lists the cause first)
     known = {c.__name__: c for c in _subclasses(TablekeeperError)}
     cls = known.get(name)
     if cls is None:
         return None
+    return as_error(cls, message)
+
+
+def as_error(cls: type[TablekeeperError], message: str) -> TablekeeperError:
+    """An error of ``cls`` saying ``message``, whatever else its constructor takes (its extra
+    fields keep their defaults): a task's error rebuilt, or one given what it meant to the run."""
     typed = cls.__new__(cls)
-    TablekeeperError.__init__(typed, message)  # subclasses' extra fields keep their defaults
+    TablekeeperError.__init__(typed, message)
     return typed
 
 

@@ -49,7 +49,8 @@ CASES = [
     ("expire-snapshots", ["--older-than", "0s", "--engine", "spark"], _truncate_current_manifest, 3),
     ("expire-snapshots", ["--older-than", "0s", "--engine", "spark"], _drop_current_list, 3),
     ("remove-orphans", ["--engine", "spark"], _truncate_current_manifest, 3),
-    ("compact", ["--min-input-files", "2"], _drop_a_data_file, 1),
+    # a referenced data file gone is metadata that lies: refused, as the other jobs refuse it
+    ("compact", ["--min-input-files", "2"], _drop_a_data_file, 3),
 ]
 
 

@@ -303,10 +303,17 @@ def _run_job(args: argparse.Namespace, job: str, table: str, run: Callable[[], J
 
 
 def unexpected_reason(err: Exception) -> str:
-    """One line for a failure no typed error describes: its class and its (scrubbed) text."""
+    """One line for a failure no typed error describes: its class and its (scrubbed) text; for a
+    Java failure (Spark's, py4j's) its root cause's class and the file it names first, so the cut
+    of a long trace never loses them."""
+    from tablekeeper.errors import java_cause
     from tablekeeper.redact import redact
 
-    reason = redact(" ".join(str(err).split())) or err.__class__.__name__
+    text = str(err)
+    cause = java_cause(text)
+    reason = redact(" ".join(text.split())) or err.__class__.__name__
+    if cause is not None:
+        return f"unexpected {err.__class__.__name__}: {redact(cause)} | {reason[:200]}"
     return f"unexpected {err.__class__.__name__}: {reason[:300]}"
 
 

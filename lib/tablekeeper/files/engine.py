@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tablekeeper.errors import CorruptMetadataError, StorageError, TablekeeperError, UnsupportedFeatureError
+from tablekeeper.errors import CorruptMetadataError, TablekeeperError, as_error, java_cause, task_error
 from tablekeeper.files.containment import Containment
 from tablekeeper.files.deletes import DeleteOutcome
 from tablekeeper.files.journal import JournalWriter, Ready
@@ -160,32 +160,28 @@ class Engine(Protocol):
 
 def task_failure(err: BaseException, what: str) -> TablekeeperError:
     """An engine's failure as one typed line: the tablekeeper error a task raised, if any (Spark
-    wraps it in a Java exception whose text ends with the Python traceback), else an unexpected
-    failure (a lost executor, memory), never mistaken for a refusal."""
+    wraps it in a Java exception whose text ends with the Python traceback), a Java reader's
+    failure on an input file as the refusal naming it, else an unexpected failure (a lost
+    executor, memory), never mistaken for a refusal, its Java cause and file first."""
+    typed = task_error(err)
+    if typed is not None:
+        return as_error(_TASK_ERRORS.get(type(typed).__name__, type(typed)), f"{what}: {typed.message}")
     text = str(err)
-    for raw in reversed(text.splitlines()):
-        line = raw.strip()
-        for name, kind in _TASK_ERRORS.items():
-            marker = f"tablekeeper.errors.{name}: "
-            if marker in line:
-                return kind(f"{what}: {line.split(marker, 1)[1]}")
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), err.__class__.__name__)
-    return TablekeeperError(f"{what}: {first[:300]}")
+    first = java_cause(text) or next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return TablekeeperError(f"{what}: {first[:300] or err.__class__.__name__}")
 
 
 # A task's error -> what the run reports (a referenced file gone is metadata that lies).
 _TASK_ERRORS: dict[str, type[TablekeeperError]] = {
-    "CorruptMetadataError": CorruptMetadataError,
     "FileNotFound": CorruptMetadataError,
-    "UnsupportedFeatureError": UnsupportedFeatureError,
-    "StorageError": StorageError,
+    "DataFileGone": CorruptMetadataError,
 }
 
 
 def failed(err: Exception, what: str) -> TablekeeperError:
     """``err`` with what it means for the run in front (the class, so the exit code, kept)."""
     if isinstance(err, TablekeeperError):
-        return type(err)(f"{what}: {err.message}")
+        return as_error(type(err), f"{what}: {err.message}")
     return task_failure(err, what)
 
 

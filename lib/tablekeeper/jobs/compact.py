@@ -32,6 +32,7 @@ from tablekeeper.errors import (
     ConfigError,
     TablekeeperError,
     UnsupportedFeatureError,
+    as_error,
 )
 from tablekeeper.files.containment import require_home
 from tablekeeper.files.engine import task_failure
@@ -84,6 +85,8 @@ class _Outcome:
     added: tuple[DataFile, ...] = ()
     directories: tuple[str, ...] = ()
     error: str | None = None
+    # The class of the group's failure: the run's failure keeps it (a corrupt input exits 3).
+    failure: type[TablekeeperError] = TablekeeperError
     writers: tuple[str, ...] = ()
     committed: bool = False
     snapshot_id: int | None = None
@@ -230,9 +233,9 @@ def _rewrite_group(
             added.extend(done.files)
             outcome.writers += (done.writer,)
     except Exception as err:
-        outcome.error = (
-            err.message if isinstance(err, TablekeeperError) else task_failure(err, "rewrite").message
-        )
+        typed = err if isinstance(err, TablekeeperError) else task_failure(err, "rewrite")
+        outcome.error = typed.message
+        outcome.failure = type(typed)
         _clean(directories)
         directories = []
         added = []
@@ -459,9 +462,10 @@ def _execute(
     if not options.partial_progress:
         if failed:
             _clean([d for o in outcomes for d in o.directories])
-            raise TablekeeperError(
+            raise as_error(
+                failed[0].failure,
                 f"{JOB} {identifier}: group {failed[0].group.index} failed ({failed[0].error}); nothing "
-                "committed. Use --partial-progress to commit the groups that succeed"
+                "committed. Use --partial-progress to commit the groups that succeed",
             )
         commit(outcomes)
     elif pending:

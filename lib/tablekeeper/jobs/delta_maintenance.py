@@ -23,7 +23,15 @@ from tablekeeper.delta.values import (
     RETENTION_PROPERTY,
     interval_hours,
 )
-from tablekeeper.errors import ConfigError, SafetyRefusal, TablekeeperError, UnsupportedFeatureError
+from tablekeeper.errors import (
+    ConfigError,
+    CorruptMetadataError,
+    SafetyRefusal,
+    TablekeeperError,
+    UnsupportedFeatureError,
+    java_cause,
+    unreadable_input,
+)
 from tablekeeper.files.engine import first_sorted
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.options import parse_older_than, report_files
@@ -85,10 +93,22 @@ def _quoted(path: str) -> str:
 
 def _reason(err: BaseException) -> str:
     text = str(err)
+    cause = java_cause(text)  # the root cause and the file it names, never cut off
+    if cause is not None and "retention" not in text.lower():
+        return cause[:400]
     for line in text.splitlines():
         if "Exception:" in line or "retention" in line.lower():
             return line.strip()[:400]
     return (text.splitlines() or [err.__class__.__name__])[0][:400]
+
+
+def _failed(err: BaseException, what: str) -> TablekeeperError:
+    """delta-spark's failure: a file it could not read is the refusal naming it (exit 3, as the
+    driver engine); anything else refuses the operation with delta-spark's reason."""
+    unreadable = unreadable_input(str(err))
+    if unreadable is not None:
+        return CorruptMetadataError(f"{what}: {unreadable.message}")
+    return UnsupportedFeatureError(f"{what}: {_reason(err)}")
 
 
 def _vacuum_list(spark: SparkSession, path: str, hours: float | None) -> list[str]:
@@ -165,7 +185,7 @@ def run_vacuum(
                 "delta.deletedFileRetentionDuration, or --force-short-retention when no reader or writer "
                 "needs older versions"
             ) from err
-        raise UnsupportedFeatureError(f"VACUUM of {path} failed, nothing reported deleted: {reason}") from err
+        raise _failed(err, f"VACUUM of {path} failed, nothing reported deleted") from err
     finally:
         spark.conf.set(RETENTION_CHECK, previous)
         if previous_listing is None:
@@ -214,9 +234,7 @@ def run_log_cleanup(path: str, spark: SparkSession, *, dry_run: bool) -> JobResu
             log.checkpoint(snapshot, jvm.scala.Option.empty())
             log.doLogCleanup(snapshot, jvm.scala.Option.empty())
         except Exception as err:
-            raise UnsupportedFeatureError(
-                f"Delta checkpoint of {path} failed, nothing deleted: {_reason(err)}"
-            ) from err
+            raise _failed(err, f"Delta checkpoint of {path} failed, nothing deleted") from err
         after = _log_files(path)
         removed = sorted(before - after)
         metrics |= {
@@ -342,9 +360,7 @@ def run_optimize(path: str, spark: SparkSession, options: CompactChoices) -> Job
         with _session_conf(spark, settings.conf(size)):
             row = spark.sql(sql).collect()[0]
     except Exception as err:
-        raise UnsupportedFeatureError(
-            f"OPTIMIZE of {path} failed, nothing committed: {_reason(err)}"
-        ) from err
+        raise _failed(err, f"OPTIMIZE of {path} failed, nothing committed") from err
     m = row["metrics"]
     metrics |= {
         "rewritten_data_files_count": int(m["numFilesRemoved"]),
