@@ -1,7 +1,7 @@
 """convert-delta equivalence: Iceberg Spark reads the converted table with exactly delta-spark's rows.
 
 Every readable shared table is converted (v3; tables with deletion vectors also as v2, where DVs
-become position delete files) and compared with exceptAll both ways. Tables that cannot be
+become position delete files) and compared with assertDataFrameEqual. Tables that cannot be
 converted are listed with the reason the converter must give.
 """
 
