@@ -1,7 +1,7 @@
 """convert-delta equivalence: Iceberg Spark reads the converted table with exactly delta-spark's rows.
 
 Every readable shared table is converted (v3; tables with deletion vectors also as v2, where DVs
-become position delete files) and compared with assertDataFrameEqual. Tables that cannot be
+become position delete files) and compared with exceptAll both ways. Tables that cannot be
 converted are listed with the reason the converter must give.
 """
 
@@ -22,7 +22,6 @@ from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tests.conftest import SQL_CATALOG
 from tests.support.delta_corpus import conversion_target
 from tests.support.delta_tables import LOG_ONLY, SHARED_TABLES
-from tests.support.frames import assert_same_frames
 from tests.support.pyiceberg_check import assert_pyiceberg_latest
 
 pytestmark = pytest.mark.spark
@@ -78,7 +77,14 @@ def assert_same_rows(spark, iceberg_table: str, delta: Path | DataFrame) -> None
         delta = spark.read.format("delta").load(str(delta))
     # The converter maps byte/short to int and so on: compare in Iceberg's types, by name.
     delta = delta.select([F.col(f"`{c}`").cast(iceberg.schema[c].dataType).alias(c) for c in iceberg.columns])
-    assert_same_frames(iceberg, delta)
+    # Not assertDataFrameEqual here: it collects and sorts both sides in Python, and COVID-19_NYT's
+    # conversion then exceeded the test timeout. Set operations refuse map columns: compare each
+    # row as its JSON text.
+    iceberg = iceberg.select(F.to_json(F.struct(*[F.col(f"`{c}`") for c in iceberg.columns])).alias("row"))
+    delta = delta.select(F.to_json(F.struct(*[F.col(f"`{c}`") for c in delta.columns])).alias("row"))
+    assert iceberg.count() == delta.count()
+    assert iceberg.exceptAll(delta).count() == 0
+    assert delta.exceptAll(iceberg).count() == 0
 
 
 CASES = [(n, 3) for n in SHARED_TABLES if n not in LOG_ONLY] + [(n, 2) for n in sorted(WITH_DVS)]
