@@ -119,6 +119,15 @@ def spark(catalogs):  # type: ignore[no-untyped-def]
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def delta_corpus(spark, catalogs, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The shared Delta tables as delta-spark and the converter see them, each read once per session
+    (tests/support/delta_corpus.py); conversions land in the ``SQL_CATALOG`` catalog."""
+    from tests.support.delta_corpus import DeltaCorpus
+
+    return DeltaCorpus(spark, catalogs, SQL_CATALOG, tmp_path_factory.mktemp("delta-corpus"))
+
+
 @pytest.fixture
 def delta_table_copy(tmp_path: Path) -> Iterator[object]:
     """Copy a table from ../shared/delta-tables (read-only input) before a test writes to it."""

@@ -1,6 +1,7 @@
 """Every real Delta table in ../shared/delta-tables is read exactly as delta-spark reads it.
 
-Per table: delta-spark's snapshot (tests/support/delta_reference.py) is the oracle. Where it reads
+Per table: delta-spark's snapshot (tests/support/delta_reference.py, read once per session through
+tests/support/delta_corpus.py) is the oracle. Where it reads
 the table, tablekeeper's pure and Spark replays must return the same version, protocol, schema,
 partition columns, configuration and live file set (path, DV id), at the latest version and at the
 earliest and a middle version delta-spark can rebuild. Where delta-spark refuses, tablekeeper must
@@ -10,21 +11,14 @@ refuse too, with a typed one-line error: the expected refusals are listed below,
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.errors import CorruptMetadataError, TablekeeperError, UnsupportedFeatureError
-from tablekeeper.jobs.engines import delta_replay
 from tablekeeper.tables.delta import load_snapshot
-from tests.support.delta_reference import (
-    DeltaReference,
-    DeltaSparkRefused,
-    delta_spark_state,
-    delta_spark_versions,
-)
-from tests.support.delta_tables import SHARED_TABLES, copy_table
+from tests.support.delta_reference import DeltaReference, DeltaSparkRefused
+from tests.support.delta_tables import SHARED_TABLES
 
 pytestmark = pytest.mark.spark
 
@@ -54,27 +48,27 @@ def assert_same(mine: DeltaSnapshot, ref: DeltaReference) -> None:
     assert mine.file_keys() == ref.files
 
 
-def versions_to_check(spark, path: Path) -> list[int]:  # type: ignore[no-untyped-def]
-    available = delta_spark_versions(spark, str(path))
+def versions_to_check(delta_corpus, name: str) -> list[int]:  # type: ignore[no-untyped-def]
+    available = delta_corpus.versions(name)
     return sorted({available[0], available[len(available) // 2], available[-1]})
 
 
 @pytest.mark.parametrize("name", SHARED_TABLES)
-def test_shared_table_matches_delta_spark(spark, tmp_path: Path, name: str) -> None:  # type: ignore[no-untyped-def]
-    path = copy_table(name, tmp_path)
+def test_shared_table_matches_delta_spark(delta_corpus, name: str) -> None:  # type: ignore[no-untyped-def]
+    path = delta_corpus.path(name)
     if name in REFUSED:
         error, words = REFUSED[name]
         with pytest.raises(DeltaSparkRefused):
-            delta_spark_state(spark, str(path))
+            delta_corpus.state(name)
         with pytest.raises(error) as info:
             load_snapshot(str(path))
         assert words in str(info.value) and "\n" not in str(info.value)
         return
-    for version in versions_to_check(spark, path):
-        ref = delta_spark_state(spark, str(path), version)
+    for version in versions_to_check(delta_corpus, name):
+        ref = delta_corpus.state(name, version)
         pure = load_snapshot(str(path), version=version)
         assert_same(pure, ref)
-    distributed = load_snapshot(str(path), replay=delta_replay("spark", spark))
+    distributed = delta_corpus.spark_replay(name)
     latest = load_snapshot(str(path))
     assert distributed.file_keys() == latest.file_keys()
     assert distributed.tombstones.num_rows == latest.tombstones.num_rows

@@ -24,6 +24,19 @@ def discover_tables(root: Path = DELTA_RS_TABLES) -> list[str]:
 
 SHARED_TABLES: list[str] = discover_tables()
 
+# Tables whose _delta_log was copied without the data files: the log names live files that are
+# not on disk, so nothing may read their rows.
+LOG_ONLY = frozenset(
+    {
+        "checkpoint_with_partitions",
+        "checkpoints",
+        "checkpoints_vacuumed",
+        "latest_not_checkpointed",
+        "with_checkpoint_no_last_checkpoint",
+        "spark-variant-stable-feature-checkpoint",
+    }
+)
+
 
 def shared_table_path(name: str) -> Path:
     """The read-only original; copy it (``copy_table``) before anything that might write."""

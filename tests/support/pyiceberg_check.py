@@ -6,21 +6,22 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tests.conftest import SQL_CATALOG
 
 
-def assert_pyiceberg_latest(spark: SparkSession, catalogs: Any, ident: str, source: Path) -> None:
-    """PyIceberg's scan of ``ident`` (in the SQL catalog) equals delta-spark's latest rows, cast
-    to the Iceberg table's types and compared as Python values (Arrow on both sides)."""
+def assert_pyiceberg_latest(spark: SparkSession, catalogs: Any, ident: str, source: Path | DataFrame) -> None:
+    """PyIceberg's scan of ``ident`` (in the SQL catalog) equals delta-spark's latest rows (of the
+    table at ``source``, or already read: a DataFrame), cast to the Iceberg table's types and
+    compared as Python values (Arrow on both sides)."""
     from pyiceberg.catalog.sql import SqlCatalog
 
     conf = catalogs.get(SQL_CATALOG)
     got = SqlCatalog(SQL_CATALOG, uri=conf.uri, warehouse=conf.warehouse).load_table(ident).scan().to_arrow()
     iceberg_schema = spark.table(f"{SQL_CATALOG}.{ident}").schema
-    delta = spark.read.format("delta").load(str(source))
+    delta = source if isinstance(source, DataFrame) else spark.read.format("delta").load(str(source))
     delta = delta.select([F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in iceberg_schema])
     want = delta.toArrow()
 

@@ -14,20 +14,10 @@ from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.values import leaf_stats, parse_partition_value, parse_stats
 from tablekeeper.errors import CorruptMetadataError, NotATableError, TablekeeperError, UnsupportedFeatureError
 from tablekeeper.tables.delta import load_snapshot
+from tests.support.delta_tables import LOG_ONLY
 
 DELTA_TABLES = Path(__file__).resolve().parents[3].parent / "shared" / "delta-tables" / "delta-rs"
 
-# Tables whose _delta_log was copied without the data files: their live files are not on disk.
-LOG_ONLY = frozenset(
-    {
-        "checkpoint_with_partitions",
-        "checkpoints",
-        "checkpoints_vacuumed",
-        "latest_not_checkpointed",
-        "with_checkpoint_no_last_checkpoint",
-        "spark-variant-stable-feature-checkpoint",
-    }
-)
 # Tables the reader must refuse, and why.
 REFUSED: dict[str, tuple[type[TablekeeperError], str]] = {
     # Reader version 5 (and an unknown reader feature "blahabl").
