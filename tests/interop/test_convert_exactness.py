@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from tablekeeper.catalog import catalog_for
-from tablekeeper.errors import UnsupportedFeatureError
+from tablekeeper.errors import ConfigError, UnsupportedFeatureError
 from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tests.conftest import SQL_CATALOG
 from tests.interop.test_convert_metrics import check_filters
@@ -57,11 +57,15 @@ def test_type_widening_converts_iceberg_promotions_and_refuses_the_rest(
     spark.sql(f"ALTER TABLE delta.`{source}` ALTER COLUMN ratio TYPE DOUBLE")
     spark.sql(f"INSERT INTO delta.`{source}` VALUES (4, 1, 1.0, 0.25)")
     with pytest.raises(
-        UnsupportedFeatureError, match=r"'ratio' was widened from integer to double.*DROP FEATURE"
+        ConfigError,
+        match=r"'ratio' was widened from integer to double.*--rewrite-unreadable-files.*DROP FEATURE",
     ):
         _convert(catalogs, source, "exact.widened_double")
-    with pytest.raises(UnsupportedFeatureError, match="widened from integer to double"):
+    with pytest.raises(ConfigError, match="widened from integer to double"):
         _convert(catalogs, source, "exact.widened", mode="incremental")
+    # Rewriting the new files cannot help the ones the target already references in place.
+    with pytest.raises(UnsupportedFeatureError, match=r"after exact\.widened was converted"):
+        _convert(catalogs, source, "exact.widened", mode="incremental", rewrite_unreadable_files=True)
 
 
 def test_signed_zeros_keep_every_file_a_filter_needs(spark, catalogs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
