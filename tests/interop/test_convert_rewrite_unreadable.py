@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from tablekeeper.errors import ConfigError, ExitCode
 from tests.conftest import SQL_CATALOG
-from tests.interop.test_convert_history import assert_same, convert
+from tests.interop.test_convert_history import assert_every_version, assert_same, convert
 
 pytestmark = pytest.mark.spark
 
@@ -107,6 +107,12 @@ def test_widened_columns_rewrite_only_the_files_written_before(
     assert second.metrics["delete_files"] == 1
     paths = _check(spark, catalogs, source, ident)
     assert _rewritten(paths, location) == rewritten
+    # Every version as a snapshot: the files converted in place before the widening are
+    # rewritten at the version that widens, replacing them; each version reads as delta-spark's.
+    history = f"{NS}.widened_history"
+    done = convert(catalogs, source, history, history="all", rewrite_unreadable_files=True)
+    assert done.metrics["expired_for_vacuum"] is None  # rewrites are the target's own
+    assert_every_version(spark, f"{SQL_CATALOG}.{history}", source, range(7))
 
 
 def catalogs_location(spark: SparkSession, ident: str) -> str:

@@ -8,8 +8,9 @@ rewritten only when its own footer shows Iceberg would read it wrong: columns re
 resolves them (physical names, or ids in id mode), cast to the Iceberg type, written with field
 ids, rows in the same order, so a deletion vector's positions still hold.
 
-The rewritten file's name is a hash of the Delta file's path: a later Delta commit that removes
-the file, or gives it a deletion vector, is mapped onto the rewritten file by name alone.
+The rewritten file's name is a hash of the Delta file's path (and the target schema it was
+written for): a later Delta commit that removes the file, or gives it a deletion vector, is mapped
+onto the target's live rewrite by that hash.
 """
 
 from __future__ import annotations
@@ -21,18 +22,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tablekeeper.catalog.base import LoadedTable
 from tablekeeper.delta.models import AddFile
+from tablekeeper.delta.snapshot import DeltaSnapshot, add_files_of
 from tablekeeper.delta.to_iceberg import REWRITE_OPTION, MappedSchema, ids_by_name_path
 from tablekeeper.errors import AlreadyExists, CorruptMetadataError, UnsupportedFeatureError
 from tablekeeper.iceberg.arrow_project import iceberg_unreadable, projector, write_schema, written_fields
-from tablekeeper.iceberg.content import DataFile
+from tablekeeper.iceberg.content import DATA, DataFile
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.metrics import FloatCollector, MetricsConfig
 from tablekeeper.iceberg.parquet import WRITER_OPTIONS, data_file_from_footer
-from tablekeeper.iceberg.types import NestedField, Schema
+from tablekeeper.iceberg.types import NestedField, Schema, walk_fields
 from tablekeeper.io import FileIO
+from tablekeeper.tables.iceberg import iter_live_entries
 
 log = logging.getLogger(__name__)
 
@@ -43,42 +48,114 @@ REWRITTEN_DIRECTORY = "data/delta-rewritten"
 REWRITTEN_PROPERTY = "tablekeeper.delta.rewritten-files"
 
 
-def rewritten_location(table_location: str, delta_path: str) -> str:
-    """Where the rewrite of the Delta file at ``delta_path`` lives: the same for every run."""
-    digest = hashlib.sha256(delta_path.encode("utf-8")).hexdigest()
-    return f"{table_location.rstrip('/')}/{REWRITTEN_DIRECTORY}/{digest}.parquet"
+def path_digest(delta_path: str) -> str:
+    """What names the rewrites of the Delta file at ``delta_path``: the same for every run."""
+    return hashlib.sha256(delta_path.encode("utf-8")).hexdigest()
 
 
-def live_paths(meta: TableMetadata, delta_paths: Iterable[str]) -> dict[str, str]:
-    """Each Delta file's path in the target: its rewrite where the target has one, else itself.
-    A rewrite exists only for a file some run found unreadable, which the target then never
-    referenced in place (``refuse_widened_after``), so its presence on storage decides."""
+def rewritten_location(table_location: str, delta_path: str, schema_id: int) -> str:
+    """Where the rewrite of the Delta file at ``delta_path`` for the target's schema
+    ``schema_id`` lives (a later widening may rewrite it again, for a later schema)."""
+    return f"{rewrites_home(table_location)}{path_digest(delta_path)}-s{schema_id}.parquet"
+
+
+def rewrites_home(table_location: str) -> str:
+    return f"{table_location.rstrip('/')}/{REWRITTEN_DIRECTORY}/"
+
+
+def _digest_of(path: str, home: str) -> str | None:
+    if not path.startswith(home):
+        return None
+    return path[len(home) :].split("-", 1)[0]
+
+
+def live_rewrites(table: LoadedTable) -> dict[str, str]:
+    """The target's live rewrites by the digest of their Delta file's path."""
+    meta = table.metadata
+    if REWRITTEN_PROPERTY not in meta.properties:
+        return {}
+    home = rewrites_home(meta.location)
+    out: dict[str, str] = {}
+    for e in iter_live_entries(table.io, meta, meta.current_snapshot()):
+        digest = _digest_of(e.data_file.file_path, home) if e.data_file.content == DATA else None
+        if digest is not None:
+            out[digest] = e.data_file.file_path
+    return out
+
+
+def live_paths(table: LoadedTable, delta_paths: Iterable[str]) -> dict[str, str]:
+    """Each Delta file's path in the target: its live rewrite where the target has one, else
+    itself (found by the digest of its path among the target's live files)."""
     paths = list(dict.fromkeys(delta_paths))
-    if REWRITTEN_PROPERTY not in meta.properties or not paths:
-        return {p: p for p in paths}
-    io = FileIO.for_location(meta.location)
-    candidates = [rewritten_location(meta.location, p) for p in paths]
-    with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
-        present = list(pool.map(io.exists, candidates))
-    return {p: (c if there else p) for p, c, there in zip(paths, candidates, present, strict=True)}
+    rewrites = live_rewrites(table) if paths else {}
+    return {p: rewrites.get(path_digest(p), p) for p in paths}
 
 
-def refuse_widened_after(meta: TableMetadata, mapped: MappedSchema, target: str) -> None:
-    """A column widened after the target was converted: the files it already references in place
-    hold the old type, and only files new to this run are rewritten."""
+def widened_after(meta: TableMetadata, mapped: MappedSchema) -> list[str]:
+    """Why files the target already references in place may now be unreadable: columns widened
+    (beyond Iceberg's promotions) since the target's current schema, when it has data."""
     if meta.current_snapshot() is None:
-        return
+        return []
     before = ids_by_name_path(meta.schema())
+    out = []
     for u in mapped.unreadable:
         if u.widened_from is None or u.path not in before:
             continue
         was = meta.schema().find_type(before[u.path])
-        now = mapped.schema.find_type(mapped.ids_by_path[u.path])
-        if was != now:
-            raise UnsupportedFeatureError(
-                f"{u.reason}, after {target} was converted: the files it already references would be "
-                f"read wrong; convert into a new target with {REWRITE_OPTION}"
-            )
+        if was != mapped.schema.find_type(mapped.ids_by_path[u.path]):
+            out.append(u.reason)
+    return out
+
+
+def retyped_ids(mapped: MappedSchema) -> frozenset[int]:
+    """Field ids of the columns widened beyond Iceberg's promotions (their children too): they
+    keep their ids through the change, since every file holding the old type is rewritten."""
+    out: set[int] = set()
+    for u in mapped.unreadable:
+        field_ = mapped.schema.find_field(mapped.ids_by_path[u.path]) if u.widened_from else None
+        if field_ is not None:
+            out |= {field_.id, *(c.id for c in walk_fields(field_.type))}
+    return frozenset(out)
+
+
+def in_place_unreadable(
+    table: LoadedTable, snap: DeltaSnapshot, rewriter: Rewriter, io: FileIO, gone: Iterable[str], why: str
+) -> list[tuple[AddFile, DataFile]]:
+    """The target's live data files (in place, or rewrites made for an older schema) that the
+    version's schema makes unreadable, each as (its Delta add as of ``snap``, with its current
+    DV; the target's data file); ``gone``: Delta files the version removes. They are rewritten
+    from the Delta file like new files and replace the target's in the same snapshot."""
+    meta = table.metadata
+    home = rewrites_home(meta.location)
+    skip = set(gone)
+    entries = iter_live_entries(table.io, meta, meta.current_snapshot())
+    live = [e.data_file for e in entries if e.data_file.content == DATA]
+    if not live:
+        return []
+    current = snap.files.column("absolute_path")
+    by_digest = {path_digest(p): p for p in [*current.to_pylist(), *skip]}
+    # Each live file as (its Delta file's path, or None when no Delta file is known for it).
+    held = [(f, by_digest.get(d) if (d := _digest_of(f.file_path, home)) else f.file_path) for f in live]
+    wanted = pa.array([p for _, p in held if p is not None and p not in skip], pa.string())
+    adds = {a.absolute_path: a for a in add_files_of(snap.files.filter(pc.is_in(current, wanted)))}
+    missing = [f.file_path for f, p in held if p is None or (p not in adds and p not in skip)]
+    if missing:
+        # The state holds only the files this run's commits touched (a Spark replay).
+        raise UnsupportedFeatureError(
+            f"{why}, after {table.identifier} was converted, and its file {missing[0]} is not in the "
+            f"Delta state this run read: run again with --engine driver, or convert into a new "
+            f"target with {REWRITE_OPTION}"
+        )
+    pairs = [(adds[p], f) for f, p in held if p is not None and p in adds]
+    target_io = FileIO.for_location(meta.location)
+
+    def unreadable(pair: tuple[AddFile, DataFile]) -> str | None:
+        path = pair[1].file_path
+        return rewriter.unreadable_at(target_io if path.startswith(home) else io, path)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(pairs)))) as pool:
+        reasons = list(pool.map(unreadable, pairs))
+    return [pair for pair, reason in zip(pairs, reasons, strict=True) if reason is not None]
 
 
 @dataclass
@@ -101,7 +178,10 @@ class Rewriter:
 
     def unreadable(self, io: FileIO, add: AddFile) -> str | None:
         """Why Iceberg readers would read the Delta file wrong, or None."""
-        with io.open_input(add.absolute_path) as stream:
+        return self.unreadable_at(io, add.absolute_path)
+
+    def unreadable_at(self, io: FileIO, path: str) -> str | None:
+        with io.open_input(path) as stream:
             file_schema = pq.ParquetFile(stream).schema_arrow
         return iceberg_unreadable(file_schema, self.fields, self.mapped.name_mapping)
 
@@ -121,7 +201,7 @@ class Rewriter:
         return out
 
     def rewrite(self, io: FileIO, add: AddFile, original: DataFile) -> DataFile:
-        path = rewritten_location(self.location, add.absolute_path)
+        path = rewritten_location(self.location, add.absolute_path, self.schema.schema_id)
         target_io = FileIO.for_location(path)
         if target_io.exists(path):
             # An earlier run's rewrite of the same (immutable) Delta file: reused as it is.
@@ -197,7 +277,8 @@ class Rewriter:
             metrics=metrics,
             floats=floats.stats if floats is not None else None,
         )
-        return replace(built, record_count=original.record_count)
+        # Same rows in the same order: the same row ids (a new file gets its own later).
+        return replace(built, record_count=original.record_count, first_row_id=original.first_row_id)
 
 
 def rewriter_for(
@@ -209,15 +290,20 @@ def rewriter_for(
         return None
     spec = preview.spec(preview.default_spec_id)
     sources = frozenset(f.source_id for f in spec.fields if f.transform == "identity")
-    return Rewriter(preview.schema(), mapped, by_id, meta.location, preview.properties, sources, created)
+    schema = preview.schema()
+    return Rewriter(schema, mapped, by_id, meta.location, preview.properties, sources, created)
 
 
 def as_delta_paths(state: pa.Table, delta_files: pa.Table, location: str) -> pa.Table:
     """A target's live files (``state``: ``absolute_path``, ``dv_id``) with each rewrite named
     by the Delta file it was made from, where that file is among ``delta_files``: so a re-sync
     compares Delta paths with Delta paths."""
-    by_rewrite = {rewritten_location(location, p): p for p in delta_files.column("absolute_path").to_pylist()}
-    paths = [by_rewrite.get(p, p) for p in state.column("absolute_path").to_pylist()]
+    home = rewrites_home(location)
+    by_digest = {path_digest(p): p for p in delta_files.column("absolute_path").to_pylist()}
+    paths = []
+    for p in state.column("absolute_path").to_pylist():
+        digest = _digest_of(p, home)
+        paths.append(by_digest.get(digest, p) if digest is not None else p)
     return state.set_column(
         state.schema.get_field_index("absolute_path"), "absolute_path", pa.array(paths, pa.string())
     )

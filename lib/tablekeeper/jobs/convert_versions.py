@@ -26,6 +26,7 @@ from tablekeeper.commit import Committer, SnapshotChange, SummaryDelta
 from tablekeeper.commit.added_manifests import added_delta, write_added_manifests
 from tablekeeper.delta.diff import FileDiff
 from tablekeeper.delta.file_columns import added_files
+from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.segment import LogEntry, LogSegment
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.to_iceberg import (
@@ -40,7 +41,7 @@ from tablekeeper.errors import (
     ConfigError,
     UnsupportedFeatureError,
 )
-from tablekeeper.iceberg.content import DATA
+from tablekeeper.iceberg.content import DATA, DataFile
 from tablekeeper.iceberg.entry_columns import AddedFiles
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.name_mapping import merge_name_mappings, name_mapping_to_json, parse_name_mapping
@@ -64,9 +65,11 @@ from tablekeeper.jobs.convert_lineage import (
 )
 from tablekeeper.jobs.convert_rewrite import (
     REWRITTEN_PROPERTY,
+    in_place_unreadable,
     live_paths,
-    refuse_widened_after,
+    retyped_ids,
     rewriter_for,
+    widened_after,
 )
 from tablekeeper.jobs.convert_verify import check_mode
 from tablekeeper.jobs.delta_files import WrittenDeletes, data_files, delete_files
@@ -202,8 +205,10 @@ def evolve(
         format_version=meta.format_version,
         rewrite_unreadable=rewrite,
     )
+    # A column widened beyond Iceberg's promotions keeps its id: every file the new schema reads
+    # holding the old type is rewritten (convert_rewrite), and older snapshots keep their schema.
     try:
-        updated = add_schema(meta, mapped.schema, timestamp_ms=timestamp_ms)
+        updated = add_schema(meta, mapped.schema, timestamp_ms=timestamp_ms, retyped=retyped_ids(mapped))
     except ConfigError:
         # An overwrite replaced a column by name with another type: only the name is shared.
         fv = meta.format_version
@@ -363,9 +368,13 @@ def commit_version(
     now = int(time.time() * 1000)
     rewrite = options.rewrite_unreadable_files
     mapped, preview = evolve(meta, snap, now, rewrite)
-    refuse_widened_after(meta, mapped, options.target)
     rewriter = rewriter_for(meta, preview, mapped, snap.column_mapping.mode == "id", totals.created)
     io = FileIO.for_location(snap.root)
+    # Files converted in place before a column was widened: rewritten, replacing the originals.
+    redo: list[tuple[AddFile, DataFile]] = []
+    if rewriter is not None and (why := widened_after(meta, mapped)):
+        redo = in_place_unreadable(table, snap, rewriter, io, diff.removed, why[0])
+    redone = {a.absolute_path for a, _ in redo}  # Delta paths; the target's files go
     foreign = ids_handed_out_elsewhere(meta, lambda s: DELTA_VERSION_SUMMARY in s.summary)
     lineage = plan_lineage(
         snap, meta.properties, bool(meta.snapshots), meta.format_version, foreign_ids=foreign
@@ -374,8 +383,10 @@ def commit_version(
     if zone is None:
         totals.zoneless.update(zoneless_columns(snap, diff.added_rows))
     # Delta files this version removes or changes the DV of, as the target references them.
-    live = live_paths(meta, [*diff.removed, *(a.absolute_path for a in diff.dv_changed)])
-    removed = frozenset(live[p] for p in diff.removed)
+    # Their deletes come from their Delta adds as of this version, like a new file's.
+    dv_changed = [a for a in diff.dv_changed if a.absolute_path not in redone]
+    live = live_paths(table, [*diff.removed, *(a.absolute_path for a in dv_changed)])
+    removed = frozenset([*(live[p] for p in diff.removed), *(f.file_path for _, f in redo)])
     if rewriter is None and not diff.dv_changed and (lineage is None or not lineage.carry):
         files = added_files(
             diff.added_rows, snap.schema, snap.column_mapping, mapped, snap.partition_columns, zone
@@ -392,39 +403,44 @@ def commit_version(
     added = data_files(diff.added, snap, mapped, preview.default_spec_id, io, zone)
     lineage = check_files(lineage, io, snap.root, entries, diff.added)
     before = totals.rewritten
+    adds = list(diff.added)
     if rewriter is not None:
         added = rewriter.rewrite_unreadable(io, list(zip(diff.added, added, strict=True)))
+        added += [rewriter.rewrite(io, a, f) for a, f in redo]
+        adds += [a for a, _ in redo]
         totals.rewritten += rewriter.rewritten
         if rewriter.rewritten and lineage is not None and lineage.carry and lineage.materialized:
             # Delta's materialized row ids stay in the Delta files, not in their rewrites.
             lineage = Lineage(False, "data files were rewritten for Iceberg readers")
     own_sequence_numbers: dict[str, int] = {}
     if lineage is not None and lineage.carry:
-        added = [replace(f, first_row_id=a.base_row_id) for a, f in zip(diff.added, added, strict=True)]
+        added = [replace(f, first_row_id=a.base_row_id) for a, f in zip(adds, added, strict=True)]
         own_sequence_numbers = {
-            f.file_path: int(a.default_row_commit_version or 0)
-            for a, f in zip(diff.added, added, strict=True)
+            f.file_path: int(a.default_row_commit_version or 0) for a, f in zip(adds, added, strict=True)
         }
     totals.lineage = lineage
-    with_new_dv = [a for a in diff.dv_changed if a.deletion_vector]
+    with_new_dv = [a for a in dv_changed if a.deletion_vector]
     changed = [
         replace(f, file_path=live[f.file_path])
         for f in data_files(with_new_dv, snap, mapped, preview.default_spec_id, io, zone)
     ]
-    with_dv = [*zip(diff.added, added, strict=True), *zip(with_new_dv, changed, strict=True)]
+    with_dv = [*zip(adds, added, strict=True), *zip(with_new_dv, changed, strict=True)]
     deletes = delete_files(with_dv, snap.root, io, meta.location, meta.format_version, f"{token}-")
     new_files = [*added, *deletes.files]
+    operation = diff.operation()
+    if redo and operation == "append":
+        operation = "overwrite"  # files are replaced too (by their rewrites: no row changes)
     base_change = version_change(
         snap,
         meta,
         now,
-        diff.operation(),
+        operation,
         lineage,
         rewrite,
         {REWRITTEN_PROPERTY: "true"} if totals.rewritten > before else None,
         data_sequence_numbers=own_sequence_numbers,
         removed_paths=removed,
-        removed_deletes_for=frozenset([*removed, *(live[a.absolute_path] for a in diff.dv_changed)]),
+        removed_deletes_for=frozenset([*removed, *(live[a.absolute_path] for a in dv_changed)]),
     )
     committer = Committer(catalog, options.target, file_prefix=token)
     distributed = uses_spark(options, len(new_files), spark)

@@ -17,7 +17,7 @@ from tablekeeper.delta.to_iceberg import map_schema
 from tablekeeper.iceberg.content import DATA, DataFile
 from tablekeeper.iceberg.parquet import FIELD_ID_KEY
 from tablekeeper.io import FileIO
-from tablekeeper.jobs.convert_rewrite import Rewriter, as_delta_paths, rewritten_location
+from tablekeeper.jobs.convert_rewrite import Rewriter, as_delta_paths, path_digest, rewritten_location
 
 NAME_MODE = {"delta.columnMapping.mode": "name", "delta.columnMapping.maxColumnId": "3"}
 
@@ -77,7 +77,7 @@ def test_only_unreadable_files_are_rewritten_under_the_target_in_row_order(tmp_p
     [written] = rewriter.rewrite_unreadable(
         io, [(_add(delta / "old.parquet"), _original(delta / "old.parquet", 3))]
     )
-    expected = rewritten_location(str(tmp_path / "target"), str(delta / "old.parquet"))
+    expected = rewritten_location(str(tmp_path / "target"), str(delta / "old.parquet"), 0)
     assert written.file_path == expected and expected.startswith(f"{tmp_path}/target/data/delta-rewritten/")
     assert rewriter.created == [expected] and rewriter.rewritten == 1
     back = pq.read_table(expected)
@@ -113,14 +113,15 @@ def test_only_unreadable_files_are_rewritten_under_the_target_in_row_order(tmp_p
 
 
 def test_rewritten_names_are_a_function_of_the_delta_path() -> None:
-    a = rewritten_location("s3://b/t/", "s3://d/x/part-0.parquet")
-    assert a == rewritten_location("s3://b/t", "s3://d/x/part-0.parquet")
-    assert a != rewritten_location("s3://b/t", "s3://d/x/part-1.parquet")
-    assert a.startswith("s3://b/t/data/delta-rewritten/") and a.endswith(".parquet")
+    a = rewritten_location("s3://b/t/", "s3://d/x/part-0.parquet", 3)
+    assert a == rewritten_location("s3://b/t", "s3://d/x/part-0.parquet", 3)
+    assert a != rewritten_location("s3://b/t", "s3://d/x/part-1.parquet", 3)
+    assert a.startswith(f"s3://b/t/data/delta-rewritten/{path_digest('s3://d/x/part-0.parquet')}-")
+    assert a.endswith("-s3.parquet")
 
 
 def test_a_resync_compares_rewrites_by_their_delta_paths() -> None:
-    rewrite = rewritten_location("/t", "/d/a.parquet")
+    rewrite = rewritten_location("/t", "/d/a.parquet", 2)
     state = pa.table(
         {"absolute_path": [rewrite, "/d/b.parquet", "/t/data/other.parquet"], "dv_id": ["x", None, None]}
     )
