@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from tablekeeper.catalog import catalog_for
-from tablekeeper.errors import UnsupportedFeatureError
+from tablekeeper.errors import ConfigError
 from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tests.conftest import SQL_CATALOG
 from tests.interop.test_convert_metrics import check_filters
@@ -57,11 +57,24 @@ def test_type_widening_converts_iceberg_promotions_and_refuses_the_rest(
     spark.sql(f"ALTER TABLE delta.`{source}` ALTER COLUMN ratio TYPE DOUBLE")
     spark.sql(f"INSERT INTO delta.`{source}` VALUES (4, 1, 1.0, 0.25)")
     with pytest.raises(
-        UnsupportedFeatureError, match=r"'ratio' was widened from integer to double.*DROP FEATURE"
+        ConfigError,
+        match=r"'ratio' was widened from integer to double.*--rewrite-unreadable-files.*DROP FEATURE",
     ):
         _convert(catalogs, source, "exact.widened_double")
-    with pytest.raises(UnsupportedFeatureError, match="widened from integer to double"):
+    with pytest.raises(ConfigError, match="widened from integer to double"):
         _convert(catalogs, source, "exact.widened", mode="incremental")
+    # With the option, the files the target already references in place holding ints are
+    # rewritten too (replacing them in the same snapshot); the newest file holds doubles.
+    live = _data_files(spark, "exact.widened")
+    result = _convert(catalogs, source, "exact.widened", mode="incremental", rewrite_unreadable_files=True)
+    assert result.metrics["rewritten_files"] == len(live) > 0
+    _same(spark, "exact.widened", source)
+    assert not set(live) & set(_data_files(spark, "exact.widened"))
+
+
+def _data_files(spark: Any, target: str) -> list[str]:
+    spark.sql(f"REFRESH TABLE {SQL_CATALOG}.{target}")
+    return [r.file_path for r in spark.sql(f"SELECT file_path FROM {SQL_CATALOG}.{target}.files").collect()]
 
 
 def test_signed_zeros_keep_every_file_a_filter_needs(spark, catalogs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

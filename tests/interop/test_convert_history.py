@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tablekeeper.catalog import catalog_for
-from tablekeeper.errors import CommitStateUnknown, StorageError, UnsupportedFeatureError
+from tablekeeper.errors import CommitStateUnknown, ConfigError, StorageError
 from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tests.conftest import SQL_CATALOG
 from tests.support.pyiceberg_check import assert_pyiceberg_latest
@@ -166,7 +166,8 @@ def test_column_mapping_renames_drops_and_nested_types(spark, catalogs, tmp_path
 def test_maps_and_arrays_of_primitives_need_nested_ids(spark, catalogs, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Column-mapped files carry ids for columns; map keys/values and array elements get ids only
     with IcebergCompatV2 (nested ids). Without them Iceberg readers cannot resolve those children,
-    so the converter refuses and names the column."""
+    so the converter refuses and names the column (--rewrite-unreadable-files rewrites them:
+    test_convert_rewrite_unreadable)."""
     columns = "id BIGINT, m MAP<STRING, ARRAY<INT>>, tags ARRAY<STRING>, s STRUCT<a: MAP<INT, STRING>>"
     rows = "SELECT id, map('k', array(CAST(id AS INT), 2)), array('t', NULL), named_struct('a', map(1, 'x'))"
     plain = tmp_path / "cm_no_nested_ids"
@@ -175,7 +176,7 @@ def test_maps_and_arrays_of_primitives_need_nested_ids(spark, catalogs, tmp_path
         "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')"
     )
     spark.sql(f"INSERT INTO delta.`{plain}` {rows} FROM range(0, 5)")
-    with pytest.raises(UnsupportedFeatureError, match="Delta column 'm': its keys have no column-mapping id"):
+    with pytest.raises(ConfigError, match="Delta column 'm': its keys have no column-mapping id"):
         convert(catalogs, plain, f"{NS}.cm_refused")
     compat = tmp_path / "cm_nested_ids"
     spark.sql(

@@ -114,12 +114,15 @@ def parse_type(value: Any) -> DeltaType:
         if name.startswith("interval"):
             raise UnsupportedFeatureError(f"Delta column type {name!r} has no Iceberg equivalent")
         if name.startswith(("geometry", "geography")):
-            # Iceberg v3 has both types, but no reference engine reads such a Delta table yet
-            # (delta-spark 4.4 refuses geospatial columns), so no conversion could be proven.
+            # Iceberg v3 has both types, but no reference engine reads them: delta-spark 4.4
+            # refuses geospatial columns, and Iceberg Spark 1.11 has no Spark type for them (its
+            # TypeToSparkType fails on geometry and geography), so no conversion could be proven
+            # and its target could not be read in Spark.
             raise UnsupportedFeatureError(
-                f"Delta column type {name!r} is not converted (delta-spark does not read geospatial "
-                "columns, so no conversion can be checked against it): store the column as WKB "
-                "binary in Delta (ST_AsBinary), then convert"
+                f"Delta column type {name!r} is not converted (neither delta-spark nor Iceberg Spark "
+                "reads geospatial columns, so the target could not be read in Spark nor checked "
+                "against the source): store the column as WKB binary in Delta (ST_AsBinary), then "
+                "convert"
             )
         raise CorruptMetadataError(f"unknown Delta column type {name!r} in schemaString")
     if isinstance(value, dict):

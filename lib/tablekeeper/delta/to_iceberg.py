@@ -37,7 +37,7 @@ from tablekeeper.delta.values import (
     timestamp_upper_bound,
     zoneless_timestamp_columns,
 )
-from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
+from tablekeeper.errors import ConfigError, CorruptMetadataError, UnsupportedFeatureError
 from tablekeeper.iceberg import types as it
 from tablekeeper.iceberg.bounds import widen_zero
 from tablekeeper.iceberg.content import DATA, DataFile
@@ -77,6 +77,21 @@ def _v3_only(name: str, path: tuple[str, ...], format_version: int) -> it.Iceber
     return _V3_ONLY[name]
 
 
+# The convert-delta option that rewrites the data files Iceberg readers could not read.
+REWRITE_OPTION = "--rewrite-unreadable-files"
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A column some data files hold in a form Iceberg readers cannot read under the mapped
+    schema: only a rewrite of those files makes them readable (``REWRITE_OPTION``)."""
+
+    path: tuple[str, ...]  # logical top-level path of the column
+    reason: str
+    # Widened from this Iceberg type (None: list/map children without ids in column-mapped files).
+    widened_from: it.IcebergType | None = None
+
+
 @dataclass(frozen=True)
 class MappedSchema:
     schema: it.Schema
@@ -85,6 +100,8 @@ class MappedSchema:
     ids_by_path: Mapping[tuple[str, ...], int]
     # logical path -> physical path (the names stats and files use)
     physical_by_path: Mapping[tuple[str, ...], tuple[str, ...]]
+    # Columns whose files may need a rewrite (only when map_schema was asked to allow them).
+    unreadable: tuple[Unreadable, ...] = ()
 
 
 class _Ids:
@@ -142,8 +159,11 @@ def _iceberg_of(delta_type_name: str) -> it.IcebergType | None:
     return _PRIMITIVES.get(t.name) if isinstance(t, DeltaPrimitive) else None
 
 
-def check_type_changes(f: DeltaField, path: tuple[str, ...], format_version: int) -> None:
-    """Refuse a column Delta widened in a way Iceberg readers do not promote.
+def check_type_changes(
+    f: DeltaField, path: tuple[str, ...], format_version: int, rewrite: bool = False
+) -> list[Unreadable]:
+    """Columns Delta widened in a way Iceberg readers do not promote: refused, or with ``rewrite``
+    returned (their files holding the old type get rewritten).
 
     Type widening changes the schema without rewriting files: files written before the change
     still hold the old type, and an Iceberg schema claiming the new one is read correctly only
@@ -153,6 +173,7 @@ def check_type_changes(f: DeltaField, path: tuple[str, ...], format_version: int
     changes = f.metadata.get(TYPE_CHANGES) or []
     if not isinstance(changes, list):
         raise CorruptMetadataError(f"Delta column {'.'.join(path)!r} has a malformed {TYPE_CHANGES}")
+    out: list[Unreadable] = []
     for change in changes:
         try:
             old_name, new_name = str(change["fromType"]), str(change["toType"])
@@ -162,13 +183,25 @@ def check_type_changes(f: DeltaField, path: tuple[str, ...], format_version: int
             ) from None
         where = ".".join((*path, *([str(change["fieldPath"])] if change.get("fieldPath") else [])))
         old, new = _iceberg_of(old_name), _iceberg_of(new_name)
-        if old is None or new is None or not it.is_valid_promotion(old, new, format_version):
+        if old is None or new is None:
             raise UnsupportedFeatureError(
-                f"Delta column {where!r} was widened from {old_name} to {new_name}, which Iceberg "
-                f"readers of a v{format_version} table do not promote, so files written before the "
-                "change would be read wrong: have Delta rewrite them (ALTER TABLE ... DROP FEATURE "
-                "typeWidening), then convert"
+                f"Delta column {where!r} was widened from {old_name} to {new_name}, which has no "
+                "Iceberg equivalent"
             )
+        if it.is_valid_promotion(old, new, format_version):
+            continue
+        reason = (
+            f"Delta column {where!r} was widened from {old_name} to {new_name}, which Iceberg "
+            f"readers of a v{format_version} table do not promote, so files written before the "
+            "change would be read wrong"
+        )
+        if not rewrite:
+            raise ConfigError(
+                f"{reason}: convert with {REWRITE_OPTION} (those files are rewritten into the "
+                "target), or have Delta rewrite them (ALTER TABLE ... DROP FEATURE typeWidening)"
+            )
+        out.append(Unreadable(path, reason, old))
+    return out
 
 
 def map_schema(
@@ -179,10 +212,13 @@ def map_schema(
     previous: it.Schema | None = None,
     last_column_id: int = 0,
     format_version: int = 2,
+    rewrite_unreadable: bool = False,
 ) -> MappedSchema:
     """``previous``: the Iceberg schema this one evolves. Without column-mapping ids, a field keeps
     the id its name path had there; new fields take ids above ``last_column_id``. Columns Delta
-    widened are checked against the promotions Iceberg allows at ``format_version``."""
+    widened are checked against the promotions Iceberg allows at ``format_version``. Columns some
+    files hold in a form Iceberg readers cannot read are refused, or with ``rewrite_unreadable``
+    listed in ``unreadable`` (the caller rewrites those files)."""
     start = _max_column_id(struct, configuration) + 1 if mapping.enabled else 1
     ids = _Ids(max(start, last_column_id + 1))
     reuse = ids_by_name_path(previous) if previous is not None else {}
@@ -199,6 +235,7 @@ def map_schema(
 
     ids_by_path: dict[tuple[str, ...], int] = {}
     physical_by_path: dict[tuple[str, ...], tuple[str, ...]] = {}
+    unreadable: list[Unreadable] = []
 
     def convert_type(
         t: DeltaType, path: tuple[str, ...], phys: tuple[str, ...], owner: DeltaField | None, nested_key: str
@@ -223,12 +260,17 @@ def map_schema(
                 if not isinstance(child, DeltaStruct) and f"{nested_key}.{part}" not in nested:
                     # The files carry field ids for columns but none for this child, and Iceberg
                     # readers resolve a file with ids by id only: they would not find it.
-                    raise UnsupportedFeatureError(
+                    reason = (
                         f"Delta column {'.'.join(path)!r}: its {part}s have no column-mapping id, so "
-                        "Iceberg readers cannot find them in the data files; enable "
-                        "delta.enableIcebergCompatV2 on the Delta table (it assigns nested ids) and "
-                        "rewrite its files, then convert"
+                        "Iceberg readers cannot find them in the data files"
                     )
+                    if not rewrite_unreadable:
+                        raise ConfigError(
+                            f"{reason}: convert with {REWRITE_OPTION} (files holding the column are "
+                            "rewritten into the target with ids), or enable delta.enableIcebergCompatV2 "
+                            "on the Delta table (it assigns nested ids) and rewrite its files"
+                        )
+                    unreadable.append(Unreadable(path[:1], reason))
         if isinstance(t, DeltaArray):
             eid = nested.get(f"{nested_key}.element") or fresh((*path, "element"))
             etype, emapped = convert_type(
@@ -260,7 +302,7 @@ def map_schema(
         for f, fid in zip(fields, own, strict=True):
             physical = mapping.physical_name(f)
             fpath, fphys = (*path, f.name), (*phys, physical)
-            check_type_changes(f, fpath, format_version)
+            unreadable.extend(check_type_changes(f, fpath, format_version, rewrite_unreadable))
             ids_by_path[fpath] = fid
             physical_by_path[fpath] = fphys
             ftype, children = convert_type(f.type, fpath, fphys, f, physical)
@@ -285,7 +327,11 @@ def map_schema(
 
     fields, mapped = convert_fields(struct.fields, (), ())
     return MappedSchema(
-        it.Schema(0, tuple(fields)), NameMapping(tuple(mapped)), ids_by_path, physical_by_path
+        it.Schema(0, tuple(fields)),
+        NameMapping(tuple(mapped)),
+        ids_by_path,
+        physical_by_path,
+        tuple(unreadable),
     )
 
 

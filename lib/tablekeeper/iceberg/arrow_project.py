@@ -149,10 +149,65 @@ def has_field_ids(schema: pa.Schema) -> bool:
     return walk(list(schema))
 
 
+def iceberg_unreadable(
+    file_schema: pa.Schema, fields: Sequence[NestedField], mapping: NameMapping | None
+) -> str | None:
+    """Why Iceberg readers would not read a file of ``file_schema`` as ``fields`` (they resolve
+    columns by field id, or through the name mapping in a file without any), or None when they
+    would: a column they find must hold a type they promote, and a list's or map's children
+    must carry their field ids where the file has ids."""
+    by_id = has_field_ids(file_schema)
+    resolver = _Resolver(by_id, mapping)
+
+    def child(fid: int, t: IcebergType, source: pa.Field, where: str) -> str | None:
+        if by_id and (source.metadata or {}).get(FIELD_ID_KEY) != str(fid).encode():
+            return f"{where} has no field id {fid} in the file"
+        return check(t, source.type, where)
+
+    def check(t: IcebergType, source: pa.DataType, where: str) -> str | None:
+        if pa.types.is_dictionary(source):
+            source = source.value_type
+        if isinstance(t, StructType):
+            if not pa.types.is_struct(source):
+                return f"{where} is {source} in the file, not a struct"
+            return struct(t.fields, [source.field(i) for i in range(source.num_fields)], f"{where}.")
+        if isinstance(t, ListType):
+            if not (pa.types.is_list(source) or pa.types.is_large_list(source)):
+                return f"{where} is {source} in the file, not a list"
+            return child(t.element_id, t.element, source.value_field, f"{where}.element")
+        if isinstance(t, MapType):
+            if not pa.types.is_map(source):
+                return f"{where} is {source} in the file, not a map"
+            return child(t.key_id, t.key, source.key_field, f"{where}.key") or child(
+                t.value_id, t.value, source.item_field, f"{where}.value"
+            )
+        try:
+            target = arrow_type(t)
+        except UnsupportedFeatureError:
+            return None  # read by other means (variant), not a question of promotion
+        if isinstance(target, pa.BaseExtensionType):
+            target = target.storage_type
+        if source == target or promotable(source, target):
+            return None
+        return f"{where} is {source} in the file, which Iceberg does not read as {t}"
+
+    def struct(children: Sequence[NestedField], candidates: Sequence[pa.Field], prefix: str) -> str | None:
+        for f in written_fields(children):
+            i = resolver.find(f, candidates)
+            if i is not None and (reason := check(f.type, candidates[i].type, f"{prefix}{f.name}")):
+                return reason
+        return None
+
+    return struct(fields, list(file_schema), "")
+
+
 @dataclass(frozen=True)
 class _Resolver:
     by_id: bool
     mapping: NameMapping | None
+    # Cast a primitive to its type even where Iceberg would not promote it (a writer's own
+    # widening, e.g. Delta's int to double), as long as no value changes.
+    widen: bool = False
 
     def find(self, f: NestedField, candidates: Sequence[pa.Field]) -> int | None:
         if self.by_id:
@@ -217,7 +272,7 @@ class _Resolver:
             return pa.ExtensionArray.from_storage(target, source)
         if source.type == target:
             return source
-        if not promotable(source.type, target):
+        if not (self.widen or promotable(source.type, target)):
             raise CorruptMetadataError(
                 f"column {where} is {source.type} in the file and cannot read as {t}: "
                 "not an Iceberg type promotion"
@@ -309,16 +364,25 @@ def _nanos_to_micros(source: pa.Array, target: pa.DataType) -> pa.Array:
 
 
 def projector(
-    file_schema: pa.Schema, fields: Sequence[NestedField], mapping: NameMapping | None, where: str
+    file_schema: pa.Schema,
+    fields: Sequence[NestedField],
+    mapping: NameMapping | None,
+    where: str,
+    *,
+    by_id: bool | None = None,
+    widen: bool = False,
 ) -> tuple[list[str], Any]:
-    """(top-level file columns to read, a function batch -> arrays of ``fields``)."""
-    by_id = has_field_ids(file_schema)
+    """(top-level file columns to read, a function batch -> arrays of ``fields``). ``by_id``:
+    resolve by field id (True) or name (False) whatever the file holds (None: as Iceberg does);
+    ``widen``: see ``_Resolver``."""
+    if by_id is None:
+        by_id = has_field_ids(file_schema)
     if not by_id and mapping is None:
         raise CorruptMetadataError(
             f"{where} has no Parquet field ids and the table has no name mapping "
             "(schema.name-mapping.default): its columns cannot be resolved"
         )
-    resolver = _Resolver(by_id, mapping)
+    resolver = _Resolver(by_id, mapping, widen)
     top = list(file_schema)
     found = [resolver.find(f, top) for f in fields]
     read = sorted({top[i].name for i in found if i is not None})

@@ -313,8 +313,12 @@ def is_valid_promotion(old: IcebergType, new: IcebergType, format_version: int =
     return False
 
 
-def check_evolution(old: Schema, new: Schema, format_version: int = 2) -> list[str]:
-    """Problems with replacing ``old`` by ``new``: each kept field id must keep a compatible type."""
+def check_evolution(
+    old: Schema, new: Schema, format_version: int = 2, retyped: frozenset[int] = frozenset()
+) -> list[str]:
+    """Problems with replacing ``old`` by ``new``: each kept field id must keep a compatible type.
+    ``retyped``: primitive fields whose values are rewritten into every file the new schema
+    reads, so they may change type beyond Iceberg's promotions."""
     problems: list[str] = []
     for f in walk_fields(new.as_struct()):
         before = old.find_field(f.id)
@@ -324,7 +328,11 @@ def check_evolution(old: Schema, new: Schema, format_version: int = 2) -> list[s
             continue
         if is_primitive(before.type) != is_primitive(f.type):
             problems.append(f"field id {f.id} changed between primitive and nested type")
-        elif is_primitive(f.type) and not is_valid_promotion(before.type, f.type, format_version):
+        elif (
+            is_primitive(f.type)
+            and f.id not in retyped
+            and not is_valid_promotion(before.type, f.type, format_version)
+        ):
             problems.append(f"field id {f.id} ({f.name}): {before.type} cannot be promoted to {f.type}")
         if f.required and not before.required:
             problems.append(f"field id {f.id} ({f.name}) cannot change from optional to required")

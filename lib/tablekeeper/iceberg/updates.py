@@ -181,10 +181,16 @@ def with_previous_metadata(meta: TableMetadata, base: TableMetadata, base_locati
 
 
 def add_schema(
-    meta: TableMetadata, schema: Schema, *, timestamp_ms: int, set_current: bool = True
+    meta: TableMetadata,
+    schema: Schema,
+    *,
+    timestamp_ms: int,
+    set_current: bool = True,
+    retyped: frozenset[int] = frozenset(),
 ) -> TableMetadata:
-    """Evolve the schema: field ids keep compatible types (Iceberg's promotions), new ids only grow."""
-    problems = check_evolution(meta.schema(), schema, meta.format_version)
+    """Evolve the schema: field ids keep compatible types (Iceberg's promotions), new ids only
+    grow; ``retyped``: as ``check_evolution``'s."""
+    problems = check_evolution(meta.schema(), schema, meta.format_version, retyped)
     if problems:
         raise ConfigError(f"schema change refused: {problems[0]}")
     existing = next((s for s in meta.schemas if s.fields == schema.fields), None)

@@ -32,6 +32,7 @@ from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.errors import (
     CommitConflict,
     CommitFailed,
+    CommitStateUnknown,
     ConfigError,
     DataFileGone,
 )
@@ -40,6 +41,7 @@ from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.context import JobContext, add_run_arguments, add_table_arguments
 from tablekeeper.jobs.convert_executors import convert_on_executors
+from tablekeeper.jobs.convert_rewrite import REWRITTEN_PROPERTY, as_delta_paths
 from tablekeeper.jobs.convert_vacuum import expire_broken, vacuum_exposed
 from tablekeeper.jobs.convert_verify import Verifier, verify_rows
 from tablekeeper.jobs.convert_versions import (
@@ -229,6 +231,8 @@ def _distributed_full(plan: ConvertPlan, options: ConvertDeltaOptions, spark: Sp
     """A full, latest-only conversion whose files are built on the executors."""
     if spark is None or options.engine == "driver" or options.history != "latest":
         return False
+    if options.rewrite_unreadable_files:
+        return False  # the driver decides, file by file, what to rewrite
     if plan.base_version is not None or plan.resync or not plan.versions:
         return False
     if options.engine == "spark":
@@ -244,8 +248,17 @@ def execute_convert(
     catalog operation (``jobs.staging``): readers see the target before or after the run, never
     part of it, and a run that dies leaves files its staging journal names for the next."""
     base = catalog.require(options.target) if plan.target_exists else None
-    with staged_run(catalog, options.target, base, JOB) as run:
-        metrics, latest = _convert(plan, options, run.table, spark, run.token, run.journal)
+    totals = Totals()
+    try:
+        with staged_run(catalog, options.target, base, JOB) as run:
+            metrics, latest = _convert(plan, options, run.table, spark, run.token, run.journal, totals)
+    except CommitStateUnknown:
+        raise  # the target may reference the rewritten files: they stay
+    except Exception:
+        # Rewrites are named after their Delta files, not the run: staging does not know them.
+        if totals.created:
+            FileIO.for_location(totals.created[0]).delete_many(totals.created)
+        raise
     metrics["resumed_journal"] = run.resumed
     if catalog.table_exists(options.target):
         # Also when nothing was converted: time alone moves Delta's removals past retention.
@@ -269,10 +282,10 @@ def _convert(
     spark: SparkSession | None,
     token: str,
     journal: JournalWriter,
+    totals: Totals,
 ) -> tuple[dict[str, object], DeltaSnapshot | None]:
     """The run's metrics and the newest Delta state it converted (None when the executors held
-    it, or nothing was converted)."""
-    totals = Totals()
+    it, or nothing was converted); ``totals`` gathers what it did."""
     latest: DeltaSnapshot | None = None
     gone: dict[int, str] = {}  # Delta versions not converted: a file they reach is already gone
     size: int | None = None
@@ -286,11 +299,17 @@ def _convert(
         size = convert_on_executors(plan, options, catalog, spark, totals, token, verifier)
     elif plan.versions:
         previous: pa.Table | None = None
+        rewrites_in: str | None = None  # the target's location when it references rewrites
         if plan.resync:
-            previous = target_state(catalog.require(options.target))
+            target = catalog.require(options.target)
+            previous = target_state(target)
+            if REWRITTEN_PROPERTY in target.metadata.properties:
+                rewrites_in = target.metadata.location
         wanted = set(plan.versions)
         prev_version: int | None = None
         for snap in _states(plan, options, spark):
+            if rewrites_in is not None and previous is not None:
+                previous, rewrites_in = as_delta_paths(previous, snap.files, rewrites_in), None
             if snap.version not in wanted:
                 previous, prev_version = columns(snap.files), snap.version
                 continue
@@ -324,6 +343,7 @@ def _convert(
         "snapshot_id": totals.last_snapshot_id,
         "data_files": totals.data_files,
         "data_files_removed": totals.removed_data_files,
+        "rewritten_files": totals.rewritten,
         "delete_files": totals.delete_files,
         "manifests": totals.manifests,
         "bytes_referenced": size
@@ -457,6 +477,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="IANA zone (e.g. America/New_York) of the Spark session that wrote the table's "
         "timestamp partition values without a zone; default: the catalog's "
         "delta-partition-timezone, else UTC (the result says when it was assumed)",
+    )
+    parser.add_argument(
+        "--rewrite-unreadable-files",
+        action="store_true",
+        help="rewrite into the target's location the Delta data files Iceberg readers cannot read "
+        "(column-mapped lists/maps without nested field ids, columns widened beyond Iceberg's "
+        "promotions), with field ids and the Iceberg types; all other files stay in place",
     )
     add_run_arguments(parser)
 

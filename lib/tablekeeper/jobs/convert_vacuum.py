@@ -23,6 +23,7 @@ from tablekeeper.files.manifests import live_count, read
 from tablekeeper.iceberg.manifest import read_manifest_list
 from tablekeeper.iceberg.reachable import DATA_FILE, live_files
 from tablekeeper.io import FileIO
+from tablekeeper.jobs.convert_rewrite import rewrites_home
 from tablekeeper.jobs.convert_versions import DELTA_VERSION_SUMMARY
 from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
 
@@ -82,7 +83,10 @@ def broken_snapshots(
         names = sorted(wanted)
         for path, found in zip(names, parallel_map(lambda p: live_files(read(p), p), names), strict=True):
             files[path] = [f.path for f in found if f.kind == DATA_FILE]
-    candidates = sorted({p for paths in files.values() for p in paths})
+    # Rewrites of Delta files (--rewrite-unreadable-files) are the target's own: VACUUM never
+    # deletes them, whatever becomes of the Delta file they were made from.
+    home = rewrites_home(meta.location)
+    candidates = sorted({p for paths in files.values() for p in paths if not p.startswith(home)})
     if not candidates:
         return {}
     state = delta(candidates)
@@ -105,7 +109,7 @@ def broken_snapshots(
     gone = {p for p, there in zip(recent, parallel_map(data_io.exists, recent), strict=True) if not there}
 
     def at_risk(path: str) -> bool:
-        if path in live:
+        if path in live or path.startswith(home):
             return False
         when = removed_at.get(path)
         # No tombstone left: the removal is older than the retention still.

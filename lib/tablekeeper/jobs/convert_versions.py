@@ -12,7 +12,7 @@ import argparse
 import datetime as dt
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -26,6 +26,7 @@ from tablekeeper.commit import Committer, SnapshotChange, SummaryDelta
 from tablekeeper.commit.added_manifests import added_delta, write_added_manifests
 from tablekeeper.delta.diff import FileDiff
 from tablekeeper.delta.file_columns import added_files
+from tablekeeper.delta.models import AddFile
 from tablekeeper.delta.segment import LogEntry, LogSegment
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.delta.to_iceberg import (
@@ -40,7 +41,7 @@ from tablekeeper.errors import (
     ConfigError,
     UnsupportedFeatureError,
 )
-from tablekeeper.iceberg.content import DATA
+from tablekeeper.iceberg.content import DATA, DataFile
 from tablekeeper.iceberg.entry_columns import AddedFiles
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.name_mapping import merge_name_mappings, name_mapping_to_json, parse_name_mapping
@@ -61,6 +62,14 @@ from tablekeeper.jobs.convert_lineage import (
     check_files,
     ids_handed_out_elsewhere,
     plan_lineage,
+)
+from tablekeeper.jobs.convert_rewrite import (
+    REWRITTEN_PROPERTY,
+    in_place_unreadable,
+    live_paths,
+    retyped_ids,
+    rewriter_for,
+    widened_after,
 )
 from tablekeeper.jobs.convert_verify import check_mode
 from tablekeeper.jobs.delta_files import WrittenDeletes, data_files, delete_files
@@ -103,6 +112,9 @@ class ConvertDeltaOptions:
     partition_timezone: str | None = None
     # The catalogs file's default for it (delta-partition-timezone), for a target not yet converted.
     default_partition_timezone: str | None = None
+    # Rewrite into the target the data files Iceberg readers could not read (files without
+    # nested field ids, columns widened beyond Iceberg's promotions); without it they are refused.
+    rewrite_unreadable_files: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ConvertDeltaOptions:
@@ -117,6 +129,7 @@ class ConvertDeltaOptions:
             verify=args.verify,
             catalog=args.catalog,
             partition_timezone=getattr(args, "partition_timezone", None),
+            rewrite_unreadable_files=bool(getattr(args, "rewrite_unreadable_files", False)),
         )
 
     def __post_init__(self) -> None:
@@ -177,8 +190,11 @@ class ConvertPlan:
 # Metadata evolution
 
 
-def evolve(meta: TableMetadata, snap: DeltaSnapshot, timestamp_ms: int) -> tuple[MappedSchema, TableMetadata]:
-    """The target's metadata with the Delta version's schema, partitioning and version recorded."""
+def evolve(
+    meta: TableMetadata, snap: DeltaSnapshot, timestamp_ms: int, rewrite: bool = False
+) -> tuple[MappedSchema, TableMetadata]:
+    """The target's metadata with the Delta version's schema, partitioning and version recorded;
+    ``rewrite``: columns some files hold unreadably are allowed (those files get rewritten)."""
     mapping, config = snap.column_mapping, snap.metadata.configuration
     mapped = map_schema(
         snap.schema,
@@ -187,14 +203,19 @@ def evolve(meta: TableMetadata, snap: DeltaSnapshot, timestamp_ms: int) -> tuple
         previous=meta.schema(),
         last_column_id=meta.last_column_id,
         format_version=meta.format_version,
+        rewrite_unreadable=rewrite,
     )
+    # A column widened beyond Iceberg's promotions keeps its id: every file the new schema reads
+    # holding the old type is rewritten (convert_rewrite), and older snapshots keep their schema.
     try:
-        updated = add_schema(meta, mapped.schema, timestamp_ms=timestamp_ms)
+        updated = add_schema(meta, mapped.schema, timestamp_ms=timestamp_ms, retyped=retyped_ids(mapped))
     except ConfigError:
         # An overwrite replaced a column by name with another type: only the name is shared.
         fv = meta.format_version
         last = meta.last_column_id
-        mapped = map_schema(snap.schema, mapping, config, last_column_id=last, format_version=fv)
+        mapped = map_schema(
+            snap.schema, mapping, config, last_column_id=last, format_version=fv, rewrite_unreadable=rewrite
+        )
         try:
             updated = add_schema(meta, mapped.schema, timestamp_ms=timestamp_ms)
         except ConfigError as err:
@@ -218,7 +239,11 @@ def create_target(
     options: ConvertDeltaOptions, plan: ConvertPlan, catalog: Catalog, first: DeltaSnapshot
 ) -> None:
     mapped = map_schema(
-        first.schema, first.column_mapping, first.metadata.configuration, format_version=plan.format_version
+        first.schema,
+        first.column_mapping,
+        first.metadata.configuration,
+        format_version=plan.format_version,
+        rewrite_unreadable=options.rewrite_unreadable_files,
     )
     meta = new_table_metadata(
         schema=mapped.schema,
@@ -253,6 +278,9 @@ class Totals:
     lineage: Lineage | None = None  # the last version's
     # Timestamp partition columns with zone-less values read as UTC because no zone was stated.
     zoneless: set[str] = field(default_factory=set)
+    # Data files rewritten for Iceberg readers, and the files the run wrote for them.
+    rewritten: int = 0
+    created: list[str] = field(default_factory=list)
 
 
 def version_change(
@@ -261,13 +289,16 @@ def version_change(
     now: int,
     operation: str,
     lineage: Lineage | None = None,
+    rewrite: bool = False,
+    extra_properties: Mapping[str, str] | None = None,
     **fields: Any,
 ) -> SnapshotChange:
     """The snapshot change recording Delta version ``snap``: its metadata (schema, spec, name
-    mapping, converted version, how row ids are assigned) is applied in the same commit, on every
-    attempt's base. Files carrying Delta's row ids need ``lineage``'s sequence numbers and
-    next-row-id (``fields`` has their own sequence numbers)."""
-    properties: dict[str, str] = {}
+    mapping, converted version, how row ids are assigned, ``extra_properties``) is applied in the
+    same commit, on every attempt's base. Files carrying Delta's row ids need ``lineage``'s
+    sequence numbers and next-row-id (``fields`` has their own sequence numbers). ``rewrite``:
+    as ``evolve``'s."""
+    properties: dict[str, str] = dict(extra_properties or {})
     if lineage is not None:
         properties[ROW_IDS_PROPERTY] = CARRIED if lineage.carry else FRESH
         if lineage.carry and lineage.high_water_mark is not None:
@@ -277,7 +308,7 @@ def version_change(
             }
 
     def prepare(base: TableMetadata, ts: int) -> TableMetadata:
-        evolved = evolve(base, snap, ts)[1]
+        evolved = evolve(base, snap, ts, rewrite)[1]
         return set_properties(evolved, properties, timestamp_ms=ts) if properties else evolved
 
     current = meta.current_snapshot()
@@ -335,8 +366,15 @@ def commit_version(
     table = catalog.require(options.target)
     meta = table.metadata
     now = int(time.time() * 1000)
-    mapped, preview = evolve(meta, snap, now)
+    rewrite = options.rewrite_unreadable_files
+    mapped, preview = evolve(meta, snap, now, rewrite)
+    rewriter = rewriter_for(meta, preview, mapped, snap.column_mapping.mode == "id", totals.created)
     io = FileIO.for_location(snap.root)
+    # Files converted in place before a column was widened: rewritten, replacing the originals.
+    redo: list[tuple[AddFile, DataFile]] = []
+    if rewriter is not None and (why := widened_after(meta, mapped)):
+        redo = in_place_unreadable(table, snap, rewriter, io, diff.removed, why[0])
+    redone = {a.absolute_path for a, _ in redo}  # Delta paths; the target's files go
     foreign = ids_handed_out_elsewhere(meta, lambda s: DELTA_VERSION_SUMMARY in s.summary)
     lineage = plan_lineage(
         snap, meta.properties, bool(meta.snapshots), meta.format_version, foreign_ids=foreign
@@ -344,13 +382,18 @@ def commit_version(
     zone = options.partition_zone
     if zone is None:
         totals.zoneless.update(zoneless_columns(snap, diff.added_rows))
-    if not diff.dv_changed and (lineage is None or not lineage.carry):
+    # Delta files this version removes or changes the DV of, as the target references them.
+    # Their deletes come from their Delta adds as of this version, like a new file's.
+    dv_changed = [a for a in diff.dv_changed if a.absolute_path not in redone]
+    live = live_paths(table, [*diff.removed, *(a.absolute_path for a in dv_changed)])
+    removed = frozenset([*(live[p] for p in diff.removed), *(f.file_path for _, f in redo)])
+    if rewriter is None and not diff.dv_changed and (lineage is None or not lineage.carry):
         files = added_files(
             diff.added_rows, snap.schema, snap.column_mapping, mapped, snap.partition_columns, zone
         )
         if files is not None:
             done = _commit_columns(
-                snap, diff, files, lineage, catalog, options.target, token, (meta, preview), now
+                snap, diff, files, lineage, catalog, options.target, token, (meta, preview), now, removed
             )
             if done is not None:
                 totals.lineage = lineage
@@ -359,32 +402,45 @@ def commit_version(
                 return
     added = data_files(diff.added, snap, mapped, preview.default_spec_id, io, zone)
     lineage = check_files(lineage, io, snap.root, entries, diff.added)
+    before = totals.rewritten
+    adds = list(diff.added)
+    if rewriter is not None:
+        added = rewriter.rewrite_unreadable(io, list(zip(diff.added, added, strict=True)))
+        added += [rewriter.rewrite(io, a, f) for a, f in redo]
+        adds += [a for a, _ in redo]
+        totals.rewritten += rewriter.rewritten
+        if rewriter.rewritten and lineage is not None and lineage.carry and lineage.materialized:
+            # Delta's materialized row ids stay in the Delta files, not in their rewrites.
+            lineage = Lineage(False, "data files were rewritten for Iceberg readers")
     own_sequence_numbers: dict[str, int] = {}
     if lineage is not None and lineage.carry:
-        added = [replace(f, first_row_id=a.base_row_id) for a, f in zip(diff.added, added, strict=True)]
+        added = [replace(f, first_row_id=a.base_row_id) for a, f in zip(adds, added, strict=True)]
         own_sequence_numbers = {
-            f.file_path: int(a.default_row_commit_version or 0)
-            for a, f in zip(diff.added, added, strict=True)
+            f.file_path: int(a.default_row_commit_version or 0) for a, f in zip(adds, added, strict=True)
         }
     totals.lineage = lineage
-    changed = data_files(
-        [a for a in diff.dv_changed if a.deletion_vector], snap, mapped, preview.default_spec_id, io, zone
-    )
-    with_dv = [
-        *zip(diff.added, added, strict=True),
-        *zip([a for a in diff.dv_changed if a.deletion_vector], changed, strict=True),
+    with_new_dv = [a for a in dv_changed if a.deletion_vector]
+    changed = [
+        replace(f, file_path=live[f.file_path])
+        for f in data_files(with_new_dv, snap, mapped, preview.default_spec_id, io, zone)
     ]
+    with_dv = [*zip(adds, added, strict=True), *zip(with_new_dv, changed, strict=True)]
     deletes = delete_files(with_dv, snap.root, io, meta.location, meta.format_version, f"{token}-")
     new_files = [*added, *deletes.files]
+    operation = diff.operation()
+    if redo and operation == "append":
+        operation = "overwrite"  # files are replaced too (by their rewrites: no row changes)
     base_change = version_change(
         snap,
         meta,
         now,
-        diff.operation(),
+        operation,
         lineage,
+        rewrite,
+        {REWRITTEN_PROPERTY: "true"} if totals.rewritten > before else None,
         data_sequence_numbers=own_sequence_numbers,
-        removed_paths=frozenset(diff.removed),
-        removed_deletes_for=frozenset([*diff.removed, *(a.absolute_path for a in diff.dv_changed)]),
+        removed_paths=removed,
+        removed_deletes_for=frozenset([*removed, *(live[a.absolute_path] for a in dv_changed)]),
     )
     committer = Committer(catalog, options.target, file_prefix=token)
     distributed = uses_spark(options, len(new_files), spark)
@@ -445,6 +501,7 @@ def _commit_columns(
     token: str,
     metadata: tuple[TableMetadata, TableMetadata],
     now: int,
+    removed: frozenset[str],
 ) -> tuple[int, int] | None:
     """Commit a version whose new files came out as columns (no DVs, no carried row ids): their
     manifests are encoded from the columns, then committed like manifests written elsewhere.
@@ -473,8 +530,8 @@ def _commit_columns(
             now,
             diff.operation(),
             lineage,
-            removed_paths=frozenset(diff.removed),
-            removed_deletes_for=frozenset(diff.removed),
+            removed_paths=removed,
+            removed_deletes_for=removed,
         ),
         added_manifests=tuple(written),
         added_manifests_delta=added_delta(files, written),

@@ -21,7 +21,7 @@ from tablekeeper.delta.schema import DeltaStruct, column_mapping, parse_schema_s
 from tablekeeper.delta.segment import LogEntry, oldest_reconstructable
 from tablekeeper.delta.to_iceberg import ids_by_name_path, map_schema, metrics_from_stats
 from tablekeeper.delta.values import parse_stats
-from tablekeeper.errors import CommitConflict, CorruptMetadataError, UnsupportedFeatureError
+from tablekeeper.errors import CommitConflict, ConfigError, CorruptMetadataError, UnsupportedFeatureError
 from tablekeeper.iceberg import types as it
 from tablekeeper.iceberg.content import POSITION_DELETES, DataFile
 from tablekeeper.iceberg.name_mapping import (
@@ -722,20 +722,28 @@ def test_column_mapping_ids_come_from_the_delta_schema() -> None:
 )
 def test_column_mapping_refuses_collections_without_nested_ids(type_: Any, part: str) -> None:
     struct = delta_schema(fld("id", "long", cm(1, "col-a")), fld("tags", type_, cm(2, "col-b")))
-    with pytest.raises(UnsupportedFeatureError, match=rf"'tags'.*its {part}s have no column-mapping id"):
+    with pytest.raises(
+        ConfigError, match=rf"'tags'.*its {part}s have no column-mapping id.*--rewrite-unreadable-files"
+    ):
         map_schema(struct, NAME_CM, CM_CONFIG)
+    # With the option the column maps, with fresh ids for its children, and is named as needing
+    # a rewrite of the files that hold it.
+    mapped = map_schema(struct, NAME_CM, CM_CONFIG, rewrite_unreadable=True)
+    assert [u.path for u in mapped.unreadable][:1] == [("tags",)]
+    assert all(u.widened_from is None for u in mapped.unreadable)
+    assert mapped.schema.highest_field_id() > 2
 
 
 def test_column_mapping_refuses_a_partial_set_of_nested_ids() -> None:
     struct = delta_schema(fld("m", MAP_OF_STRING_LONG, cm(2, "col-m", {"col-m.key": 100})))
-    with pytest.raises(UnsupportedFeatureError, match=r"'m'.*values have no column-mapping id"):
+    with pytest.raises(ConfigError, match=r"'m'.*values have no column-mapping id"):
         map_schema(struct, NAME_CM, CM_CONFIG)
 
 
 def test_column_mapping_refuses_a_nested_collection_in_a_struct() -> None:
     inner = {"type": "struct", "fields": [fld("tags", ARRAY_OF_STRING, cm(4, "col-t"))]}
     struct = delta_schema(fld("s", inner, cm(3, "col-s")))
-    with pytest.raises(UnsupportedFeatureError, match=r"'s\.tags'"):
+    with pytest.raises(ConfigError, match=r"'s\.tags'"):
         map_schema(struct, NAME_CM, CM_CONFIG)
 
 

@@ -559,7 +559,9 @@ def test_parse_schema_string_types_without_iceberg_equivalent(spelling: str) -> 
 def test_parse_schema_string_refuses_geospatial_types_naming_the_fix(spelling: str) -> None:
     # Iceberg v3 has geometry and geography, so "no Iceberg equivalent" would be wrong: the
     # refusal says why (no reference reader) and what to do instead.
-    with pytest.raises(UnsupportedFeatureError, match=r"delta-spark does not read geospatial.*WKB binary"):
+    with pytest.raises(
+        UnsupportedFeatureError, match=r"neither delta-spark nor Iceberg Spark reads geospatial.*WKB binary"
+    ):
         parse_schema_string(schema_of(spelling))
 
 

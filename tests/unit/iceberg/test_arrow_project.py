@@ -13,6 +13,7 @@ from tablekeeper.errors import CorruptMetadataError
 from tablekeeper.iceberg.arrow_project import (
     Deleted,
     fill,
+    iceberg_unreadable,
     kept,
     positions,
     projector,
@@ -243,3 +244,42 @@ def test_geospatial_columns_load_and_are_refused_by_name() -> None:
         t = type_from_json(text)
         reason = unsupported(StructType((NestedField(1, "shape", t),)), "place")
         assert reason is not None and reason.startswith(f"column place.shape has type {text}")
+
+
+DOUBLE = PrimitiveType("double")
+_LIST_FIELDS = (NestedField(1, "id", LONG, False), NestedField(2, "tags", ListType(5, INT, False), False))
+
+
+def test_iceberg_unreadable_names_list_elements_without_ids_and_unpromoted_types() -> None:
+    # Column-mapped Delta files: ids on columns, none on list elements.
+    no_element_id = pa.schema([_f("id", pa.int64(), 1), _f("tags", pa.list_(pa.int32()), 2)])
+    assert "tags.element has no field id 5" in (iceberg_unreadable(no_element_id, _LIST_FIELDS, None) or "")
+    element = pa.field("element", pa.int32(), metadata={FIELD_ID_KEY: b"5"})
+    with_ids = pa.schema([_f("id", pa.int64(), 1), _f("tags", pa.list_(element), 2)])
+    assert iceberg_unreadable(with_ids, _LIST_FIELDS, None) is None
+    # A file without any ids resolves through the name mapping, elements included.
+    names = parse_name_mapping(
+        '[{"field-id": 1, "names": ["id"]}, {"field-id": 2, "names": ["tags"], '
+        '"fields": [{"field-id": 5, "names": ["element"]}]}]'
+    )
+    plain = pa.schema([_f("id", pa.int64(), None), _f("tags", pa.list_(pa.int32()), None)])
+    assert iceberg_unreadable(plain, _LIST_FIELDS, names) is None
+    # int is promoted to long but not to double; a column the file lacks is read as null.
+    widened = (NestedField(1, "id", LONG, False), NestedField(3, "ratio", DOUBLE, False))
+    ints = pa.schema([_f("id", pa.int32(), 1), _f("ratio", pa.int32(), 3)])
+    assert "ratio is int32 in the file" in (iceberg_unreadable(ints, widened, None) or "")
+    assert iceberg_unreadable(pa.schema([_f("id", pa.int32(), 1)]), widened, None) is None
+
+
+def test_projector_widens_only_when_asked() -> None:
+    fields = (NestedField(3, "ratio", DOUBLE, False),)
+    batch = pa.record_batch(
+        [pa.array([1, None, -3], pa.int8())], schema=pa.schema([_f("ratio", pa.int8(), 3)])
+    )
+    _, strict = projector(batch.schema, fields, None, "f")
+    with pytest.raises(CorruptMetadataError, match="not an Iceberg type promotion"):
+        strict(batch)
+    # Resolved by name although the file has ids (as Delta resolves name-mapped columns).
+    names = parse_name_mapping('[{"field-id": 3, "names": ["ratio"]}]')
+    _, widen = projector(batch.schema, fields, names, "f", by_id=False, widen=True)
+    assert widen(batch)[0].to_pylist() == [1.0, None, -3.0]

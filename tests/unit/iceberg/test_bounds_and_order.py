@@ -17,7 +17,7 @@ import pytest
 
 from tablekeeper.delta.schema import column_mapping, parse_schema_string
 from tablekeeper.delta.to_iceberg import map_schema
-from tablekeeper.errors import UnsupportedFeatureError
+from tablekeeper.errors import ConfigError
 from tablekeeper.iceberg import types as it
 from tablekeeper.iceberg.bounds import PartitionBounds, widen_zero
 from tablekeeper.iceberg.parquet import data_file_from_footer
@@ -98,8 +98,14 @@ def test_widenings_iceberg_promotes_convert(old: str, new: str, version: int) ->
     ],
 )
 def test_other_widenings_are_refused_with_the_fix(old: str, new: str, version: int) -> None:
-    with pytest.raises(UnsupportedFeatureError, match=r"'c' was widened from .* DROP FEATURE typeWidening"):
+    fix = r"'c' was widened from .*--rewrite-unreadable-files.* DROP FEATURE typeWidening"
+    with pytest.raises(ConfigError, match=fix):
         map_schema(_widened(old, new), column_mapping({}, False), {}, format_version=version)
+    mapped = map_schema(
+        _widened(old, new), column_mapping({}, False), {}, format_version=version, rewrite_unreadable=True
+    )
+    [unreadable] = mapped.unreadable
+    assert unreadable.path == ("c",) and unreadable.widened_from is not None
 
 
 def test_a_logical_name_that_is_a_siblings_physical_name_is_dropped() -> None:

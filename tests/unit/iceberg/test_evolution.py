@@ -73,3 +73,15 @@ def test_transforms_must_fit_their_source() -> None:
         add_partition_spec(
             meta(), PartitionSpec(0, (PartitionField(42, 0, "nope", "identity"),)), timestamp_ms=2
         )
+
+
+def test_a_retyped_field_may_change_beyond_promotions_and_only_it() -> None:
+    # int to string is no promotion: allowed only for a field whose files are all rewritten.
+    changed = Schema(
+        0, tuple(NestedField(f.id, f.name, STRING if f.id == 1 else f.type, f.required) for f in BASE.fields)
+    )
+    with pytest.raises(ConfigError, match="cannot be promoted"):
+        add_schema(meta(), changed, timestamp_ms=2)
+    assert add_schema(meta(), changed, timestamp_ms=2, retyped=frozenset({1})).schema().find_type(1) == STRING
+    with pytest.raises(ConfigError, match="cannot be promoted"):
+        add_schema(meta(), changed, timestamp_ms=2, retyped=frozenset({2}))
