@@ -22,6 +22,10 @@ from tests.support.spark_submit import ROWS_PER_FILE, delta_table_in_versions
 VERSIONS = 8
 DELTA_SOURCE = f"{S3_BUCKET}/cluster/delta/events"
 EXPECTED = list(range(VERSIONS * ROWS_PER_FILE))
+# The PyIceberg table's appends: enough rows that compact's output, sized by the bytes it writes,
+# still takes several files at the test's small target (both workers write).
+APPENDED_ROWS = 400
+APPENDED = list(range(VERSIONS * APPENDED_ROWS))
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +62,7 @@ def pyiceberg_appended(s3: S3Endpoint, rest: RestCatalogServer, ident: str, appe
     table = catalog.create_table(ident, schema=Schema(NestedField(1, "id", LongType(), required=False)))
     for i in range(appends):
         table.append(
-            pa.table({"id": pa.array(range(i * ROWS_PER_FILE, (i + 1) * ROWS_PER_FILE), pa.int64())})
+            pa.table({"id": pa.array(range(i * APPENDED_ROWS, (i + 1) * APPENDED_ROWS), pa.int64())})
         )
     return catalog.load_table(ident)
 
@@ -130,11 +134,11 @@ def test_compact_expire_and_remove_orphans_on_the_bucket_run_on_both_workers(
     assert manifests.metrics["added_manifests_count"] == 1, manifests.result
     table = pyiceberg_table(s3_server, rest_server, "db.cluster_appended")
     assert len(table.current_snapshot().manifests(table.io)) == 1
-    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == EXPECTED
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == APPENDED
     manifests.assert_both_workers_ran_tasks()
 
     stats = Submission.under(cluster, tmp_path, "stats").run("compute_stats.py", *common, jars=jars)
-    assert stats.metrics["ndv"] == {"id": len(EXPECTED)}, stats.result
+    assert stats.metrics["ndv"] == {"id": len(APPENDED)}, stats.result
     (registered,) = pyiceberg_table(s3_server, rest_server, "db.cluster_appended").metadata.statistics
     assert registered.statistics_path == stats.metrics["statistics_file"]
 
@@ -144,7 +148,7 @@ def test_compact_expire_and_remove_orphans_on_the_bucket_run_on_both_workers(
     assert compacted.metrics["rewritten_data_files_count"] == VERSIONS, compacted.result
     assert compacted.metrics["added_data_files_count"] >= 2, compacted.result
     table = pyiceberg_table(s3_server, rest_server, "db.cluster_appended")
-    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == EXPECTED
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == APPENDED
     compacted.assert_both_workers_ran_tasks()
 
     expired = Submission.under(cluster, tmp_path, "expire").run(
@@ -155,7 +159,7 @@ def test_compact_expire_and_remove_orphans_on_the_bucket_run_on_both_workers(
     assert not {p.split("://", 1)[1] for p in originals} & objects(s3_server, f"{S3_BUCKET}/")
     table = pyiceberg_table(s3_server, rest_server, "db.cluster_appended")
     assert len(table.snapshots()) == 1
-    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == EXPECTED
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == APPENDED
     expired.assert_both_workers_ran_tasks()
 
     data = table.location().split("://", 1)[1] + "/data"
@@ -174,7 +178,7 @@ def test_compact_expire_and_remove_orphans_on_the_bucket_run_on_both_workers(
     assert removed.metrics["orphan_file_count"] == len(planted), removed.result
     assert not set(planted) & objects(s3_server, f"{S3_BUCKET}/")
     table = pyiceberg_table(s3_server, rest_server, "db.cluster_appended")
-    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == EXPECTED
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == APPENDED
     removed.assert_both_workers_ran_tasks()
 
     backfilled = Submission.under(cluster, tmp_path, "backfill").run(
@@ -183,7 +187,7 @@ def test_compact_expire_and_remove_orphans_on_the_bucket_run_on_both_workers(
     assert backfilled.result["job"] == "backfill-row-lineage", backfilled.result
     table = pyiceberg_table(s3_server, rest_server, "db.cluster_appended")
     assert table.metadata.format_version == 3
-    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == EXPECTED
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == APPENDED
 
     health = Submission.under(cluster, tmp_path, "health").run(
         "health.py",
