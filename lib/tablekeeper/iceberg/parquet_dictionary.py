@@ -5,8 +5,9 @@ outgrows its limit, so a column of mostly distinct values (ids, names, timestamp
 smaller than that limit is written as a dictionary as large as the values plus an index per
 row, which compresses far worse than the plain values. Parquet-mr, which Iceberg Java and Spark
 write with, keeps a column's dictionary only while the dictionary and its indices are smaller
-than the plain values, and writes the column plain otherwise. ``dictionary_columns`` applies that
-rule to a sample of the rows (the file's first row group), column by column.
+than the plain values, and writes the column plain otherwise, judging on the column's first
+page. ``dictionary_columns`` applies that rule, column by column, to the first values of the rows
+it is given (about a page of each; hashing every value of a large row group costs seconds).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import pyarrow.compute as pc
 
 # Bytes parquet's plain encoding spends on the length of each binary or string value.
 _LENGTH_PREFIX = 4
+# Values of each column judged: about a default page (1 MB) of 8-byte values.
+SAMPLE_VALUES = 1 << 17
 
 
 def dictionary_columns(table: pa.Table) -> list[str]:
@@ -25,7 +28,7 @@ def dictionary_columns(table: pa.Table) -> list[str]:
     ``table``'s values is smaller than their plain encoding: what a writer of these rows should
     pass as ``use_dictionary``."""
     out = []
-    for name, values in _leaves(table):
+    for name, values in _leaves(table.slice(0, SAMPLE_VALUES)):
         if _pays(values):
             out.append(name)
     return out
@@ -34,8 +37,7 @@ def dictionary_columns(table: pa.Table) -> list[str]:
 def _leaves(table: pa.Table) -> Iterator[tuple[str, pa.Array]]:
     for i, field in enumerate(table.schema):
         column = table.column(i)
-        chunks = column.chunks
-        array = pa.concat_arrays(chunks) if chunks else pa.array([], field.type)
+        array = column.combine_chunks() if column.num_chunks else pa.array([], field.type)
         yield from _walk(field.name, array)
 
 
@@ -90,6 +92,7 @@ def _pays(values: pa.Array) -> bool:
     t = values.type
     if pa.types.is_boolean(t) or pa.types.is_null(t):
         return False
+    values = values.slice(0, SAMPLE_VALUES)  # list elements may outnumber the rows
     present = values.drop_null() if values.null_count else values
     n = len(present)
     if n == 0:
