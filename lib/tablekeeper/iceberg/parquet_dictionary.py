@@ -43,6 +43,8 @@ def _leaves(table: pa.Table) -> Iterator[tuple[str, pa.Array]]:
 
 def _walk(path: str, array: pa.Array) -> Iterator[tuple[str, pa.Array]]:
     """Each leaf column's path (as parquet names the levels of lists and maps) and its values."""
+    if isinstance(array, pa.ExtensionArray):  # uuids, variants: written as their storage
+        array = array.storage
     t = array.type
     if pa.types.is_struct(t):
         assert isinstance(array, pa.StructArray)
@@ -51,8 +53,12 @@ def _walk(path: str, array: pa.Array) -> Iterator[tuple[str, pa.Array]]:
             yield from _walk(f"{path}.{t.field(i).name}", array.field(i).filter(array.is_valid()))
     elif pa.types.is_map(t):
         assert isinstance(array, pa.MapArray)
-        yield from _walk(f"{path}.key_value.key", array.keys)
-        yield from _walk(f"{path}.key_value.value", array.items)
+        # ``keys`` and ``items`` hold the entries of every row, not only of this slice's.
+        offsets = array.offsets
+        start = offsets[0].as_py() if len(array) else 0
+        count = (offsets[len(array)].as_py() if len(array) else 0) - start
+        yield from _walk(f"{path}.key_value.key", array.keys.slice(start, count))
+        yield from _walk(f"{path}.key_value.value", array.items.slice(start, count))
     elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
         yield from _walk(f"{path}.list.element", array.flatten())
     else:
@@ -97,7 +103,10 @@ def _pays(values: pa.Array) -> bool:
     n = len(present)
     if n == 0:
         return True  # nothing to encode either way: keep the writer's default
-    distinct = pc.unique(present)
+    try:
+        distinct = pc.unique(present)
+    except pa.ArrowNotImplementedError:
+        return True  # a type Arrow cannot hash: pyarrow's default
     d = len(distinct)
     width = _plain_width(t)
     if width is not None:

@@ -4,13 +4,14 @@ and its indices are smaller than the plain values), at every nesting level."""
 from __future__ import annotations
 
 import random
+import uuid
 from decimal import Decimal
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tablekeeper.iceberg.parquet_dictionary import dictionary_columns
+from tablekeeper.iceberg.parquet_dictionary import _walk, dictionary_columns
 
 _N = 5000
 
@@ -64,6 +65,22 @@ def test_mostly_distinct_values_are_written_smaller_plain(tmp_path: Path) -> Non
     assert chosen.stat().st_size < default.stat().st_size * 0.8
 
 
+def test_extension_and_fixed_types_are_judged_by_their_storage() -> None:
+    """uuids reach the writer as Arrow's uuid extension type, which Arrow cannot hash."""
+    ids = [uuid.UUID(int=i * 7919).bytes for i in range(_N)]
+    table = pa.table(
+        {
+            "u": pa.ExtensionArray.from_storage(pa.uuid(), pa.array(ids, pa.binary(16))),
+            "few": pa.ExtensionArray.from_storage(
+                pa.uuid(), pa.array([ids[i % 3] for i in range(_N)], pa.binary(16))
+            ),
+            "f": pa.array([bytes([i % 256, 1, 2]) for i in range(_N)], pa.binary(3)),
+            "t": pa.array([i * 1000 for i in range(_N)], pa.time64("us")),
+        }
+    )
+    assert dictionary_columns(table) == ["few", "f"]
+
+
 def test_nulls_and_empty_columns() -> None:
     empty = pa.table(
         {
@@ -73,3 +90,14 @@ def test_nulls_and_empty_columns() -> None:
     )
     assert dictionary_columns(empty) == ["none", "st.x"]  # nothing to encode: the default
     assert dictionary_columns(pa.table({"few": pa.array([None, 1] * 50, pa.int64())})) == ["few"]
+
+
+def test_a_slice_is_judged_on_its_own_rows() -> None:
+    """Output buffers slices of batches: a map's keys and items are those of the slice's rows."""
+    values = [0] * 4000 + list(range(10**6, 10**6 + 1000))
+    m = pa.array([[("k", v)] for v in values], pa.map_(pa.large_string(), pa.int64()))
+    table = pa.table({"m": m})
+    assert dictionary_columns(table.slice(4000)) == ["m.key_value.key"]
+    assert dictionary_columns(table.slice(0, 4000)) == ["m.key_value.key", "m.key_value.value"]
+    # A map array sliced in place (as a struct's or list's child is) holds every row's entries.
+    assert [len(values) for _, values in _walk("m", m.slice(4000))] == [1000, 1000]
