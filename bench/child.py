@@ -22,7 +22,8 @@ def run_child(module: str, engine: str, *args: str) -> dict[str, object]:
         cwd=REPO,
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        # This checkout's own lib first: the engines measured are the code beside the bench.
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "lib"), str(REPO)])},
         check=False,
     )
     if proc.returncode != 0:

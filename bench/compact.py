@@ -15,7 +15,10 @@ saved. Each engine then runs in its own process on a fresh copy:
 - ``zorder``: the same table, Iceberg's ``zOrder("v", "n")`` against
   ``compact --strategy sort --sort-order "zorder(v, n)"``, every file rewritten; the floor adds
   Spark's own range partition and sort by the two columns;
-- ``nested``: a table of lists, maps and structs nested two levels deep, bin-pack.
+- ``nested``: a table of lists, maps and structs nested two levels deep, bin-pack;
+- ``ids``: a table of two small keys (a, b) and a distinct id and name per row, in hash order,
+  Z-ordered by (a, b) as ``zorder`` does: columns of distinct values, which compress well only
+  when written plain (the bytes column shows it).
 
 Engines alternate over ``--repeat`` runs and the median is reported. Goals: tablekeeper at most
 1.0x Iceberg's time in every case, and within 1.25x of the floor for bin-pack.
@@ -75,13 +78,33 @@ def _build_nested(spark, files: int, rows: int) -> None:  # type: ignore[no-unty
     ).repartition(files).writeTo(f"b.{TABLE}").append()
 
 
+def _build_ids(spark, files: int, rows: int) -> None:  # type: ignore[no-untyped-def]
+    from pyspark.sql import functions as F
+
+    spark.sql(
+        f"CREATE TABLE b.{TABLE} (a INT, b INT, s STRING, id BIGINT) USING iceberg "
+        "TBLPROPERTIES ('format-version'='2', 'write.distribution-mode'='none')"
+    )
+    # (a, b) nearly decide id: Z-ordered by them, id and s are close to sequential.
+    spark.range(rows).selectExpr(
+        "CAST(id DIV 3750 AS INT) AS a",
+        "CAST(id % 3750 DIV 94 AS INT) AS b",
+        "concat('row-', CAST(id AS STRING)) AS s",
+        "id",
+    ).repartition(files).sortWithinPartitions(F.hash("id")).writeTo(f"b.{TABLE}").append()
+
+
+def _zorder_columns(case: str) -> list[str]:
+    return ["a", "b"] if case == "ids" else ["v", "n"]
+
+
 def build(work: Path, files: int, rows: int, case: str) -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     spark = _spark(work)
     spark.sql("CREATE NAMESPACE IF NOT EXISTS b.bench")
-    if case == "nested":
-        _build_nested(spark, files, rows)
+    if case in ("nested", "ids"):
+        (_build_nested if case == "nested" else _build_ids)(spark, files, rows)
         spark.stop()
         (work / "built").write_text("ok")
         return
@@ -105,13 +128,20 @@ def _parquet_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*.parquet"))
 
 
-def run_engine(engine: str, work: Path, output_files: int, tk_writer: str, case: str) -> dict[str, object]:
+def run_engine(
+    engine: str, work: Path, output_files: int, tk_writer: str, case: str, target_bytes: int = 0
+) -> dict[str, object]:
     """Inside the child: one engine on the saved state."""
     from tablekeeper.catalog import catalog_for
 
     started = time.perf_counter()
     input_bytes = _parquet_bytes(work / "wh")
     spark = _spark(work)
+    if target_bytes and engine != "spark":
+        # Both engines read the table's target (outside the timed part).
+        spark.sql(
+            f"ALTER TABLE b.{TABLE} SET TBLPROPERTIES ('write.target-file-size-bytes'='{target_bytes}')"
+        )
     setup = time.perf_counter() - started
     t0 = time.perf_counter()
     if engine == "iceberg":
@@ -120,8 +150,8 @@ def run_engine(engine: str, work: Path, output_files: int, tk_writer: str, case:
         action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteDataFiles(
             table
         )
-        if case == "zorder":
-            action = action.zOrder(_java_strings(spark, ["v", "n"])).option("rewrite-all", "true")
+        if case in ("zorder", "ids"):
+            action = action.zOrder(_java_strings(spark, _zorder_columns(case))).option("rewrite-all", "true")
         else:
             action = action.binPack()
         r = action.execute()
@@ -129,11 +159,11 @@ def run_engine(engine: str, work: Path, output_files: int, tk_writer: str, case:
     elif engine == "tablekeeper":
         from tablekeeper.jobs.compact import CompactOptions, run_compact
 
-        if case == "zorder":
+        if case in ("zorder", "ids"):
             options = CompactOptions(
                 TABLE,
                 strategy="sort",
-                sort_order="zorder(v, n)",
+                sort_order=f"zorder({', '.join(_zorder_columns(case))})",
                 rewrite_all=True,
                 writer=tk_writer,  # type: ignore[arg-type]
             )
@@ -146,8 +176,9 @@ def run_engine(engine: str, work: Path, output_files: int, tk_writer: str, case:
         # The same file-stat parallelism compact uses (Spark's default is a task per path).
         spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.parallelism", "8")
         df = spark.read.parquet(*paths)
-        if case == "zorder":
-            df = df.repartitionByRange(output_files, "v", "n").sortWithinPartitions("v", "n")
+        if case in ("zorder", "ids"):
+            keys = _zorder_columns(case)
+            df = df.repartitionByRange(output_files, *keys).sortWithinPartitions(*keys)
         else:
             df = df.coalesce(output_files)
         df.write.option("compression", "zstd").parquet(str(work / "floor"))
@@ -185,6 +216,7 @@ def _summary(engine: str, runs: list[dict[str, object]]) -> dict[str, object]:
         "rewritten": runs[-1]["rewritten"],
         "added": runs[-1]["added"],
         "added_mib": round(int(runs[-1]["added_bytes"]) / 2**20),  # type: ignore[call-overload]
+        "added_bytes": int(runs[-1]["added_bytes"]),  # type: ignore[call-overload]
     }
 
 
@@ -199,21 +231,34 @@ def main() -> None:
     parser.add_argument(
         "--tk-writer", default="auto", choices=["auto", "spark"], help="tablekeeper's compact --writer"
     )
-    parser.add_argument("--case", default="binpack", choices=["binpack", "zorder", "nested"])
+    parser.add_argument("--case", default="binpack", choices=["binpack", "zorder", "nested", "ids"])
+    parser.add_argument(
+        "--target-bytes",
+        type=int,
+        default=0,
+        help="the table's target file size for the rewrite (default 512 MB)",
+    )
     parser.add_argument("--child", nargs=1, help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(
             json.dumps(
-                run_engine(args.child[0], Path(args.work), args.output_files, args.tk_writer, args.case)
+                run_engine(
+                    args.child[0],
+                    Path(args.work),
+                    args.output_files,
+                    args.tk_writer,
+                    args.case,
+                    args.target_bytes,
+                )
             )
         )
         return
     OUT.mkdir(parents=True, exist_ok=True)
     tag = "" if args.case == "binpack" else f"_{args.case}"
-    # zorder rewrites the bin-pack case's table; nested has its own.
-    saved = OUT / ("compact_saved_nested" if args.case == "nested" else "compact_saved")
+    # zorder rewrites the bin-pack case's table; nested and ids have their own.
+    saved = OUT / (f"compact_saved_{args.case}" if args.case in ("nested", "ids") else "compact_saved")
     work = OUT / "compact_work"
     t = time.perf_counter()
     if not (saved / "built").exists():
@@ -223,6 +268,8 @@ def main() -> None:
         shutil.copytree(work, saved)
     size = sum(p.stat().st_size for p in (saved / "wh").rglob("*.parquet"))
     shape = f"{args.case}: {args.files:,} files, {size / 2**20:,.0f} MiB"
+    if args.target_bytes:
+        shape += f", target {args.target_bytes:,} bytes"
     print(f"compact: table ready in {time.perf_counter() - t:.1f}s ({shape})", file=sys.stderr)
     runs: list[dict[str, object]] = []
     for rep in range(args.repeat):
@@ -240,6 +287,8 @@ def main() -> None:
                 args.tk_writer,
                 "--case",
                 args.case,
+                "--target-bytes",
+                str(args.target_bytes),
             )
             runs.append({**r, "engine": engine, "run": rep + 1})
             print(f"  run {rep + 1} {engine}: {r.get('seconds', r.get('error'))}", file=sys.stderr)
@@ -247,8 +296,16 @@ def main() -> None:
     by = {r["engine"]: r for r in results if "seconds" in r}
     print(f"\n(compact {args.case}) {shape}; median of {args.repeat} alternating runs\n")
     print(
-        "{:<12} {:>9} {:>13} {:>10} {:>10} {:>9} {:>7} {:>9}".format(
-            "engine", "seconds", "min-max", "x Iceberg", "x floor", "rewritten", "added", "added MiB"
+        "{:<12} {:>9} {:>13} {:>10} {:>10} {:>9} {:>7} {:>9} {:>13}".format(
+            "engine",
+            "seconds",
+            "min-max",
+            "x Iceberg",
+            "x floor",
+            "rewritten",
+            "added",
+            "added MiB",
+            "bytes x Ice",
         )
     )
     for r in results:
@@ -259,9 +316,13 @@ def main() -> None:
         vs_ice = f"{secs / float(by['iceberg']['seconds']):.2f}x" if "iceberg" in by else "-"  # type: ignore[arg-type]
         vs_floor = f"{secs / float(by['spark']['seconds']):.2f}x" if "spark" in by else "-"  # type: ignore[arg-type]
         spread = f"{r['min_seconds']:.1f}-{r['max_seconds']:.1f}"
+        # Bytes written against Iceberg's for the same rows: the codec, level and encodings the
+        # table asks for should compress alike (Iceberg's own files are the reference).
+        ice_bytes = int(by["iceberg"]["added_bytes"]) if "iceberg" in by else 0  # type: ignore[call-overload]
+        bytes_vs_ice = f"{int(r['added_bytes']) / ice_bytes:.2f}x" if ice_bytes else "-"  # type: ignore[call-overload]
         print(
             f"{r['engine']!s:<12} {secs:>9.2f} {spread:>13} {vs_ice:>10} {vs_floor:>10} "
-            f"{r['rewritten']!s:>9} {r['added']!s:>7} {r['added_mib']!s:>9}"
+            f"{r['rewritten']!s:>9} {r['added']!s:>7} {r['added_mib']!s:>9} {bytes_vs_ice:>13}"
         )
     out = OUT / f"compact{tag}.json"
     out.write_text(json.dumps({"shape": shape, "results": results, "runs": runs}, indent=2))

@@ -21,6 +21,7 @@ from tablekeeper.iceberg.content import DataFile
 from tablekeeper.iceberg.metrics import FloatCollector, MetricsConfig
 from tablekeeper.iceberg.name_mapping import NameMapping
 from tablekeeper.iceberg.parquet import WRITER_OPTIONS, data_file_from_footer
+from tablekeeper.iceberg.parquet_dictionary import dictionary_columns
 from tablekeeper.iceberg.types import NestedField, Schema
 from tablekeeper.io import FileIO
 
@@ -141,6 +142,7 @@ class Output:
     def flush(self) -> None:
         if not self.buffer:
             return
+        table = pa.Table.from_batches(self.buffer, self.schema)
         if self.writer is None:
             self.location = f"{self.job.directory.rstrip('/')}/{self.name}-{len(self.done):05d}.parquet"
             self.stream = self.io.filesystem.open_output_stream(self.io.fs_path(self.location))
@@ -149,6 +151,9 @@ class Output:
                 self.schema,
                 compression=self.job.codec,
                 compression_level=self.job.level,
+                # Chosen on the file's first row group, as parquet-mr chooses on a column's first
+                # page: a column of mostly distinct values is written plain, not as a dictionary.
+                use_dictionary=dictionary_columns(table),
                 data_page_size=self.job.page_bytes,
                 dictionary_pagesize_limit=self.job.dict_bytes,
                 store_schema=False,
@@ -156,7 +161,6 @@ class Output:
                 **WRITER_OPTIONS,
             )
             self.floats = FloatCollector(self.job.fields)
-        table = pa.Table.from_batches(self.buffer, self.schema)
         for batch in table.to_batches():
             self.floats.update(batch)
         before = self.written()
