@@ -11,6 +11,8 @@ PY := $(VENV)/bin/python
 AIRFLOW_PYTHON ?= $(PYTHON)
 AIRFLOW_VENV := .airflow-venv
 AIRFLOW_PY := $(AIRFLOW_VENV)/bin/python
+# The documentation site's build (MkDocs, Material theme) in a venv of its own, pinned in conf/.
+DOCS_VENV := .docs-venv
 VERSION := $(shell awk -F'"' '/^version = /{print $$2; exit}' pyproject.toml)
 WHEEL := dist/tablekeeper-$(VERSION)-py3-none-any.whl
 PY_FILES_ZIP := dist/tablekeeper.zip
@@ -24,7 +26,7 @@ PYTEST_ARGS ?=
 
 TIERS := corpus interop kill airflow cluster
 
-.PHONY: help setup jars package test test-unit $(addprefix test-,$(TIERS)) lint format demo bench bench-scale soak clean
+.PHONY: help setup jars package test test-unit $(addprefix test-,$(TIERS)) lint docs format demo bench bench-scale soak clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -104,10 +106,18 @@ $(addprefix test-,$(TIERS)): test-%: setup package
 
 LINTED := lib tests jobs bench airflow_dags
 
-lint: $(VENV)/.installed ## ruff (check and format --check) on everything, mypy --strict on lib/; needs only .venv
+lint: $(VENV)/.installed docs ## ruff (check and format --check) on everything, mypy --strict on lib/, the docs built strictly
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy --strict
+
+$(DOCS_VENV)/.installed: conf/docs-requirements.txt
+	@test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r conf/docs-requirements.txt
+	@touch $@
+
+docs: $(DOCS_VENV)/.installed ## build the documentation site (docs/, mkdocs.yml) into site/; a broken link fails it
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --quiet
 
 format: $(VENV)/.installed ## ruff's fixes and formatting, in place
 	$(VENV)/bin/ruff check --fix $(LINTED)
@@ -139,4 +149,4 @@ soak: setup ## kill destructive jobs 200 times at random phases while Iceberg Sp
 	$(PY) -m bench.soak $(SOAK_ARGS)
 
 clean: ## remove the venvs, the jars, local warehouses and dist/
-	rm -rf $(VENV) $(AIRFLOW_VENV) $(JARS) warehouse dist build
+	rm -rf $(VENV) $(AIRFLOW_VENV) $(DOCS_VENV) $(JARS) warehouse dist build site

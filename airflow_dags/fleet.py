@@ -23,8 +23,8 @@ maintenance DAG or is a migration's target in the tables file is left to that DA
 health gets ``--list-files`` when the fleet lists remove-orphans (the only way it judges orphans of
 Iceberg tables: a listing of each table's location, what remove-orphans itself costs) and
 ``--v3-readiness`` when it lists backfill-row-lineage. A job's options hold for every table of the
-fleet, Iceberg and Delta alike: give only options a Delta table honours too (README "Options on
-Delta tables"), or its job exits 2 naming the option.
+fleet, Iceberg and Delta alike: give only options a Delta table honours too
+(docs/reference/reading-delta.md, "Options on Delta tables"), or its job exits 2 naming the option.
 """
 
 from __future__ import annotations

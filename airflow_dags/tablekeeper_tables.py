@@ -186,7 +186,7 @@ class HealthGate:
     """Whether a table's DAG asks ``tablekeeper health`` first and runs only the jobs it recommends."""
 
     enabled: bool = True
-    # health's --threshold KEY=VALUE (the README's "health" section lists the keys).
+    # health's --threshold KEY=VALUE (docs/jobs/health.md lists the keys).
     thresholds: Mapping[str, str] = field(default_factory=dict)
     # health lists an Iceberg table's files (--list-files), so remove-orphans is gated as well.
     list_files: bool = False

@@ -1,5 +1,6 @@
 """Every job submitted to a Spark standalone cluster (a master and two one-core workers on loopback)
-as README "Running on a cluster" says, on local tables: see tests/support/cluster_submit.py for what
+as docs/deploy/cluster.md ("Running on a cluster") says, on local tables: see
+tests/support/cluster_submit.py for what
 each submit ships and what it keeps from reaching the executors implicitly.
 
 Tables are written by Iceberg Spark (the shared local session) into the session's warehouse, and

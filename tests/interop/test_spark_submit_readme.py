@@ -1,4 +1,4 @@
-"""The local spark-submit line of README "Running on a cluster", run as written (bash, from the
+"""The local spark-submit line of docs/deploy/cluster.md, run as written (bash, from the
 checkout, with .venv's bin first on PATH as `source .venv/bin/activate` leaves it): compact exactly
 as shown, and every other job with its script and options in place of the last line. It submits
 dist/tablekeeper.zip (make package) with --packages resolved from conf/jars.txt, so this is the
@@ -33,8 +33,8 @@ FILES = 6
 
 def readme_block() -> list[str]:
     """The fenced block right after the marker, as lines."""
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    assert MARKER in text, "README lost the tested spark-submit block"
+    text = (REPO_ROOT / "docs" / "deploy" / "cluster.md").read_text(encoding="utf-8")
+    assert MARKER in text, "docs/deploy/cluster.md lost the tested spark-submit block"
     match = re.search(r"```\n(.*?)\n```", text.split(MARKER, 1)[1], re.S)
     assert match is not None
     return match.group(1).splitlines()

@@ -1,4 +1,4 @@
-"""Jobs submitted to a Spark standalone cluster (tests/support/spark_cluster.py) as README "Running
+"""Jobs submitted to a Spark standalone cluster (tests/support/spark_cluster.py) as the docs' "Running
 on a cluster" says: the script, the zip through --py-files, the runtime jars through --jars (or their
 coordinates through --packages), the README's confs, and the catalog file named by the job's
 --conf-file (or shipped with --files).
@@ -156,8 +156,8 @@ class Submission:
     def readme_command(self, catalog_file: Path) -> str:
         """README's standalone block as bash runs it: its placeholders filled in, the checkout's
         relative paths made absolute (the submit runs elsewhere), this test's settings added."""
-        text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-        assert README_MARKER in text, "README lost the standalone cluster block"
+        text = (REPO_ROOT / "docs" / "deploy" / "cluster.md").read_text(encoding="utf-8")
+        assert README_MARKER in text, "docs/deploy/cluster.md lost the standalone cluster block"
         match = re.search(r"```\n(.*?)\n```", text.split(README_MARKER, 1)[1], re.S)
         assert match is not None
         lines = match.group(1).splitlines()

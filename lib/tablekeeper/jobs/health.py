@@ -306,7 +306,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--threshold",
         action="append",
         metavar="KEY=VALUE",
-        help="override a threshold, e.g. compact.min-files=10 (repeatable; see the README for the keys)",
+        help="override a threshold, e.g. compact.min-files=10 (repeatable; see the health docs for the keys)",
     )
     parser.add_argument(
         "--sort", default="savings", choices=SORTS, help="order of the tables (default savings)"
