@@ -22,8 +22,9 @@ from tests.support.spark_submit import ROWS_PER_FILE, delta_table_in_versions
 VERSIONS = 8
 DELTA_SOURCE = f"{S3_BUCKET}/cluster/delta/events"
 EXPECTED = list(range(VERSIONS * ROWS_PER_FILE))
-# The PyIceberg table's appends: enough rows that compact's output, sized by the bytes it writes,
-# still takes several files at the test's small target (both workers write).
+# The PyIceberg table's appends: enough rows that compact's output, sized by the bytes it writes
+# (about 4 KB for these ids), takes several files at the test's 1 KB target, every file rewritten
+# (--rewrite-all: each input file is itself above the target), both workers writing.
 APPENDED_ROWS = 400
 APPENDED = list(range(VERSIONS * APPENDED_ROWS))
 
@@ -143,7 +144,7 @@ def test_compact_expire_and_remove_orphans_on_the_bucket_run_on_both_workers(
     assert registered.statistics_path == stats.metrics["statistics_file"]
 
     compacted = Submission.under(cluster, tmp_path, "compact").run(
-        "compact.py", *common, *("--target-file-size", "2048", "--min-input-files", "2"), jars=jars
+        "compact.py", *common, *("--target-file-size", "1024", "--rewrite-all"), jars=jars
     )
     assert compacted.metrics["rewritten_data_files_count"] == VERSIONS, compacted.result
     assert compacted.metrics["added_data_files_count"] >= 2, compacted.result
