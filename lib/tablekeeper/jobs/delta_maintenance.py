@@ -9,8 +9,6 @@ Delta's own rules decide what is safe there: ``VACUUM`` for files no version ins
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -36,6 +34,7 @@ from tablekeeper.files.engine import first_sorted
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.options import parse_older_than, report_files
 from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.spark.session import scoped_conf
 
 
 class CompactChoices(Protocol):
@@ -173,7 +172,7 @@ def run_vacuum(
             spark.sparkContext.setJobDescription("remove-orphans: VACUUM")
             size = _sizes(spark, paths)
             retain = "" if hours is None else f" RETAIN {hours:.3f} HOURS"
-            with _session_conf(spark, deletes):
+            with scoped_conf(spark, deletes):
                 spark.sql(f"VACUUM {_quoted(path)}{retain}").collect()
     except TablekeeperError:
         raise
@@ -357,7 +356,7 @@ def run_optimize(path: str, spark: SparkSession, options: CompactChoices) -> Job
         sql += " ZORDER BY (" + ", ".join("`" + c.replace("`", "``") + "`" for c in zorder) + ")"
     try:
         spark.sparkContext.setJobDescription("compact: Delta OPTIMIZE")
-        with _session_conf(spark, settings.conf(size)):
+        with scoped_conf(spark, settings.conf(size)):
             row = spark.sql(sql).collect()[0]
     except Exception as err:
         raise _failed(err, f"OPTIMIZE of {path} failed, nothing committed") from err
@@ -374,19 +373,3 @@ def run_optimize(path: str, spark: SparkSession, options: CompactChoices) -> Job
         "partitions_optimized": int(m["partitionsOptimized"]),
     }
     return clock.result("compact", path, dry_run=False, metrics=metrics)
-
-
-@contextmanager
-def _session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
-    """Session settings for one command, put back as they were after it (the session is shared)."""
-    previous: dict[str, str | None] = {key: spark.conf.get(key, None) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, before in previous.items():
-            if before is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, before)

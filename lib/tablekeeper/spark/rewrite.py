@@ -63,6 +63,7 @@ from tablekeeper.spark.schema import (
     spark_schema,
     spark_type,
 )
+from tablekeeper.spark.session import scoped_conf
 
 log = logging.getLogger(__name__)
 
@@ -92,17 +93,8 @@ def rewrite_conf(spark: SparkSession) -> Iterator[None]:
             max(8, spark.sparkContext.defaultParallelism * 4)
         ),
     }
-    saved: dict[str, str | None] = {k: spark.conf.get(k, None) for k in conf}
-    for k, v in conf.items():
-        spark.conf.set(k, v)
-    try:
+    with scoped_conf(spark, conf):
         yield
-    finally:
-        for k, old in saved.items():
-            if old is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, old)
 
 
 @dataclass(frozen=True)

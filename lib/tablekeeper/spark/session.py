@@ -11,7 +11,8 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -237,6 +238,22 @@ def _quiet_task_failures(spark: SparkSession) -> None:
             configurator.setLevel(name, off)
     except Exception as err:  # a cluster logging through something else than log4j 2
         log.debug("could not quiet Spark's task failure logs: %s", err)
+
+
+@contextmanager
+def scoped_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """Session settings for one command, put back as they were after it (the session is shared)."""
+    previous: dict[str, str | None] = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, before in previous.items():
+            if before is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, before)
 
 
 # PySpark logs every exception that carries a query context (an AnalysisException on a bad column,
