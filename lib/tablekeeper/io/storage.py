@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 from tablekeeper.errors import ConfigError
 from tablekeeper.io.s3 import is_storage_property
-from tablekeeper.io.stores import is_store_setting
+from tablekeeper.io.stores import store_prefixes
 
 # Executors inherit the driver's settings through this variable (it holds secrets: the Spark layer
 # passes it to Python workers directly, never through SparkConf, which the UI shows).
@@ -30,10 +30,11 @@ _listeners: list[Callable[[Mapping[str, str]], None]] = []
 def storage_subset(properties: Mapping[str, str]) -> dict[str, str]:
     """The storage (FileIO) settings among catalog or table properties: S3's, and those of the
     stores registered or named there (``io.stores``)."""
+    prefixes = store_prefixes(properties)
     return {
         str(k): str(v)
         for k, v in properties.items()
-        if is_storage_property(str(k)) or is_store_setting(str(k), properties)
+        if is_storage_property(str(k)) or str(k).startswith(prefixes)
     }
 
 

@@ -97,26 +97,24 @@ def store_for(scheme: str, settings: Mapping[str, str]) -> Store | None:
     return register_store(store)
 
 
-def is_store_setting(key: str, settings: Mapping[str, str]) -> bool:
-    """Whether ``key`` is a setting of a store registered or named in ``settings``."""
-    if key.startswith(IMPL_PREFIX):
-        return True
+def _stores(settings: Mapping[str, str]) -> set[Store]:
+    """The stores registered here, and those ``settings`` name with ``io-impl.<scheme>``."""
     with _lock:
         stores = set(_by_scheme.values())
     for name, impl in settings.items():
         if name.startswith(IMPL_PREFIX) and impl:
             stores.add(_load(impl, name))
-    return any(key.startswith(prefix) for store in stores for prefix in store.prefixes)
+    return stores
+
+
+def store_prefixes(settings: Mapping[str, str]) -> tuple[str, ...]:
+    """The setting names (``io-impl.`` and each store's own prefixes) that are storage settings."""
+    return (IMPL_PREFIX, *(prefix for store in _stores(settings) for prefix in store.prefixes))
 
 
 def hadoop_settings(settings: Mapping[str, str]) -> dict[str, str]:
     """What Spark's Hadoop layer needs for every store registered or named in ``settings``."""
     out: dict[str, str] = {}
-    with _lock:
-        stores = set(_by_scheme.values())
-    for name, impl in settings.items():
-        if name.startswith(IMPL_PREFIX) and impl:
-            stores.add(_load(impl, name))
-    for store in sorted(stores, key=lambda s: s.name):
+    for store in sorted(_stores(settings), key=lambda s: s.name):
         out.update(store.hadoop(settings))
     return out
