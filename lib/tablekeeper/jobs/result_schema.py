@@ -29,17 +29,21 @@ def result_schema() -> dict[str, Any]:
     return schema
 
 
+@functools.cache
+def _validator() -> Any:
+    import jsonschema  # only the tests check results: nothing else needs it
+
+    return jsonschema.Draft202012Validator(result_schema())
+
+
 def checking() -> bool:
     return os.environ.get(CHECK_ENV) == "1"
 
 
 def check_result(line: str) -> None:
     """Raise ResultSchemaViolation naming where ``line`` (a printed result) breaks the schema."""
-    import jsonschema
-
     body = json.loads(line)
-    validator = jsonschema.Draft202012Validator(result_schema())
-    errors = sorted(validator.iter_errors(body), key=lambda e: list(e.absolute_path))
+    errors = sorted(_validator().iter_errors(body), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "(the result)"
