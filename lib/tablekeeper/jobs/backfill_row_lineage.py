@@ -19,13 +19,16 @@ import argparse
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog
 from tablekeeper.commit.producer import SnapshotChange
+from tablekeeper.commit.service import staging
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import ConfigError, UnsupportedFeatureError
 from tablekeeper.files.containment import require_home
+from tablekeeper.files.journal import Staged
 from tablekeeper.iceberg.content import MANIFEST_DATA, ManifestFile
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
 from tablekeeper.iceberg.updates import upgrade_format_version
@@ -129,28 +132,42 @@ def run_backfill(options: BackfillRowLineageOptions, catalog: Catalog, identifie
         metrics["snapshot_ids"] = []
         return clock.result(JOB, identifier, dry_run=True, metrics=metrics)
     faults.kill_point("plan.done")
-    committer = Committer(catalog, identifier)
     snapshot_ids: list[int] = []
     low: int | None = None
     high: int | None = None
-    if not todo:
-        committer.update_metadata(_upgrade)  # no live data yet: the upgrade alone
-    for n in todo:
-        change = SnapshotChange(
-            operation="replace",
-            branch=n.branch,
-            prepare=_upgrade,
-            rewrite_uncounted_manifests=True,
-            summary={"tablekeeper.job": JOB},
-        )
-        snap = committer.commit_snapshot(change).snapshot
-        if snap is None:
-            continue
-        snapshot_ids.append(snap.snapshot_id)
-        if snap.first_row_id is not None and snap.added_rows:
-            low = snap.first_row_id if low is None else min(low, snap.first_row_id)
-            last = snap.first_row_id + snap.added_rows - 1
-            high = last if high is None else max(high, last)
+    location = meta.location
+    # The manifests the commits rewrite, their lists and metadata carry the run's token: a run
+    # killed before a commit leaves them to the next run, which removes what the table does not
+    # reference.
+    with staging(
+        catalog,
+        identifier,
+        job=JOB,
+        io=table.io,
+        location=location,
+        base_metadata=table.metadata_location,
+        staged=lambda token: (Staged(f"{location.rstrip('/')}/metadata", token),),
+    ) as run:
+        metrics["resumed_journal"] = run.resumed
+        committer = Committer(catalog, identifier, file_prefix=run.token)
+        if not todo:
+            run.commit(lambda: committer.update_metadata(_upgrade))  # no live data yet: the upgrade alone
+        for n in todo:
+            change = SnapshotChange(
+                operation="replace",
+                branch=n.branch,
+                prepare=_upgrade,
+                rewrite_uncounted_manifests=True,
+                summary={"tablekeeper.job": JOB},
+            )
+            snap = run.commit(partial(committer.commit_snapshot, change)).snapshot
+            if snap is None:
+                continue
+            snapshot_ids.append(snap.snapshot_id)
+            if snap.first_row_id is not None and snap.added_rows:
+                low = snap.first_row_id if low is None else min(low, snap.first_row_id)
+                last = snap.first_row_id + snap.added_rows - 1
+                high = last if high is None else max(high, last)
     metrics["snapshot_ids"] = snapshot_ids
     metrics["row_id_range"] = [low, high] if low is not None else None
     after = catalog.require(identifier).metadata

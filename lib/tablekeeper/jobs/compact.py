@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,9 +24,9 @@ from pyspark.sql import SparkSession
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.producer import SnapshotChange
+from tablekeeper.commit.service import Staging, finish_dead_runs, staging
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import (
-    CommitFailed,
     CommitStateUnknown,
     ConfigError,
     TablekeeperError,
@@ -35,9 +34,9 @@ from tablekeeper.errors import (
     as_error,
 )
 from tablekeeper.files.containment import require_home
-from tablekeeper.files.engine import task_failure
-from tablekeeper.files.finish import discard, finish_journals, pending_journals
-from tablekeeper.files.journal import JournalWriter, Staged, list_journals
+from tablekeeper.files.engine import Engine, task_failure
+from tablekeeper.files.finish import pending_journals
+from tablekeeper.files.journal import Staged
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.content import DataFile, ManifestEntry
@@ -51,9 +50,7 @@ from tablekeeper.jobs.compact_options import CompactOptions, Writer
 from tablekeeper.jobs.compact_order import RowOrder
 from tablekeeper.jobs.context import JobContext, delta_root
 from tablekeeper.jobs.engines import SparkSource, choose_engine
-from tablekeeper.jobs.expire_snapshots import DRIVER_DELETE_THREADS
 from tablekeeper.jobs.result import JobClock, JobResult
-from tablekeeper.jobs.staging import require_staged
 from tablekeeper.spark.arrow_rewrite import arrow_blocker
 from tablekeeper.spark.data_read import path_key
 from tablekeeper.spark.rewrite import (
@@ -108,15 +105,9 @@ class _Session:
         return self._spark if self._spark is not None else self.get
 
 
-def _finish_journals(catalog: Catalog, identifier: str, table: LoadedTable, session: _Session) -> Any:
-    """Finish what killed runs left (their new files, or another job's deletes) before this one."""
-    meta = table.metadata
-    if not list_journals(table.io, meta.location):
-        return None
-    engine = choose_engine("auto", meta, session.source(), JOB, PathRules(), IndexCache())
-    return finish_journals(
-        table.io, meta.location, lambda: catalog.require(identifier), engine, DRIVER_DELETE_THREADS
-    ).metric()
+def _engine(table: LoadedTable, session: _Session) -> Callable[[], Engine]:
+    """The engine that finishes dead runs' journals, built only when there is one."""
+    return lambda: choose_engine("auto", table.metadata, session.source(), JOB, PathRules(), IndexCache())
 
 
 def plan(
@@ -334,43 +325,28 @@ def run_compact(
             if journals:
                 metrics["journals_to_finish"] = journals
         else:
-            metrics["resumed_journal"] = _finish_journals(catalog, identifier, table, session)
-        return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
-    metrics["resumed_journal"] = _finish_journals(catalog, identifier, table, session)
-    token = uuid.uuid4().hex[:12]
-    with JournalWriter.start(
-        table.io,
-        meta.location,
-        job=JOB,
-        table=identifier,
-        kind="stage",
-        base_metadata=table.metadata_location,
-        staged=(
-            Staged(meta.data_location, f"compact-{token}-", directories=True),
-            Staged(f"{meta.location.rstrip('/')}/metadata", token),  # a killed commit's manifests
-        ),
-        run_id=token,
-        settle_ms=catalog.commit_settle_ms,
-    ) as journal:
-        try:
-            outcomes, removed_deletes = _execute(
-                options,
-                catalog,
-                identifier,
-                session.get(),
-                meta,
-                the_plan,
-                rewrite,
-                order,
-                journal,
+            metrics["resumed_journal"] = finish_dead_runs(
+                table.io, meta.location, lambda: catalog.require(identifier), _engine(table, session)
             )
-        except CommitStateUnknown:
-            raise  # the journal stays: the next run keeps whatever the table turns out to reference
-        except Exception:
-            # What did not commit was removed as it failed; the journal checks that against the table.
-            discard(journal, lambda: catalog.require(identifier))
-            raise
-        journal.remove()
+        return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
+    metadata_dir = f"{meta.location.rstrip('/')}/metadata"
+    with staging(
+        catalog,
+        identifier,
+        job=JOB,
+        io=table.io,
+        location=meta.location,
+        base_metadata=table.metadata_location,
+        staged=lambda token: (
+            Staged(meta.data_location, f"compact-{token}-", directories=True),
+            Staged(metadata_dir, token),  # a killed commit's manifests
+        ),
+        engine=_engine(table, session),
+    ) as run:
+        metrics["resumed_journal"] = run.resumed
+        outcomes, removed_deletes = _execute(
+            options, catalog, identifier, session.get(), meta, the_plan, rewrite, order, run
+        )
     metrics |= _counts(outcomes, removed_deletes)
     metrics["groups"] = [_group_json(o) for o in outcomes]
     metrics["snapshot_ids"] = sorted({o.snapshot_id for o in outcomes if o.snapshot_id is not None})
@@ -394,7 +370,7 @@ def _execute(
     the_plan: RewritePlan,
     rewrite: RewriteOptions,
     order: RowOrder,
-    journal: JournalWriter,
+    run: Staging,
 ) -> tuple[list[_Outcome], int]:
     groups = the_plan.groups
     per_commit = -(-len(groups) // options.max_commits) if options.partial_progress else len(groups)
@@ -404,25 +380,18 @@ def _execute(
     pending: list[_Outcome] = []
     outcomes: list[_Outcome] = []
     failures: list[TablekeeperError] = []
-    unknown: list[CommitStateUnknown] = []
 
     def commit(batch: list[_Outcome]) -> None:
-        faults.kill_point("stage.written")
-        if unknown:
-            raise unknown[0]  # nothing more may be committed or cleaned until someone looks
         attempted.append(len(batch))
         try:
-            if not journal.intact():
-                raise CommitFailed(
-                    f"the staging journal {journal.location} is gone or went quiet: another run may "
-                    "have taken this one for dead and removed its files; nothing more is committed"
+            removed_deletes.append(
+                run.commit(
+                    lambda: _commit(catalog, identifier, meta, options.branch, batch, run.token),
+                    (f.file_path for o in batch for f in o.added),
                 )
-            require_staged((f.file_path for o in batch for f in o.added), journal.location)
-            token = journal.header.run_id
-            removed_deletes.append(_commit(catalog, identifier, meta, options.branch, batch, token))
-        except CommitStateUnknown as err:
-            unknown.append(err)
-            raise
+            )
+        except CommitStateUnknown:
+            raise  # the service refuses every later commit; the run's files stay
         except TablekeeperError as err:
             if not options.partial_progress:
                 raise
@@ -437,7 +406,7 @@ def _execute(
             rewrite,
             order,
             options.writer,
-            journal.header.run_id,
+            run.token,
         )
         with lock:
             outcomes.append(outcome)

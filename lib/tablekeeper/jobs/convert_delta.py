@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 from tablekeeper import faults
 from tablekeeper.catalog import Catalog, LoadedTable
 from tablekeeper.clock import now_ms
+from tablekeeper.commit.staged import staged_table
 from tablekeeper.commit.transaction import RetryPolicy
 from tablekeeper.delta.diff import diff_files
 from tablekeeper.delta.segment import oldest_reconstructable
@@ -36,7 +37,6 @@ from tablekeeper.errors import (
     ConfigError,
     DataFileGone,
 )
-from tablekeeper.files.journal import JournalWriter
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.context import JobContext, add_run_arguments, add_table_arguments
@@ -66,7 +66,6 @@ from tablekeeper.jobs.convert_versions import (
 from tablekeeper.jobs.delta_files import target_state
 from tablekeeper.jobs.engines import delta_replay, replays_on_spark
 from tablekeeper.jobs.result import JobClock, JobResult
-from tablekeeper.jobs.staging import staged_run
 from tablekeeper.tables.delta import (
     Replay,
     history,
@@ -245,13 +244,13 @@ def execute_convert(
     plan: ConvertPlan, options: ConvertDeltaOptions, catalog: Catalog, spark: SparkSession | None = None
 ) -> dict[str, object]:
     """Convert the planned versions into a staged copy of the target and publish it in one
-    catalog operation (``jobs.staging``): readers see the target before or after the run, never
+    catalog operation (``commit.staged``): readers see the target before or after the run, never
     part of it, and a run that dies leaves files its staging journal names for the next."""
     base = catalog.require(options.target) if plan.target_exists else None
     totals = Totals()
     try:
-        with staged_run(catalog, options.target, base, JOB) as run:
-            metrics, latest = _convert(plan, options, run.table, spark, run.token, run.journal, totals)
+        with staged_table(catalog, options.target, base, JOB) as run:
+            metrics, latest = _convert(plan, options, run.table, spark, run.token, totals)
     except CommitStateUnknown:
         raise  # the target may reference the rewritten files: they stay
     except Exception:
@@ -281,7 +280,6 @@ def _convert(
     catalog: Catalog,
     spark: SparkSession | None,
     token: str,
-    journal: JournalWriter,
     totals: Totals,
 ) -> tuple[dict[str, object], DeltaSnapshot | None]:
     """The run's metrics and the newest Delta state it converted (None when the executors held

@@ -1,7 +1,7 @@
 """convert-delta, one Delta version at a time: options, plan, and the snapshot each version becomes.
 
 A version's snapshot is built from the difference between two Delta states and committed (to the
-staged target, ``jobs.staging``) together with the schema, spec and ``tablekeeper.delta.version``
+staged target, ``commit.staged``) together with the schema, spec and ``tablekeeper.delta.version``
 it reaches; data files get their metrics from Delta stats, deletion vectors become v3 DVs or v2
 position delete files.
 """

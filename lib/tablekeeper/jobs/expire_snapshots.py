@@ -28,12 +28,13 @@ from typing import Any
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.clock import now_ms
+from tablekeeper.commit.service import finish_dead_runs
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import CommitStateUnknown, ConfigError, SafetyRefusal, TablekeeperError
 from tablekeeper.files.containment import Containment, require_home
 from tablekeeper.files.deletes import contained
 from tablekeeper.files.engine import Engine, KeySet, MetadataOnly, failed, task_failure
-from tablekeeper.files.finish import finish_journals, metadata_files, pending_journals
+from tablekeeper.files.finish import metadata_files, pending_journals
 from tablekeeper.files.journal import JournalWriter
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.manifests import ManifestIndex, index_difference, statistics_rows
@@ -209,9 +210,13 @@ def run_expire(
     try:
         if options.dry_run:
             return _dry_run(options, identifier, table, policy, engine, rules, now, clock)
-        resumed = finish_journals(
-            table.io, table.metadata.location, lambda: catalog.require(identifier), engine, concurrency
-        ).metric()
+        resumed = finish_dead_runs(
+            table.io,
+            table.metadata.location,
+            lambda: catalog.require(identifier),
+            lambda: engine,
+            concurrency,
+        )
         metrics = _execute(options, catalog, identifier, table, policy, engine, rules, concurrency, now)
     except TablekeeperError:
         raise

@@ -25,10 +25,11 @@ from typing import Any, Literal
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.clock import now_ms
+from tablekeeper.commit.service import finish_dead_runs
 from tablekeeper.errors import ConfigError, SafetyRefusal, TablekeeperError
 from tablekeeper.files.containment import Containment, require_home
 from tablekeeper.files.engine import Engine, ListingTooLarge, OrphanScan, failed, task_failure
-from tablekeeper.files.finish import Protected, finish_journals, metadata_files, pending_journals, protected
+from tablekeeper.files.finish import Protected, metadata_files, pending_journals, protected
 from tablekeeper.files.journal import JournalWriter, journals_location
 from tablekeeper.files.listing import is_metadata_file
 from tablekeeper.files.local import IndexCache
@@ -181,9 +182,13 @@ def run_orphans(
     resumed = None
     try:
         if not options.dry_run:
-            resumed = finish_journals(
-                table.io, table.metadata.location, lambda: catalog.require(identifier), engine, concurrency
-            ).metric()
+            resumed = finish_dead_runs(
+                table.io,
+                table.metadata.location,
+                lambda: catalog.require(identifier),
+                lambda: engine,
+                concurrency,
+            )
         try:
             try:
                 found = _scan(engine, table, scope, rules)

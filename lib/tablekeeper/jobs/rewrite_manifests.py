@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
+from tablekeeper.commit.service import plan_again, staging
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import (
-    CommitStateUnknown,
     ConfigError,
     CorruptMetadataError,
     ManifestsChanged,
@@ -36,6 +35,7 @@ from tablekeeper.errors import (
 )
 from tablekeeper.files.containment import require_home
 from tablekeeper.files.engine import DRIVER_MAX_FILES
+from tablekeeper.files.journal import Staged
 from tablekeeper.iceberg.content import ManifestFile
 from tablekeeper.iceberg.manifest import write_encoded_manifest
 from tablekeeper.iceberg.manifest_rewrite import (
@@ -286,61 +286,72 @@ def run_rewrite_manifests(
     spark: SparkSource = None,
 ) -> JobResult:
     clock = JobClock()
-    for attempt in range(1, MAX_PLANS + 1):
-        table = catalog.require(identifier)
-        require_home(table, identifier, JOB)  # a copied table would write into the original
-        plan, manifests = plan_rewrite(options, table, identifier)
-        metrics = _plan_metrics(plan, manifests)
-        if plan.is_empty:
-            metrics |= {"added_manifests_count": 0, "note": "nothing to do: no manifests would get fewer"}
-            return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
-        if options.dry_run:
-            metrics["added_manifests_count"] = sum(g.target_count for g in plan.groups)
-            return clock.result(JOB, identifier, dry_run=True, metrics=metrics)
-        faults.kill_point("plan.done")
-        use_spark = _use_spark(options, plan, spark)
-        session = spark_session(spark, JOB) if use_spark else None
+    return plan_again(
+        lambda plans: _run_once(options, catalog, identifier, spark, clock, plans),
+        MAX_PLANS,
+        ManifestsChanged,
+    )
+
+
+def _run_once(
+    options: RewriteManifestsOptions,
+    catalog: Catalog,
+    identifier: str,
+    spark: SparkSource,
+    clock: JobClock,
+    plans: int,
+) -> JobResult:
+    table = catalog.require(identifier)
+    require_home(table, identifier, JOB)  # a copied table would write into the original
+    plan, manifests = plan_rewrite(options, table, identifier)
+    metrics = _plan_metrics(plan, manifests)
+    if plan.is_empty:
+        metrics |= {"added_manifests_count": 0, "note": "nothing to do: no manifests would get fewer"}
+        return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
+    if options.dry_run:
+        metrics["added_manifests_count"] = sum(g.target_count for g in plan.groups)
+        return clock.result(JOB, identifier, dry_run=True, metrics=metrics)
+    faults.kill_point("plan.done")
+    use_spark = _use_spark(options, plan, spark)
+    session = spark_session(spark, JOB) if use_spark else None
+    location = table.metadata.location
+    # The new manifests, list and metadata carry the run's token: a run killed before its commit
+    # leaves them to the next run, which removes what the table does not reference.
+    with staging(
+        catalog,
+        identifier,
+        job=JOB,
+        io=table.io,
+        location=location,
+        base_metadata=table.metadata_location,
+        staged=lambda token: (Staged(f"{location.rstrip('/')}/metadata", token),),
+    ) as run:
         snapshot_id = new_snapshot_id()
-        prefix = f"rewrite-manifests-{uuid.uuid4().hex[:12]}-"
-        written = _write(table, plan, snapshot_id, prefix, session)
-        try:
-            _check_counts(plan, written)
-        except CorruptMetadataError:
-            table.io.delete_many([m.manifest_path for m in written])
-            raise
-        try:
-            result = Committer(catalog, identifier).replace_manifests(
+        written = _write(table, plan, snapshot_id, f"{JOB}-{run.token}-", session)
+        _check_counts(plan, written)
+        result = run.commit(
+            lambda: Committer(catalog, identifier, file_prefix=run.token).replace_manifests(
                 removed=frozenset(m.manifest_path for m in plan.rewritten),
                 added=written,
                 snapshot_id=snapshot_id,
                 entries_processed=sum(g.live_entries for g in plan.groups),
                 branch=options.branch,
                 summary={"tablekeeper.job": JOB},
-            )
-        except ManifestsChanged as err:
-            if attempt == MAX_PLANS:
-                raise
-            log.info("planning again (%s)", err.message)
-            continue
-        except CommitStateUnknown:
-            raise  # the new list may be live and reference every new manifest
-        except Exception:
-            # Known not committed (the committer removes them too; a failure before its first
-            # attempt, such as the catalog being unreachable, leaves them to this).
-            table.io.delete_many([m.manifest_path for m in written])
-            raise
-        snapshot = result.snapshot
-        assert snapshot is not None
-        metrics |= {
-            "added_manifests_count": len(written),
-            "added_bytes_count": sum(m.manifest_length for m in written),
-            "manifests_after": len(load_manifests(result.table.io, snapshot)),
-            "snapshot_id": snapshot.snapshot_id,
-            "engine": "spark" if use_spark else "driver",
-            "plans": attempt,
-        }
-        return clock.result(JOB, identifier, dry_run=False, metrics=metrics)
-    raise AssertionError("unreachable")
+            ),
+            [m.manifest_path for m in written],
+        )
+    snapshot = result.snapshot
+    assert snapshot is not None
+    metrics |= {
+        "resumed_journal": run.resumed,
+        "added_manifests_count": len(written),
+        "added_bytes_count": sum(m.manifest_length for m in written),
+        "manifests_after": len(load_manifests(result.table.io, snapshot)),
+        "snapshot_id": snapshot.snapshot_id,
+        "engine": "spark" if use_spark else "driver",
+        "plans": plans,
+    }
+    return clock.result(JOB, identifier, dry_run=False, metrics=metrics)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

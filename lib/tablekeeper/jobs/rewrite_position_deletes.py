@@ -30,19 +30,17 @@ from pyspark.sql import SparkSession
 from tablekeeper import faults
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.producer import SnapshotChange
+from tablekeeper.commit.service import finish_dead_runs, plan_again, staging
 from tablekeeper.commit.summary import SummaryDelta
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import (
     CommitConflict,
-    CommitFailed,
-    CommitStateUnknown,
     ConfigError,
     UnsupportedFeatureError,
 )
 from tablekeeper.files.containment import require_home
-from tablekeeper.files.finish import discard, finish_journals, pending_journals
-from tablekeeper.files.journal import JournalWriter, Staged
-from tablekeeper.files.local import LocalEngine
+from tablekeeper.files.finish import pending_journals
+from tablekeeper.files.journal import Staged
 from tablekeeper.iceberg.content import (
     ADDED,
     DATA,
@@ -85,7 +83,6 @@ JOB = "rewrite-position-deletes"
 _CODEC_PROPERTIES = ("write.delete.parquet.compression-codec", "write.parquet.compression-codec")
 # Spark's lz4 is Hadoop's framing, pyarrow's is not: only codecs both write alike.
 _CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "uncompressed": "none", "none": "none"}
-_DELETE_THREADS = 8
 # A concurrent commit that makes the rewrite's commit impossible makes it plan again, this often.
 MAX_PLANS = 3
 
@@ -339,14 +336,7 @@ def run_rewrite_position_deletes(
     """Plan, rewrite, commit; a commit that a concurrent change made impossible (a planned file
     removed, a DV changed) leaves nothing behind and the job plans again on the table as it is."""
     clock = JobClock()
-    for plans in range(1, MAX_PLANS + 1):
-        try:
-            return _run_once(options, catalog, identifier, spark, clock, plans)
-        except CommitConflict as err:
-            if plans == MAX_PLANS:
-                raise
-            log.info("planning again (%s)", err.message)
-    raise AssertionError("unreachable")
+    return plan_again(lambda plans: _run_once(options, catalog, identifier, spark, clock, plans), MAX_PLANS)
 
 
 def _run_once(
@@ -382,53 +372,38 @@ def _run_once(
             if journals:
                 metrics["journals_to_finish"] = journals
         else:
-            metrics["resumed_journal"] = _finish_journals(catalog, identifier, table)
+            metrics["resumed_journal"] = finish_dead_runs(
+                table.io, meta.location, lambda: catalog.require(identifier)
+            )
         metrics["snapshot_ids"] = []
         return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
-    metrics["resumed_journal"] = _finish_journals(catalog, identifier, table)
-    token = uuid.uuid4().hex[:12]
     root = meta.data_location
-    directory = f"{root}/{JOB}-{token}"
     codec = _codec(meta)
     plan_options = options.plan_options(dict(meta.properties))
-    with JournalWriter.start(
-        table.io,
-        meta.location,
+    with staging(
+        catalog,
+        identifier,
         job=JOB,
-        table=identifier,
-        kind="stage",
+        io=table.io,
+        location=meta.location,
         base_metadata=table.metadata_location,
-        staged=(
+        staged=lambda token: (
             Staged(root, token, directories=True),
             Staged(f"{meta.location.rstrip('/')}/metadata", token),  # a killed commit's manifests
         ),
-        run_id=token,
-        settle_ms=catalog.commit_settle_ms,
-    ) as journal:
-        try:
-            work = [
-                GroupWork(g, directory, token, plan_options.target_file_size, codec) for g in the_plan.groups
-            ]
-            spark_session = session()
-            spark_session.sparkContext.setJobDescription(f"{JOB}: {len(work)} group(s)")
-            outputs = rewrite_groups(spark_session, work)
-            keep_reported(directory, outputs)
-            by_index = {o.index: o for o in outputs}
-            done = [(g, by_index[g.index]) for g in the_plan.groups]
-            faults.kill_point("stage.written")
-            if not journal.intact():
-                raise CommitFailed(
-                    f"the staging journal {journal.location} is gone or went quiet: another run may "
-                    "have taken this one for dead and removed its files; nothing committed"
-                )
-            snapshot_id = _commit(catalog, identifier, table, done, token)
-        except CommitStateUnknown:
-            raise  # the journal stays: the next run keeps whatever the table turns out to reference
-        except Exception:
-            # Nothing committed: the journal removes every file this run staged.
-            discard(journal, lambda: catalog.require(identifier))
-            raise
-        journal.remove()
+    ) as run:
+        metrics["resumed_journal"] = run.resumed
+        directory = f"{root}/{JOB}-{run.token}"
+        work = [
+            GroupWork(g, directory, run.token, plan_options.target_file_size, codec) for g in the_plan.groups
+        ]
+        spark_session = session()
+        spark_session.sparkContext.setJobDescription(f"{JOB}: {len(work)} group(s)")
+        outputs = rewrite_groups(spark_session, work)
+        keep_reported(directory, outputs)
+        by_index = {o.index: o for o in outputs}
+        done = [(g, by_index[g.index]) for g in the_plan.groups]
+        snapshot_id = run.commit(lambda: _commit(catalog, identifier, table, done, run.token))
     metrics |= _counts(done)
     metrics["plans"] = plans
     metrics["groups"] = [_group_json(g, o) for g, o in done]
@@ -441,13 +416,6 @@ def _getter(spark: SparkSession | Callable[[], SparkSession]) -> Callable[[], Sp
         given = spark
         return lambda: given
     return spark
-
-
-def _finish_journals(catalog: Catalog, identifier: str, table: LoadedTable) -> Any:
-    """Finish what killed runs left (their staged files, or another job's deletes) first."""
-    return finish_journals(
-        table.io, table.metadata.location, lambda: catalog.require(identifier), LocalEngine(), _DELETE_THREADS
-    ).metric()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -15,6 +15,7 @@ import pytest
 from tablekeeper.catalog.filesystem import FileSystemCatalog
 from tablekeeper.cli import main
 from tablekeeper.commit import Committer, SnapshotChange
+from tablekeeper.commit.staged import staged_table
 from tablekeeper.errors import CommitFailed, OutsideTable, SafetyRefusal
 from tablekeeper.files.containment import Containment
 from tablekeeper.files.deletes import delete_rows
@@ -33,7 +34,6 @@ from tablekeeper.files.local import LocalEngine
 from tablekeeper.files.rules import PathRules
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
-from tablekeeper.jobs.staging import staged_run
 from tests.support.iceberg_writer import write_rows
 from tests.unit.files.test_journal import _table
 
@@ -267,7 +267,7 @@ def test_a_staged_commit_checks_its_files_still_exist(
     """A staged run whose manifest list something deleted meanwhile commits nothing."""
     catalog, ident, _, _ = setup
     base = catalog.require(ident)
-    with pytest.raises(CommitFailed, match="are gone"), staged_run(catalog, ident, base, "test") as run:
+    with pytest.raises(CommitFailed, match="are gone"), staged_table(catalog, ident, base, "test") as run:
         Committer(run.table, ident, file_prefix=run.token).commit_snapshot(
             SnapshotChange("append", added_files=())
         )
