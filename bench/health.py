@@ -134,8 +134,8 @@ def run_engine(engine: str, work: Path, case: str) -> dict[str, object]:
     if engine == "tablekeeper-1":
         # One process reads every manifest: the time without the per-core processes, and the
         # peak memory a single reader needs (the per-core processes' is not the driver's).
-        from tablekeeper.jobs.health_iceberg import iceberg_health, tally_on_driver
-        from tablekeeper.jobs.health_model import Thresholds
+        from tablekeeper.jobs.health.iceberg import iceberg_health, tally_on_driver
+        from tablekeeper.jobs.health.model import Thresholds
 
         t0 = time.perf_counter()
         now = int(time.time() * 1000)
@@ -152,7 +152,7 @@ def run_engine(engine: str, work: Path, case: str) -> dict[str, object]:
             "recommendations": sorted({r.job for h in found for r in h.recommendations}),
             "driver_peak_mib": round(_peak_mib(), 1),
         }
-    from tablekeeper.jobs.context import JobContext
+    from tablekeeper.jobs.common.context import JobContext
     from tablekeeper.jobs.health import HealthOptions, run
 
     def no_spark():  # type: ignore[no-untyped-def]

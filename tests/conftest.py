@@ -36,7 +36,7 @@ def _plain_query_context_loggers() -> None:
 _plain_query_context_loggers()
 
 # Every result a job prints in this run (in this process or a job process it starts, which inherit
-# the environment) is checked against the published result schema (tablekeeper.jobs.result_schema).
+# the environment) is checked against the published result schema (tablekeeper.jobs.common.result_schema).
 os.environ["TABLEKEEPER_CHECK_RESULTS"] = "1"
 
 # Engines turn timestamps into local datetimes; pin the zone so comparisons mean the same everywhere.

@@ -24,12 +24,12 @@ from tablekeeper.catalog import catalog_for
 from tablekeeper.catalog.config import load_catalogs
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.backfill_row_lineage import BackfillRowLineageOptions, run_backfill
+from tablekeeper.jobs.common.result import JobResult
 from tablekeeper.jobs.compact import run_compact
-from tablekeeper.jobs.compact_options import CompactOptions
+from tablekeeper.jobs.compact.options import CompactOptions
 from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
 from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
-from tablekeeper.jobs.result import JobResult
 from tablekeeper.settings import default_warehouse
 from tablekeeper.spark import get_spark
 

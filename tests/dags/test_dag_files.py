@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tablekeeper.cli import JOBS, _job_module, build_parser, given_options
-from tablekeeper.jobs.formats import check_delta_options
+from tablekeeper.jobs.common.formats import check_delta_options
 from tablekeeper.spark.session import packages_arg
 from tests.dags.conftest import AIRFLOW_PYTHON, DAGS_FOLDER, airflow_env, write_tables
 from tests.support.spark_submit import REPO_ROOT
@@ -369,7 +369,7 @@ def _honoured_on_delta(dag: dict[str, Any], job: str, argv: list[str]) -> None:
     """A Delta table's job, or a fleet's (its namespace may hold Delta tables, and health never
     sends them an Iceberg-only job), gives only options a Delta table honours: the job would
     refuse the rest with exit 2 when it starts."""
-    declared = _job_module(JOBS[job][0]).DELTA_OPTIONS
+    declared = _job_module(JOBS[job].module).DELTA_OPTIONS
     fleet_only_iceberg = "fleet" in dag["tags"] and declared is None
     if ("delta" in dag["tags"] or "fleet" in dag["tags"]) and "--table" in argv and not fleet_only_iceberg:
         check_delta_options(job, "a Delta table", declared, given_options([job, *argv]))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import tablekeeper.jobs.options as job_options
+import tablekeeper.jobs.common.options as job_options
 import tablekeeper.spark.maintenance as spark_maintenance
 from tablekeeper.catalog import catalog_for
 from tablekeeper.files.engine import MetadataOnly
@@ -167,8 +167,7 @@ def test_vacuum_check_on_executors_brings_only_files_the_current_snapshot_lacks(
     (past a zero retention): the executors compare the old manifest with the current snapshot's,
     so the one removed file alone reaches the driver, and the same snapshot is found at risk as
     when the driver reads every file."""
-    import tablekeeper.jobs.convert_vacuum as vacuum
-    from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
+    from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert, vacuum
     from tablekeeper.spark.reachability import unlisted_data_files
     from tablekeeper.tables.delta import load_snapshot
     from tests.conftest import SQL_CATALOG

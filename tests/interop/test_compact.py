@@ -227,7 +227,7 @@ def test_equality_deletes_apply_by_sequence_number(spark, catalogs, warehouse, w
 
 
 def test_delta_table_compacted_through_optimize(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from tablekeeper.jobs.delta_maintenance import run_optimize
+    from tablekeeper.jobs.common.delta_maintenance import run_optimize
 
     path = str(tmp_path / "delta_small")
     spark.range(0, 2000).selectExpr("id", "id % 3 AS p").repartition(12).write.format("delta").partitionBy(

@@ -267,8 +267,8 @@ def test_files_reach_the_target_when_the_order_compresses_better(spark, catalogs
     takes the rest of the rows up to the maximum size, and health calls none of them small."""
     import time
 
-    from tablekeeper.jobs.health_iceberg import iceberg_health
-    from tablekeeper.jobs.health_model import Thresholds
+    from tablekeeper.jobs.health.iceberg import iceberg_health
+    from tablekeeper.jobs.health.model import Thresholds
 
     name = "sized_" + ("z" if order.startswith("z") else "sort" if order else "binpack")
     table = f"{FS_CATALOG}.db.{name}"

@@ -12,8 +12,8 @@ import pytest
 from tablekeeper.catalog import catalog_for
 from tablekeeper.cli import main
 from tablekeeper.iceberg.statistics import THETA_BLOB_TYPE, merge_sketches, read_theta_blobs
+from tablekeeper.jobs.common.context import JobContext
 from tablekeeper.jobs.compute_stats import ComputeStatsOptions, run_compute_stats
-from tablekeeper.jobs.context import JobContext
 from tests.conftest import FS_CATALOG
 
 pytestmark = pytest.mark.spark

@@ -402,7 +402,7 @@ def test_vacuumed_files_without_stats_on_spark(spark, catalogs, tmp_path: Path) 
     the versions reaching a file gone without a record count; the executors refuse a newest
     version missing one by name."""
     from tablekeeper.errors import DataFileGone
-    from tests.unit.jobs.test_convert_gone_files import _table
+    from tests.unit.jobs.convert_delta.test_gone_files import _table
 
     catalog = catalog_for(catalogs.get(SQL_CATALOG))
     source = _table(tmp_path / "vacuumed")

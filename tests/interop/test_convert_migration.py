@@ -21,10 +21,10 @@ from pyspark.sql import SparkSession
 from tablekeeper.catalog import catalog_for
 from tablekeeper.cli import main
 from tablekeeper.errors import ExitCode, SafetyRefusal, exit_code
-from tablekeeper.jobs import convert_versions
 from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
-from tablekeeper.jobs.convert_verify import VerificationFailed
-from tablekeeper.jobs.delta_files import WrittenDeletes
+from tablekeeper.jobs.convert_delta import versions as convert_versions
+from tablekeeper.jobs.convert_delta.delta_files import WrittenDeletes
+from tablekeeper.jobs.convert_delta.verify import VerificationFailed
 from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
 from tests.conftest import SQL_CATALOG
 from tests.interop.test_convert_history import snapshots_by_version

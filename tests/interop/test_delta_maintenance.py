@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tablekeeper.cli import main
-from tablekeeper.jobs.delta_maintenance import LISTING_PARALLELISM
+from tablekeeper.jobs.common.delta_maintenance import LISTING_PARALLELISM
 
 pytestmark = pytest.mark.spark
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tablekeeper.errors import ConfigError
-from tablekeeper.jobs.engines import delta_replay
+from tablekeeper.jobs.common.engines import delta_replay
 from tablekeeper.tables.delta import load_snapshot
 from tests.interop.test_delta_shared_tables import assert_same
 from tests.support.delta_reference import delta_spark_state, delta_spark_versions

@@ -39,8 +39,8 @@ import pytest
 from tablekeeper.catalog import catalog_for
 from tablekeeper.iceberg.content import MANIFEST_DATA
 from tablekeeper.jobs import compact, expire_snapshots, health, remove_orphans
+from tablekeeper.jobs.common.context import JobContext
 from tablekeeper.jobs.compact import CompactOptions, run_compact
-from tablekeeper.jobs.context import JobContext
 from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
 from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
 from tablekeeper.jobs.rewrite_manifests import RewriteManifestsOptions, run_rewrite_manifests

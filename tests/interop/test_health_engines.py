@@ -19,17 +19,17 @@ from tablekeeper.iceberg.partitioning import PartitionField, PartitionSpec
 from tablekeeper.iceberg.rewrite_plan import expected_files_after
 from tablekeeper.iceberg.types import LONG, NestedField, Schema
 from tablekeeper.iceberg.updates import new_table_metadata
+from tablekeeper.jobs.common.context import JobContext
 from tablekeeper.jobs.compact import plan as compact_plan
-from tablekeeper.jobs.compact_options import CompactOptions
-from tablekeeper.jobs.context import JobContext
+from tablekeeper.jobs.compact.options import CompactOptions
 from tablekeeper.jobs.health import HealthOptions, run
-from tablekeeper.jobs.health_iceberg import (
+from tablekeeper.jobs.health.iceberg import (
     SPARK_MIN_MANIFESTS,
     iceberg_health,
     tally_in_processes,
     tally_on_driver,
 )
-from tablekeeper.jobs.health_model import Thresholds
+from tablekeeper.jobs.health.model import Thresholds
 from tablekeeper.spark.health import spark_tally
 
 MANIFESTS = SPARK_MIN_MANIFESTS + 6

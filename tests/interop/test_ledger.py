@@ -27,8 +27,8 @@ from tablekeeper.catalog.sql import SqlCatalog
 from tablekeeper.commit import Committer, SnapshotChange
 from tablekeeper.iceberg.types import LONG, NestedField, Schema
 from tablekeeper.iceberg.updates import new_table_metadata
-from tablekeeper.jobs.ledger import SCHEMA, HistoryQuery, LedgerRow, append_rows, read_runs
-from tablekeeper.jobs.result import JobClock
+from tablekeeper.jobs.common.ledger import SCHEMA, HistoryQuery, LedgerRow, append_rows, read_runs
+from tablekeeper.jobs.common.result import JobClock
 from tests.conftest import REPO_ROOT, SQL_CATALOG
 from tests.support.iceberg_writer import write_rows
 

@@ -12,7 +12,7 @@ import pytest
 
 from tablekeeper.cli import _run_job, build_parser
 from tablekeeper.errors import CorruptMetadataError, task_error
-from tablekeeper.jobs.result import JobResult
+from tablekeeper.jobs.common.result import JobResult
 
 pytestmark = pytest.mark.spark
 

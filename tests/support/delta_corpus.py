@@ -18,8 +18,8 @@ from pyspark.sql import DataFrame, SparkSession
 from tablekeeper.catalog import catalog_for
 from tablekeeper.delta.snapshot import DeltaSnapshot
 from tablekeeper.errors import TablekeeperError
+from tablekeeper.jobs.common.engines import delta_replay
 from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
-from tablekeeper.jobs.engines import delta_replay
 from tablekeeper.tables.delta import load_snapshot
 from tests.support.delta_reference import DeltaReference, delta_spark_state, delta_spark_versions
 from tests.support.delta_tables import copy_table

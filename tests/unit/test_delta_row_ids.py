@@ -14,7 +14,7 @@ import pytest
 from tablekeeper.delta.models import AddFile
 from tablekeeper.delta_row_ids import ROW_COMMIT_VERSION_FIELD_ID, ROW_ID_FIELD_ID, materialized_ids
 from tablekeeper.io import FileIO
-from tablekeeper.jobs.convert_lineage import plan_lineage
+from tablekeeper.jobs.convert_delta.lineage import plan_lineage
 from tablekeeper.tables.delta import load_snapshot
 
 ROW_ID = "_row-id-col-1"

@@ -16,60 +16,17 @@ from typing import TYPE_CHECKING
 
 from tablekeeper import __version__
 from tablekeeper.errors import ExitCode, TablekeeperError, exit_code, task_error
+from tablekeeper.jobs import JOBS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from tablekeeper.catalog import LoadedTable
     from tablekeeper.catalog.config import CatalogsConfig
-    from tablekeeper.jobs.context import JobModule
-    from tablekeeper.jobs.result import JobResult
+    from tablekeeper.jobs.common.context import JobModule
+    from tablekeeper.jobs.common.result import JobResult
 
 log = logging.getLogger(__name__)
-
-# Subcommand -> the job module that defines its options and runs it (jobs.context's contract).
-JOBS: dict[str, tuple[str, str]] = {
-    "convert-delta": (
-        "tablekeeper.jobs.convert_delta",
-        "convert a Delta table to Iceberg by replaying its log",
-    ),
-    "expire-snapshots": (
-        "tablekeeper.jobs.expire_snapshots",
-        "drop old snapshots, then delete the files only they reached",
-    ),
-    "remove-orphans": (
-        "tablekeeper.jobs.remove_orphans",
-        "delete files under a table location no metadata references",
-    ),
-    "compact": (
-        "tablekeeper.jobs.compact",
-        "rewrite small data files into target-size files, deletes applied, lineage kept",
-    ),
-    "backfill-row-lineage": (
-        "tablekeeper.jobs.backfill_row_lineage",
-        "upgrade to Iceberg v3 and give existing rows row ids (metadata only)",
-    ),
-    "compute-stats": (
-        "tablekeeper.jobs.compute_stats",
-        "number-of-distinct-values sketches of columns (Puffin)",
-    ),
-    "rewrite-position-deletes": (
-        "tablekeeper.jobs.rewrite_position_deletes",
-        "merge small position delete files; on v3, one deletion vector per data file",
-    ),
-    "rewrite-manifests": (
-        "tablekeeper.jobs.rewrite_manifests",
-        "regroup manifests by partition into target-size manifests; row ids and sequence numbers kept",
-    ),
-    "health": (
-        "tablekeeper.jobs.health",
-        "which tables need which maintenance, and what each job would save (metadata only)",
-    ),
-    "validate-conversion": (
-        "tablekeeper.jobs.validate_conversion",
-        "compare a converted table's rows with its Delta source's at the converted version",
-    ),
-}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,7 +42,7 @@ def build_parser(command: str | None = None, *, given_only: bool = False) -> arg
     """The whole command line. Only ``command``'s job module adds its options (a job module brings
     pyspark and its planning code, a third of a second each); None: every job's. ``given_only``:
     no defaults, so a parse holds just the options given (see ``given_options``)."""
-    from tablekeeper.jobs.context import add_ledger_arguments, add_table_arguments
+    from tablekeeper.jobs.common.context import add_ledger_arguments, add_table_arguments
 
     parser = _Parser(prog="tablekeeper", description=__doc__)
     parser.add_argument("--version", action="version", version=f"tablekeeper {__version__}")
@@ -135,10 +92,10 @@ def build_parser(command: str | None = None, *, given_only: bool = False) -> arg
     add_ledger_arguments(history)
     history.add_argument("--conf-file", help="catalog definitions (YAML); default conf/catalogs.yaml")
     history.add_argument("--warehouse", help="local warehouse for ${warehouse} in the catalog file")
-    for name, (module, help_text) in JOBS.items():
-        job = sub.add_parser(name, help=help_text)
+    for name, entry in JOBS.items():
+        job = sub.add_parser(name, help=entry.help)
         if command is None or name == command:
-            _job_module(module).add_arguments(job)
+            _job_module(entry.module).add_arguments(job)
             if given_only:
                 for action in job._actions:
                     action.default = argparse.SUPPRESS
@@ -256,7 +213,7 @@ def _emit(result: JobResult, result_file: str | None) -> None:
     from tablekeeper.redact import redact
 
     line = redact(result.to_json())
-    from tablekeeper.jobs.result_schema import check_result, checking
+    from tablekeeper.jobs.common.result_schema import check_result, checking
 
     if checking():  # the tests' harness: every printed result keeps to the published schema
         check_result(line)
@@ -271,7 +228,7 @@ def _run_job(args: argparse.Namespace, job: str, table: str, run: Callable[[], J
     """Run a job; whatever happens, stdout's last line is its JSON result."""
     from dataclasses import replace
 
-    from tablekeeper.jobs.result import JobClock
+    from tablekeeper.jobs.common.result import JobClock
 
     clock = JobClock()
     try:
@@ -322,7 +279,7 @@ def _recorded(args: argparse.Namespace, result: JobResult, code: ExitCode) -> Jo
     A ledger that cannot be written changes neither the status nor the exit code."""
     from dataclasses import replace
 
-    from tablekeeper.jobs.ledger import record_run
+    from tablekeeper.jobs.common.ledger import record_run
 
     note = record_run(
         result,
@@ -351,8 +308,8 @@ def _refuse_unhonoured(args: argparse.Namespace, module: JobModule, given: froze
     """A Delta ``--table`` (seen from its ``_delta_log`` on storage, as the job routes it) with an
     option the job cannot honour there, or for a job that takes only Iceberg tables: exit 2
     before the table is read. A catalog identifier always names an Iceberg table."""
-    from tablekeeper.jobs.context import delta_root
-    from tablekeeper.jobs.formats import check_delta_options
+    from tablekeeper.jobs.common.context import delta_root
+    from tablekeeper.jobs.common.formats import check_delta_options
 
     table = getattr(args, "table", None)
     if table and delta_root(table) is not None:
@@ -361,14 +318,14 @@ def _refuse_unhonoured(args: argparse.Namespace, module: JobModule, given: froze
 
 def _run(args: argparse.Namespace, given: frozenset[str]) -> int:
     """One job: its options from the command line, its context, its result printed."""
-    from tablekeeper.jobs.context import JobContext
+    from tablekeeper.jobs.common.context import JobContext
 
-    module = _job_module(JOBS[args.command][0])
+    module = _job_module(JOBS[args.command].module)
     # health over a catalog names no table: its failures name the catalog.
     table = getattr(args, "table", None) or getattr(args, "target", None) or args.catalog or ""
 
     def run() -> JobResult:
-        from tablekeeper.jobs.ledger import preflight
+        from tablekeeper.jobs.common.ledger import preflight
 
         options = module.Options.from_args(args)
         catalogs = _catalogs(args)  # also the storage settings a path table is reached with

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from tablekeeper.catalog.config import CatalogsConfig
 from tablekeeper.errors import ConfigError
-from tablekeeper.jobs.ledger import HistoryQuery, LedgerRow, history_target, load_ledger, read_runs
-from tablekeeper.jobs.options import parse_older_than
+from tablekeeper.jobs.common.ledger import HistoryQuery, LedgerRow, history_target, load_ledger, read_runs
+from tablekeeper.jobs.common.options import parse_older_than
 from tablekeeper.redact import redact
 
 _ERROR_WIDTH = 60

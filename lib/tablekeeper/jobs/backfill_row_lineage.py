@@ -33,8 +33,8 @@ from tablekeeper.iceberg.content import MANIFEST_DATA, ManifestFile
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
 from tablekeeper.iceberg.updates import upgrade_format_version
 from tablekeeper.io import FileIO
-from tablekeeper.jobs.context import JobContext, add_run_arguments, add_table_arguments
-from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.jobs.common.context import JobContext, add_run_arguments, add_table_arguments
+from tablekeeper.jobs.common.result import JobClock, JobResult
 from tablekeeper.tables.iceberg import load_manifests, read_entries
 
 log = logging.getLogger(__name__)
@@ -186,9 +186,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
 
 
-# The options class the command line builds (jobs.context's contract).
+# The options class the command line builds (jobs.common.context's contract).
 Options = BackfillRowLineageOptions
-# Iceberg tables only: a Delta table is refused whole, before it is read (jobs.formats).
+# Iceberg tables only: a Delta table is refused whole, before it is read (jobs.common.formats).
 DELTA_OPTIONS = None
 
 

@@ -38,8 +38,8 @@ from tablekeeper.iceberg.statistics import (
 )
 from tablekeeper.iceberg.updates import set_statistics
 from tablekeeper.io.uri import join_location
-from tablekeeper.jobs.context import JobContext, add_run_arguments, add_table_arguments
-from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.jobs.common.context import JobContext, add_run_arguments, add_table_arguments
+from tablekeeper.jobs.common.result import JobClock, JobResult
 from tablekeeper.tables.iceberg import metadata_directory
 
 log = logging.getLogger(__name__)
@@ -219,9 +219,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
 
 
-# The options class the command line builds (jobs.context's contract).
+# The options class the command line builds (jobs.common.context's contract).
 Options = ComputeStatsOptions
-# Iceberg tables only: a Delta table is refused whole, before it is read (jobs.formats).
+# Iceberg tables only: a Delta table is refused whole, before it is read (jobs.common.formats).
 DELTA_OPTIONS = None
 
 

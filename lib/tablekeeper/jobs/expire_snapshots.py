@@ -14,7 +14,7 @@ The order survives a kill at any point:
 
 A commit whose outcome is unknown deletes nothing and leaves the journal: the next run finishes
 it against the table as it then is. The driver engine does all of this in this process for small
-tables; the Spark engine on the executors (``jobs.engines``).
+tables; the Spark engine on the executors (``jobs.common.engines``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from tablekeeper.iceberg.reachable import (
 )
 from tablekeeper.io import FileIO
 from tablekeeper.io.uri import join_location
-from tablekeeper.jobs.context import (
+from tablekeeper.jobs.common.context import (
     JobContext,
     add_engine_argument,
     add_run_arguments,
@@ -61,15 +61,20 @@ from tablekeeper.jobs.context import (
     int_list,
     positive,
 )
-from tablekeeper.jobs.engines import SparkSource, check_engine, choose_engine
-from tablekeeper.jobs.formats import delta_options, refused
-from tablekeeper.jobs.options import parse_older_than, report_files
-from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.jobs.common.engines import (
+    DRIVER_DELETE_THREADS,
+    GC_ENABLED,
+    SparkSource,
+    check_engine,
+    choose_engine,
+)
+from tablekeeper.jobs.common.formats import delta_options, refused
+from tablekeeper.jobs.common.options import parse_older_than, report_files
+from tablekeeper.jobs.common.result import JobClock, JobResult
 
 log = logging.getLogger(__name__)
 
 JOB = "expire-snapshots"
-GC_ENABLED = "gc.enabled"
 DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
 # Iceberg's procedure output columns, by file kind.
 METRIC_BY_KIND = {
@@ -81,7 +86,6 @@ METRIC_BY_KIND = {
     STATISTICS: "deleted_statistics_files_count",
 }
 FAILURE_SAMPLE = 20
-DRIVER_DELETE_THREADS = 8
 
 
 @dataclass(frozen=True)
@@ -230,7 +234,7 @@ def run_expire(
 
 def _default_concurrency(engine: Engine, spark: SparkSource) -> int:
     if engine.name == "spark" and spark is not None:
-        from tablekeeper.jobs.engines import spark_session
+        from tablekeeper.jobs.common.engines import spark_session
 
         return max(1, spark_session(spark, JOB).sparkContext.defaultParallelism)
     return DRIVER_DELETE_THREADS
@@ -459,10 +463,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
 
 
-# The options class the command line builds (jobs.context's contract).
+# The options class the command line builds (jobs.common.context's contract).
 Options = ExpireSnapshotsOptions
 _LOG_RETENTION = "Delta keeps its log for the table's delta.logRetentionDuration: set that instead"
-# expire-snapshots on a Delta table is a checkpoint and delta-spark's log cleanup (jobs.formats).
+# expire-snapshots on a Delta table is a checkpoint and delta-spark's log cleanup (jobs.common.formats).
 DELTA_OPTIONS = delta_options(
     {
         "older_than": refused(_LOG_RETENTION),
@@ -480,7 +484,7 @@ DELTA_OPTIONS = delta_options(
 def run(options: ExpireSnapshotsOptions, context: JobContext) -> JobResult:
     delta = delta_root(options.table)
     if delta is not None:
-        from tablekeeper.jobs.delta_maintenance import run_log_cleanup
+        from tablekeeper.jobs.common.delta_maintenance import run_log_cleanup
 
         return run_log_cleanup(delta, context.spark(), dry_run=options.dry_run)
     catalog, identifier = context.resolve(options.table, options.catalog)

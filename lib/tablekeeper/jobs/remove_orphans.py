@@ -37,7 +37,7 @@ from tablekeeper.files.manifests import ManifestIndex
 from tablekeeper.files.orphans import MISMATCH, ORPHAN
 from tablekeeper.files.rules import PathRules
 from tablekeeper.io.uri import DEFAULT_EQUIVALENT_SCHEMES, is_under, join_location
-from tablekeeper.jobs.context import (
+from tablekeeper.jobs.common.context import (
     JobContext,
     add_engine_argument,
     add_run_arguments,
@@ -45,11 +45,17 @@ from tablekeeper.jobs.context import (
     delta_root,
     positive,
 )
-from tablekeeper.jobs.engines import SparkSource, check_engine, choose_engine, spark_engine
-from tablekeeper.jobs.expire_snapshots import DRIVER_DELETE_THREADS, GC_ENABLED
-from tablekeeper.jobs.formats import delta_options, honoured, refused
-from tablekeeper.jobs.options import parse_older_than, report_files, write_file_list
-from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.jobs.common.engines import (
+    DRIVER_DELETE_THREADS,
+    GC_ENABLED,
+    SparkSource,
+    check_engine,
+    choose_engine,
+    spark_engine,
+)
+from tablekeeper.jobs.common.formats import delta_options, honoured, refused
+from tablekeeper.jobs.common.options import parse_older_than, report_files, write_file_list
+from tablekeeper.jobs.common.result import JobClock, JobResult
 
 log = logging.getLogger(__name__)
 
@@ -354,9 +360,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
 
 
-# The options class the command line builds (jobs.context's contract).
+# The options class the command line builds (jobs.common.context's contract).
 Options = RemoveOrphansOptions
-# remove-orphans on a Delta table runs delta-spark's VACUUM (jobs.formats).
+# remove-orphans on a Delta table runs delta-spark's VACUUM (jobs.common.formats).
 DELTA_OPTIONS = delta_options(
     {
         "older_than": honoured("VACUUM RETAIN n HOURS, never under delta.deletedFileRetentionDuration"),
@@ -377,7 +383,7 @@ DELTA_OPTIONS = delta_options(
 def run(options: RemoveOrphansOptions, context: JobContext) -> JobResult:
     delta = delta_root(options.table)
     if delta is not None:
-        from tablekeeper.jobs.delta_maintenance import run_vacuum
+        from tablekeeper.jobs.common.delta_maintenance import run_vacuum
 
         return run_vacuum(
             delta,

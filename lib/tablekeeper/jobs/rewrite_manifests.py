@@ -53,15 +53,15 @@ from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
 from tablekeeper.iceberg.transforms import UnknownTransform, parse_transform
 from tablekeeper.iceberg.types import UNKNOWN
 from tablekeeper.iceberg.updates import new_snapshot_id
-from tablekeeper.jobs.context import (
+from tablekeeper.jobs.common.context import (
     JobContext,
     add_engine_argument,
     add_run_arguments,
     add_table_arguments,
 )
-from tablekeeper.jobs.engines import SparkSource, check_engine, spark_session
-from tablekeeper.jobs.options import parse_size
-from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.jobs.common.engines import SparkSource, check_engine, spark_session
+from tablekeeper.jobs.common.options import parse_size
+from tablekeeper.jobs.common.result import JobClock, JobResult
 from tablekeeper.tables.iceberg import load_manifests, read_manifest_bytes, with_counts
 
 log = logging.getLogger(__name__)
@@ -375,7 +375,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 Options = RewriteManifestsOptions
-# Iceberg tables only: a Delta table is refused whole, before it is read (jobs.formats).
+# Iceberg tables only: a Delta table is refused whole, before it is read (jobs.common.formats).
 DELTA_OPTIONS = None
 
 

@@ -65,9 +65,9 @@ from tablekeeper.iceberg.position_delete_plan import (
 )
 from tablekeeper.iceberg.updates import new_snapshot_id
 from tablekeeper.io import FileIO
-from tablekeeper.jobs.context import JobContext, add_run_arguments, add_table_arguments, positive
-from tablekeeper.jobs.options import parse_size
-from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.jobs.common.context import JobContext, add_run_arguments, add_table_arguments, positive
+from tablekeeper.jobs.common.options import parse_size
+from tablekeeper.jobs.common.result import JobClock, JobResult
 from tablekeeper.spark.position_deletes import (
     GroupOutput,
     GroupWork,
@@ -439,9 +439,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
 
 
-# The options class the command line builds (jobs.context's contract).
+# The options class the command line builds (jobs.common.context's contract).
 Options = RewritePositionDeletesOptions
-# Iceberg tables only: a Delta table is refused whole, before it is read (jobs.formats).
+# Iceberg tables only: a Delta table is refused whole, before it is read (jobs.common.formats).
 DELTA_OPTIONS = None
 
 

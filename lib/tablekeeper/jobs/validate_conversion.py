@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tablekeeper.errors import ConfigError, CountsDiffer
-from tablekeeper.jobs.context import JobContext, add_ledger_arguments, add_table_arguments
-from tablekeeper.jobs.result import JobClock, JobResult
+from tablekeeper.jobs.common.context import JobContext, add_ledger_arguments, add_table_arguments
+from tablekeeper.jobs.common.result import JobClock, JobResult
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -80,9 +80,9 @@ def _whole(value: object, flag: str) -> int:
     return number
 
 
-# The options class the command line builds (jobs.context's contract).
+# The options class the command line builds (jobs.common.context's contract).
 Options = ValidateConversionOptions
-# No --table: --source is a Delta table and --target an Iceberg one by role (jobs.formats).
+# No --table: --source is a Delta table and --target an Iceberg one by role (jobs.common.formats).
 DELTA_OPTIONS = None
 
 

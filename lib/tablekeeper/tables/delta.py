@@ -310,7 +310,7 @@ def load_snapshot(
 ) -> DeltaSnapshot:
     """The table at ``version``, at the newest version committed at or before ``timestamp_ms``,
     or the latest; replayed in this process unless ``replay`` takes the segment (the caller's
-    choice of engine, e.g. ``jobs.engines.delta_replay``)."""
+    choice of engine, e.g. ``jobs.common.engines.delta_replay``)."""
     if version is not None and timestamp_ms is not None:
         raise ConfigError("give a version or a timestamp to time travel to, not both")
     root = normalise_root(location)

@@ -25,7 +25,7 @@ from tablekeeper.iceberg.metadata import (
 from tablekeeper.iceberg.partitioning import PartitionField, PartitionSpec
 from tablekeeper.iceberg.types import LONG, STRING, NestedField, Schema
 from tablekeeper.iceberg.updates import new_table_metadata
-from tablekeeper.jobs.options import parse_older_than
+from tablekeeper.jobs.common.options import parse_older_than
 
 NOW = 1_800_000_000_000
 DAY = 86_400_000

@@ -54,7 +54,7 @@ from tablekeeper.iceberg.rewrite_plan import (
 )
 from tablekeeper.iceberg.types import DOUBLE, LONG, STRING, NestedField, Schema
 from tablekeeper.io import FileIO
-from tablekeeper.jobs.compact_order import coerce_into
+from tablekeeper.jobs.compact.order import coerce_into
 from tablekeeper.tables.iceberg import iter_entries, tally_manifests
 
 SCHEMA = Schema(

@@ -17,8 +17,8 @@ from tablekeeper.commit import Committer, SnapshotChange
 from tablekeeper.errors import ConfigError
 from tablekeeper.iceberg.manifest import read_manifest_list, write_manifest_list
 from tablekeeper.iceberg.updates import new_table_metadata, upgrade_format_version
-from tablekeeper.jobs.health_iceberg import _manifests
-from tablekeeper.jobs.health_model import Thresholds
+from tablekeeper.jobs.health.iceberg import _manifests
+from tablekeeper.jobs.health.model import Thresholds
 from tablekeeper.jobs.rewrite_manifests import RewriteManifestsOptions, plan_rewrite, run_rewrite_manifests
 from tablekeeper.tables.iceberg import load_manifests, read_entries
 from tests.support.iceberg_writer import write_rows

@@ -10,9 +10,9 @@ from tablekeeper.catalog import LoadedTable
 from tablekeeper.catalog.sql import SqlCatalog
 from tablekeeper.iceberg.metadata import BlobMetadata, StatisticsFile
 from tablekeeper.iceberg.statistics import THETA_BLOB_TYPE
+from tablekeeper.jobs.common.context import JobContext
 from tablekeeper.jobs.compute_stats import ComputeStatsOptions, run_compute_stats
-from tablekeeper.jobs.context import JobContext
-from tablekeeper.jobs.health_iceberg import _statistics
+from tablekeeper.jobs.health.iceberg import _statistics
 from tests.support.small_tables import sql_table
 
 
