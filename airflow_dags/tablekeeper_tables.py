@@ -9,6 +9,7 @@ Option names and values of the jobs themselves are checked by ``tablekeeper`` wh
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -154,6 +155,13 @@ HEALTH_KEYS = frozenset({"enabled", "thresholds", "list_files", "always_run"})
 # A fleet is health's choice by nature: only its thresholds can be set.
 FLEET_HEALTH_KEYS = frozenset({"thresholds"})
 _OPTION_NAME = re.compile(r"^[a-z][a-z0-9-]*$")
+# Per job, the options its command line declares, generated from the jobs' own declarations
+# (python -m tablekeeper.cli.reference --write): Airflow's environment does not import tablekeeper,
+# and an option the job would refuse is better refused when the DAG file loads than at 3 a.m.
+JOB_OPTIONS: Mapping[str, frozenset[str]] = {
+    job: frozenset(names)
+    for job, names in json.loads((Path(__file__).resolve().parent / "job_options.json").read_text()).items()
+}
 _THRESHOLD_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]*$")
 
 
@@ -483,7 +491,7 @@ def _migration(
     # A migration runs when asked, or on its own schedule: never on the maintenance default one.
     inherited = {k: v for k, v in defaults.items() if k not in ("schedule", "jobs", "health")}
     merged = {**inherited, **entry}
-    options = _options(entry.get("options") or {}, f"{where}: options")
+    options = _options(entry.get("options") or {}, f"{where}: options", CONVERT_JOB)
     validate = merged.get("validate", True)
     if not isinstance(validate, bool):
         raise TablesFileError(f"{where}: validate must be true or false")
@@ -533,12 +541,12 @@ def _jobs(defaults: Any, own: Any, where: str) -> dict[str, Mapping[str, Any]]:
         options: dict[str, Any] = {}
         for name, value in present:
             if value is not False:
-                options.update(_options(value or {}, f"{where}: {name}.{job}"))
+                options.update(_options(value or {}, f"{where}: {name}.{job}", job))
         jobs[job] = options
     return jobs
 
 
-def _options(options: Any, where: str) -> dict[str, Any]:
+def _options(options: Any, where: str, job: str) -> dict[str, Any]:
     options = mapping(options, where)
     for key, value in options.items():
         if not isinstance(key, str) or not _OPTION_NAME.match(key):
@@ -548,6 +556,11 @@ def _options(options: Any, where: str) -> dict[str, Any]:
             )
         if key in RESERVED_OPTIONS:
             raise TablesFileError(f"{where}: {key!r} is set by the DAG; use the table's own keys")
+        if key not in JOB_OPTIONS[job]:
+            raise TablesFileError(
+                f"{where}: {job} has no option {key!r}: use one of "
+                f"{', '.join(sorted(JOB_OPTIONS[job] - RESERVED_OPTIONS))} (docs/reference/options.md)"
+            )
         values = value if isinstance(value, list) else [value]
         if any(isinstance(v, (dict, list)) for v in values):
             raise TablesFileError(f"{where}: {key} must be a value, a list of values or true/false")

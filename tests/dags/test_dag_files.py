@@ -85,6 +85,11 @@ BAD = {
         {"tables": [{"table": "db.t", "jobs": {"compact": {"--where": "x"}}}]},
         "is not an option name",
     ),
+    # Another job's option: the job would refuse it at run time; the DAG file refuses it now.
+    "option": (
+        {"tables": [{"table": "db.t", "jobs": {"compact": {"older-than": "5d"}}}]},
+        "compact has no option 'older-than'",
+    ),
     "cluster": (
         {"submit": {"deploy_mode": "cluster"}, "tables": [{"table": "db.t", "jobs": {"compact": {}}}]},
         "deploy_mode cluster needs submit.results_dir",

@@ -33,7 +33,12 @@ from tablekeeper.iceberg.content import MANIFEST_DATA, ManifestFile
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
 from tablekeeper.iceberg.updates import upgrade_format_version
 from tablekeeper.io import FileIO
-from tablekeeper.jobs.common.context import JobContext, add_run_arguments, add_table_arguments
+from tablekeeper.jobs.common.context import (
+    JobContext,
+    add_run_arguments,
+    add_table_arguments,
+    options_from_args,
+)
 from tablekeeper.jobs.common.result import JobClock, JobResult
 from tablekeeper.tables.iceberg import load_manifests, read_entries
 
@@ -52,7 +57,7 @@ class BackfillRowLineageOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> BackfillRowLineageOptions:
-        return cls(table=args.table, branches=tuple(args.branch), dry_run=args.dry_run, catalog=args.catalog)
+        return options_from_args(cls, args, branches=tuple(args.branch))
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,12 @@ from tablekeeper.iceberg.statistics import (
 )
 from tablekeeper.iceberg.updates import set_statistics
 from tablekeeper.io.uri import join_location
-from tablekeeper.jobs.common.context import JobContext, add_run_arguments, add_table_arguments
+from tablekeeper.jobs.common.context import (
+    JobContext,
+    add_run_arguments,
+    add_table_arguments,
+    options_from_args,
+)
 from tablekeeper.jobs.common.result import JobClock, JobResult
 from tablekeeper.tables.iceberg import metadata_directory
 
@@ -63,14 +68,7 @@ class ComputeStatsOptions:
             columns = tuple(c.strip() for c in args.columns.split(",") if c.strip())
             if not columns:
                 raise ConfigError("--columns is empty: name at least one column, or leave it out")
-        return cls(
-            table=args.table,
-            columns=columns,
-            snapshot_id=args.snapshot,
-            recompute=args.recompute,
-            dry_run=args.dry_run,
-            catalog=args.catalog,
-        )
+        return options_from_args(cls, args, columns=columns, snapshot_id=args.snapshot)
 
 
 @dataclass(frozen=True)

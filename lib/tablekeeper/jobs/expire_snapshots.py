@@ -59,6 +59,7 @@ from tablekeeper.jobs.common.context import (
     add_table_arguments,
     delta_root,
     int_list,
+    options_from_args,
     positive,
 )
 from tablekeeper.jobs.common.engines import (
@@ -106,19 +107,7 @@ class ExpireSnapshotsOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExpireSnapshotsOptions:
-        return cls(
-            table=args.table,
-            older_than=args.older_than,
-            retain_last=args.retain_last,
-            snapshot_ids=tuple(args.snapshot_ids),
-            clean_expired_metadata=args.clean_expired_metadata,
-            max_concurrent_deletes=args.max_concurrent_deletes,
-            dry_run=args.dry_run,
-            file_list=args.file_list,
-            engine=args.engine,
-            metadata_only=args.metadata_only,
-            catalog=args.catalog,
-        )
+        return options_from_args(cls, args)
 
     def __post_init__(self) -> None:
         check_engine(self.engine)

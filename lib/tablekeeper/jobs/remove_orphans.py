@@ -43,6 +43,7 @@ from tablekeeper.jobs.common.context import (
     add_run_arguments,
     add_table_arguments,
     delta_root,
+    options_from_args,
     positive,
 )
 from tablekeeper.jobs.common.engines import (
@@ -98,19 +99,11 @@ class RemoveOrphansOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RemoveOrphansOptions:
-        return cls(
-            table=args.table,
-            older_than=args.older_than,
-            location=args.location,
+        return options_from_args(
+            cls,
+            args,
             equal_schemes=parse_equivalences(args.equal_schemes, "--equal-schemes"),
             equal_authorities=parse_equivalences(args.equal_authorities, "--equal-authorities"),
-            prefix_mismatch=args.prefix_mismatch,
-            force_short_retention=args.force_short_retention,
-            max_concurrent_deletes=args.max_concurrent_deletes,
-            dry_run=args.dry_run,
-            file_list=args.file_list,
-            engine=args.engine,
-            catalog=args.catalog,
         )
 
     def __post_init__(self) -> None:

@@ -58,6 +58,7 @@ from tablekeeper.jobs.common.context import (
     add_engine_argument,
     add_run_arguments,
     add_table_arguments,
+    options_from_args,
 )
 from tablekeeper.jobs.common.engines import SparkSource, check_engine, spark_session
 from tablekeeper.jobs.common.options import parse_size
@@ -86,17 +87,8 @@ class RewriteManifestsOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RewriteManifestsOptions:
-        return cls(
-            table=args.table,
-            spec_id=args.spec_id,
-            sort_by=tuple(x for x in (args.sort_by or "").replace(" ", "").split(",") if x),
-            target_manifest_size=args.target_manifest_size,
-            rewrite_all=args.rewrite_all,
-            branch=args.branch,
-            engine=args.engine,
-            dry_run=args.dry_run,
-            catalog=args.catalog,
-        )
+        sort_by = tuple(x for x in (args.sort_by or "").replace(" ", "").split(",") if x)
+        return options_from_args(cls, args, sort_by=sort_by)
 
 
 def _target_size(options: RewriteManifestsOptions, meta: TableMetadata) -> int:

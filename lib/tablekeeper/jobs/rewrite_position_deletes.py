@@ -65,7 +65,13 @@ from tablekeeper.iceberg.position_delete_plan import (
 )
 from tablekeeper.iceberg.updates import new_snapshot_id
 from tablekeeper.io import FileIO
-from tablekeeper.jobs.common.context import JobContext, add_run_arguments, add_table_arguments, positive
+from tablekeeper.jobs.common.context import (
+    JobContext,
+    add_run_arguments,
+    add_table_arguments,
+    options_from_args,
+    positive,
+)
 from tablekeeper.jobs.common.options import parse_size
 from tablekeeper.jobs.common.result import JobClock, JobResult
 from tablekeeper.spark.position_deletes import (
@@ -99,15 +105,7 @@ class RewritePositionDeletesOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RewritePositionDeletesOptions:
-        return cls(
-            table=args.table,
-            where=args.where,
-            rewrite_all=args.rewrite_all,
-            target_file_size=args.target_file_size,
-            min_input_files=args.min_input_files,
-            dry_run=args.dry_run,
-            catalog=args.catalog,
-        )
+        return options_from_args(cls, args)
 
     def plan_options(self, properties: dict[str, str]) -> DeletePlanOptions:
         if self.target_file_size is not None:

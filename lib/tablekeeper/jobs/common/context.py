@@ -3,7 +3,7 @@
 A job module ``jobs/<job>.py`` has:
 
 - ``<Job>Options``: a frozen dataclass of its options, with ``from_args(args)`` building it from
-  the parsed command line (``Options`` names it for the CLI);
+  the parsed command line through ``options_from_args`` (``Options`` names it for the CLI);
 - ``add_arguments(parser)``: its options on an argparse parser (the console subcommand and the
   spark-submit script share them);
 - ``run(options, context) -> JobResult``: plan, execute, commit, result. Tables given as the path
@@ -17,12 +17,14 @@ starts a JVM).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tablekeeper.catalog import Catalog, catalog_for, looks_like_path, resolve_table
 from tablekeeper.catalog.config import DEFAULT_LEDGER_TABLE, CatalogsConfig
+
+_Options = TypeVar("_Options")
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -64,6 +66,27 @@ def delta_root(table: str) -> str | None:
     if looks_like_path(table) and is_delta_table(table):
         return table.rstrip("/")
     return None
+
+
+def options_from_args(
+    cls: type[_Options], args: argparse.Namespace, *, internal: Collection[str] = (), **given: Any
+) -> _Options:
+    """A job's options from its parsed command line: each field from the argument of its name (the
+    parser's declaration is the one place an option is described), ``given`` for the few the job
+    converts itself, ``internal`` for fields no option sets (their defaults). A field with neither
+    is a programming error here, not a default silently taken; lists become tuples (frozen)."""
+    values: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in given:
+            values[f.name] = given[f.name]
+        elif f.name in internal:
+            continue
+        elif hasattr(args, f.name):
+            value = getattr(args, f.name)
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+        else:
+            raise TypeError(f"{cls.__name__}.{f.name} has no command-line option and is not internal")
+    return cls(**values)
 
 
 class JobOptions(Protocol):

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from tablekeeper.errors import ConfigError
 from tablekeeper.iceberg.metadata import MAIN_BRANCH
 from tablekeeper.iceberg.rewrite_plan import RewriteOptions
 from tablekeeper.iceberg.sort_keys import MAX_OUTPUT_SIZE, VAR_LENGTH_CONTRIBUTION
-from tablekeeper.jobs.common.context import add_run_arguments, add_table_arguments, positive
+from tablekeeper.jobs.common.context import (
+    add_run_arguments,
+    add_table_arguments,
+    options_from_args,
+    positive,
+)
 from tablekeeper.jobs.common.formats import delta_options, honoured, refused
 from tablekeeper.jobs.common.options import parse_size
 
@@ -45,8 +50,7 @@ class CompactOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> CompactOptions:
-        names = [f.name for f in fields(cls) if f.name != "branch"]
-        return cls(**{name: getattr(args, name) for name in names})
+        return options_from_args(cls, args, internal=("branch",))
 
     def __post_init__(self) -> None:
         if self.writer not in ("auto", "spark"):

@@ -451,9 +451,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source", required=True, help="Delta table path or URI")
     parser.add_argument("--target", required=True, help="<namespace>.<table> in the Iceberg catalog")
     add_table_arguments(parser, flag="--target")
-    parser.add_argument("--mode", default="full", choices=["full", "incremental"])
-    parser.add_argument("--history", default="latest", choices=["latest", "all"])
-    parser.add_argument("--format-version", type=int, default=2, choices=[2, 3])
+    parser.add_argument(
+        "--mode",
+        default="full",
+        choices=["full", "incremental"],
+        help="full: (re)create the target; incremental: convert only the versions after the one it holds",
+    )
+    parser.add_argument(
+        "--history",
+        default="latest",
+        choices=["latest", "all"],
+        help="latest: one snapshot of the newest version; all: a snapshot per Delta version",
+    )
+    parser.add_argument(
+        "--format-version", type=int, default=2, choices=[2, 3], help="the target's Iceberg format version"
+    )
     parser.add_argument(
         "--engine",
         default="auto",

@@ -54,6 +54,7 @@ from tablekeeper.iceberg.updates import (
     set_properties,
 )
 from tablekeeper.io import FileIO
+from tablekeeper.jobs.common.context import options_from_args
 from tablekeeper.jobs.convert_delta.delta_files import WrittenDeletes, data_files, delete_files
 from tablekeeper.jobs.convert_delta.lineage import (
     CARRIED,
@@ -118,19 +119,8 @@ class ConvertDeltaOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ConvertDeltaOptions:
-        return cls(
-            source=args.source,
-            target=args.target,
-            mode=args.mode,
-            history=args.history,
-            format_version=args.format_version,
-            dry_run=args.dry_run,
-            engine=args.engine,
-            verify=args.verify,
-            catalog=args.catalog,
-            partition_timezone=getattr(args, "partition_timezone", None),
-            rewrite_unreadable_files=bool(getattr(args, "rewrite_unreadable_files", False)),
-        )
+        # The catalogs file's default is set when the job runs (jobs.convert_delta.run).
+        return options_from_args(cls, args, internal=("default_partition_timezone",))
 
     def __post_init__(self) -> None:
         check_mode(self.verify)

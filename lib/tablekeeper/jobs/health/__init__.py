@@ -33,6 +33,7 @@ from tablekeeper.jobs.common.context import (
     add_ledger_arguments,
     add_table_arguments,
     delta_root,
+    options_from_args,
     positive,
 )
 from tablekeeper.jobs.common.engines import check_engine
@@ -67,20 +68,7 @@ class HealthOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> HealthOptions:
-        return cls(
-            table=args.table,
-            catalog=args.catalog,
-            namespace=args.namespace,
-            tables=args.tables,
-            list_files=args.list_files,
-            v3_readiness=args.v3_readiness,
-            thresholds=parse_threshold_args(args.threshold),
-            sort=args.sort,
-            limit=args.limit,
-            output=args.output,
-            engine=args.engine,
-            conf_file=args.conf_file,
-        )
+        return options_from_args(cls, args, thresholds=parse_threshold_args(args.threshold))
 
     def __post_init__(self) -> None:
         check_engine(self.engine)
