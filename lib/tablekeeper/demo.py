@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from tablekeeper.catalog import catalog_for
 from tablekeeper.catalog.config import load_catalogs
+from tablekeeper.clock import now_ms
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.backfill_row_lineage import BackfillRowLineageOptions, run_backfill
 from tablekeeper.jobs.common.result import JobResult
@@ -141,7 +142,7 @@ def main() -> int:
     location = catalog.require(TARGET).metadata.location.rstrip("/")
     leftover = f"{location}/data/region=1/00000-crashed-writer.parquet"
     FileIO.for_location(leftover).write(leftover, b"not referenced by any snapshot")
-    four_days_ago = time.time() - 4 * 86400
+    four_days_ago = now_ms() / 1000 - 4 * 86400
     os.utime(FileIO.for_location(leftover).fs_path(leftover), (four_days_ago, four_days_ago))
     _step(
         "remove-orphans --dry-run",

@@ -31,3 +31,24 @@ def test_remove_orphans_judges_age_by_the_injected_clock(tmp_path: Path) -> None
     with clock.injected(lambda: later):
         assert run_orphans(options, catalog, ident).metrics["deleted_files_count"] == 1
     assert not orphan.exists()
+
+
+def test_the_library_reads_the_wall_clock_in_one_place() -> None:
+    """One clock: retention, ages and timestamps come from ``clock.now_ms`` (which tests move),
+    except the journal heartbeat, whose times other processes compare with their own."""
+    import ast
+    from pathlib import Path
+
+    lib = Path(__file__).resolve().parents[2] / "lib" / "tablekeeper"
+    calls = []
+    for path in sorted(lib.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            func = node.func if isinstance(node, ast.Call) else None
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr == "time"
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "time"
+            ):
+                calls.append(f"{path.relative_to(lib)}")
+    assert sorted(calls) == ["files/journal.py", "files/journal.py"]

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from tablekeeper import clock
 from tablekeeper.catalog.config import CatalogsConfig
 from tablekeeper.errors import ConfigError
 from tablekeeper.jobs.common.ledger import HistoryQuery, LedgerRow, history_target, load_ledger, read_runs
@@ -40,7 +41,7 @@ def since_micros(text: str | None, now_ms: int | None = None) -> int | None:
     if text is None:
         return None
     try:
-        ms = parse_older_than(text, int(time.time() * 1000) if now_ms is None else now_ms)
+        ms = parse_older_than(text, clock.now_ms() if now_ms is None else now_ms)
     except ConfigError:
         raise ConfigError(
             f"--since {text!r} is not a duration or a time: use e.g. 7d, 12h or 2026-05-01T00:00:00Z"

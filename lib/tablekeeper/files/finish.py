@@ -13,11 +13,11 @@ reported and left for a person, and remove-orphans deletes nothing any journal n
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tablekeeper import clock
 from tablekeeper.catalog.base import LoadedTable
 from tablekeeper.errors import TablekeeperError
 from tablekeeper.files.containment import Containment, table_roots
@@ -117,7 +117,7 @@ class Finished:
 
 def pending_journals(io: FileIO, table_location: str) -> list[dict[str, Any]]:
     """The journals a dry run would finish (or leave), described."""
-    now = int(time.time() * 1000)
+    now = clock.now_ms()
     return [
         {**j.describe(), "abandoned": j.abandoned(now), "problem": j.problem}
         for j in list_journals(io, table_location)
@@ -179,7 +179,7 @@ def finish_journals(
     journals = list_journals(io, table_location)
     if not journals:
         return result
-    now = int(time.time() * 1000)
+    now = clock.now_ms()
     current = _Current(load, engine)
     for journal in journals:
         if journal.empty:

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 import orjson
 
+from tablekeeper import clock
 from tablekeeper.errors import CorruptMetadataError, TablekeeperError
 from tablekeeper.files.containment import Containment
 from tablekeeper.files.manifests import FileRow
@@ -411,7 +412,7 @@ class JournalWriter:
             table=table,
             run_id=run_id or uuid.uuid4().hex,
             kind=kind,
-            created_ms=int(time.time() * 1000),
+            created_ms=clock.now_ms(),
             owner=Owner.current(),
             base_metadata=base_metadata,
             rules=rules or PathRules(),
@@ -431,6 +432,7 @@ class JournalWriter:
                 if self._released.is_set():
                     return
                 try:
+                    # Real time, not the injectable clock: other processes judge it by theirs.
                     now = int(time.time() * 1000)
                     self.io.write(f"{self.location}/{HEARTBEAT}", str(now).encode("ascii"))
                     self._touched = now
@@ -467,7 +469,7 @@ class JournalWriter:
         """Whether this run may still commit what it staged: its journal is there, and was
         touched recently enough that no other host can have taken the run for dead (and removed
         its staged files). Checked right before each commit."""
-        fresh = int(time.time() * 1000) - self._touched < STALE_AFTER_MS // 2
+        fresh = int(time.time() * 1000) - self._touched < STALE_AFTER_MS // 2  # the heartbeat's time
         return fresh and self.io.exists(f"{self.location}/{HEADER}")
 
     def remove(self) -> None:

@@ -15,7 +15,6 @@ import json
 import logging
 import re
 import socket
-import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tablekeeper import clock
 from tablekeeper.catalog import Catalog, LoadedTable, catalog_for
 from tablekeeper.catalog.config import DEFAULT_LEDGER_TABLE, CatalogsConfig
 from tablekeeper.commit import CommitResult, Committer, SnapshotChange
@@ -303,7 +303,7 @@ def ensure_ledger(catalog: Catalog, identifier: str, now_ms: int | None = None) 
         schema=SCHEMA,
         spec=SPEC,
         location=catalog.new_table_location(identifier),
-        timestamp_ms=int(time.time() * 1000) if now_ms is None else now_ms,
+        timestamp_ms=clock.now_ms() if now_ms is None else now_ms,
         properties=PROPERTIES,
         format_version=2,
     )

@@ -4,11 +4,11 @@ files built and their manifests written by Spark tasks, the driver gathering man
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import replace
 
 from pyspark.sql import SparkSession
 
+from tablekeeper import clock
 from tablekeeper.catalog import Catalog
 from tablekeeper.commit import Committer, SummaryDelta
 from tablekeeper.commit.producer import new_commit_uuid
@@ -67,7 +67,7 @@ def convert_on_executors(
     if not catalog.table_exists(options.target):
         create_target(options, plan, catalog, snap)
     meta = catalog.require(options.target).metadata
-    now = int(time.time() * 1000)
+    now = clock.now_ms()
     mapped, preview = evolve(meta, snap, now)
     snapshot_id, commit_uuid = new_snapshot_id(), new_commit_uuid(token)
     ctx = DataFileContext(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -21,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
+from tablekeeper import clock
 from tablekeeper.catalog import Catalog
 from tablekeeper.commit import Committer, SnapshotChange, SummaryDelta
 from tablekeeper.commit.added_manifests import added_delta, write_added_manifests
@@ -238,7 +238,7 @@ def create_target(
     meta = new_table_metadata(
         schema=mapped.schema,
         location=catalog.default_table_location(options.target),
-        timestamp_ms=int(time.time() * 1000),
+        timestamp_ms=clock.now_ms(),
         spec=partition_spec(mapped, first.partition_columns),
         properties={
             "gc.enabled": "false",
@@ -355,7 +355,7 @@ def commit_version(
 ) -> None:
     table = catalog.require(options.target)
     meta = table.metadata
-    now = int(time.time() * 1000)
+    now = clock.now_ms()
     rewrite = options.rewrite_unreadable_files
     mapped, preview = evolve(meta, snap, now, rewrite)
     rewriter = rewriter_for(meta, preview, mapped, snap.column_mapping.mode == "id", totals.created)

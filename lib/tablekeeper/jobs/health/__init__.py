@@ -15,7 +15,6 @@ import fnmatch
 import json
 import logging
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ import yaml
 
 from tablekeeper.catalog import catalog_for
 from tablekeeper.catalog.config import CatalogConfig
+from tablekeeper.clock import now_ms
 from tablekeeper.errors import ConfigError, TablekeeperError
 from tablekeeper.jobs.common.context import (
     JobContext,
@@ -200,7 +200,7 @@ def _summary(checked: Sequence[TableHealth]) -> dict[str, Any]:
 
 def run(options: HealthOptions, context: JobContext) -> JobResult:
     clock = JobClock()
-    now = int(time.time() * 1000)
+    now = now_ms()
     base = file_thresholds(options.conf_file)
     cli = options.cli_thresholds
     if options.table:
