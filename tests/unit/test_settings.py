@@ -39,7 +39,8 @@ def test_coordinates_appear_only_in_conf() -> None:
             continue
         if iceberg.coordinate in path.read_text(encoding="utf-8", errors="ignore"):
             hits.append(name)
-    assert hits == ["conf/jars.txt"]
+    # The cluster page's table of each line's --packages (tests/unit/test_lines.py checks it).
+    assert hits == ["conf/jars.txt", "docs/deploy/cluster.md"]
 
 
 def test_parse_jar_specs_rejects_malformed_lines() -> None:
