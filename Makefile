@@ -4,7 +4,25 @@ SHELL := bash
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3
+# The Spark line to set up and test (tablekeeper.lines: 3.5, 4.0, 4.1). The default line's venv
+# and jars are .venv and .jars (pins: conf/jars.txt); another line's are .lines/<line>/venv and
+# .lines/<line>/jars (pins: conf/lines/<line>/), e.g. `make setup SPARK=3.5`, `make test-unit SPARK=3.5`.
+DEFAULT_SPARK := 4.1
+SPARK ?= $(DEFAULT_SPARK)
+ifeq ($(SPARK),$(DEFAULT_SPARK))
 VENV := .venv
+JARS := .jars
+LINE_JARS_TXT := conf/jars.txt
+else
+ifeq ($(wildcard conf/lines/$(SPARK)/jars.txt),)
+$(error SPARK=$(SPARK) is no supported Spark line: conf/lines/$(SPARK)/jars.txt is missing (lines: 3.5, 4.0, $(DEFAULT_SPARK)))
+endif
+VENV := .lines/$(SPARK)/venv
+JARS := .lines/$(SPARK)/jars
+LINE_JARS_TXT := conf/lines/$(SPARK)/jars.txt
+endif
+# The exact versions tested: shared ones, then the line's pyspark and delta-spark.
+CONSTRAINTS := conf/constraints.txt conf/lines/$(SPARK)/constraints.txt
 PY := $(VENV)/bin/python
 # Airflow lives in its own venv: its Spark provider brings pyspark-client, whose jar-less `pyspark`
 # package would shadow the job environment's pyspark. Its providers need Python 3.11+.
@@ -17,10 +35,12 @@ VERSION := $(shell awk -F'"' '/^version = /{print $$2; exit}' pyproject.toml)
 WHEEL := dist/tablekeeper-$(VERSION)-py3-none-any.whl
 PY_FILES_ZIP := dist/tablekeeper.zip
 LIB_FILES := $(shell find lib/tablekeeper -name '*.py' -o -name py.typed)
-JARS := .jars
-# Coordinates live only in conf/jars.txt ("<role> <group:artifact:version[:classifier]>" lines).
-# Roles test-* (servers the tests start) go to .jars/<role>/, the rest to .jars/.
-JAR_LINES = $(shell awk '!/^[[:space:]]*\#/ && NF >= 2 {print $$1 "=" $$2}' conf/jars.txt)
+# Coordinates live only in conf/jars.txt ("<role> <group:artifact:version[:classifier]>" lines),
+# another line's Spark-side jars in conf/lines/<line>/jars.txt (the test servers, roles test-*, run
+# in JVMs of their own and are conf/jars.txt's for every line). Roles test-* go to $(JARS)/<role>/,
+# the rest to $(JARS)/.
+JAR_LINES = $(shell awk '!/^[[:space:]]*\#/ && NF >= 2 && (FILENAME == "$(LINE_JARS_TXT)" || $$1 ~ /^test-/) {print $$1 "=" $$2}' \
+  $(LINE_JARS_TXT) $(if $(filter-out conf/jars.txt,$(LINE_JARS_TXT)),conf/jars.txt))
 MVN_DEPENDENCY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 PYTEST_ARGS ?=
 
@@ -32,13 +52,14 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@printf '  make %-10s %s\n' "test-TIER" "one tier of the suite, TIER one of: $(TIERS) (tests/tiers.py)"
 
-setup: $(VENV)/.installed $(AIRFLOW_VENV)/.installed jars ## create .venv and .airflow-venv with the pinned deps, fetch the jars (idempotent)
+# Airflow (the DAG tier) runs on the default line only.
+setup: $(VENV)/.installed $(if $(filter $(DEFAULT_SPARK),$(SPARK)),$(AIRFLOW_VENV)/.installed) jars ## create .venv and .airflow-venv with the pinned deps, fetch the jars (idempotent); SPARK=3.5 or 4.0: that line's .lines/<line>/venv and jars
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ needed: set PYTHON=python3.x")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]' $(addprefix -c ,$(CONSTRAINTS))
 	@touch $@
 
 $(AIRFLOW_VENV)/.installed: conf/airflow-requirements.txt conf/airflow-constraints.txt
@@ -149,4 +170,4 @@ soak: setup ## kill destructive jobs 200 times at random phases while Iceberg Sp
 	$(PY) -m bench.soak $(SOAK_ARGS)
 
 clean: ## remove the venvs, the jars, local warehouses and dist/
-	rm -rf $(VENV) $(AIRFLOW_VENV) $(DOCS_VENV) $(JARS) warehouse dist build site
+	rm -rf $(VENV) $(AIRFLOW_VENV) $(DOCS_VENV) $(JARS) .lines warehouse dist build site

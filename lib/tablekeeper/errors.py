@@ -89,6 +89,15 @@ class UnsupportedFeatureError(TablekeeperError):
     exit_code = ExitCode.REFUSED
 
 
+class NotOnThisSparkLine(UnsupportedFeatureError):
+    """A capability the running Spark line lacks (the variant type on Spark 3.5, say): refused by
+    name on that line, never done differently."""
+
+
+class UnsupportedRuntime(ConfigError):
+    """The session's Spark, Delta and Iceberg versions are not a combination tablekeeper supports."""
+
+
 class SafetyRefusal(TablekeeperError):
     """A destructive action refused because it could lose live data."""
 

@@ -2,6 +2,10 @@
 
 The files live in the repository's ``conf/`` (or ``$TABLEKEEPER_HOME/conf``); the jars in
 ``.jars/`` beside it (or ``$TABLEKEEPER_JARS_DIR``). Only the interface and engine layers use this.
+
+The jars follow the installed pyspark's line: ``conf/jars.txt`` is the default line's (4.1), and a
+line with a ``conf/lines/<line>/jars.txt`` takes its Spark-side jars from there and keeps them in
+``.lines/<line>/jars/`` (``make setup SPARK=<line>`` fetches them).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import metadata, util
 from pathlib import Path
 
 from tablekeeper.errors import ConfigError
@@ -19,6 +24,7 @@ JARS_ENV = "TABLEKEEPER_JARS_DIR"
 WAREHOUSE_ENV = "TABLEKEEPER_WAREHOUSE"
 
 JARS_FILE = "jars.txt"
+LINES_DIR = "lines"
 SPARK_DEFAULTS_FILE = "spark-defaults.conf"
 CATALOGS_FILE = "catalogs.yaml"
 
@@ -78,10 +84,44 @@ def conf_dir() -> Path:
     return project_home() / "conf"
 
 
+def pyspark_version() -> str | None:
+    """The installed pyspark's version, read without importing it (this layer drives no Spark):
+    its distribution metadata, else (pyspark put on the path by spark-submit) its version.py."""
+    try:
+        return metadata.version("pyspark")
+    except metadata.PackageNotFoundError:
+        pass
+    spec = util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        return None
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    match = re.search(r"__version__[^=]*=\s*[\"']([^\"']+)", text)
+    return match.group(1) if match else None
+
+
+def spark_line() -> str | None:
+    """The installed pyspark's line (``3.5``), or None without pyspark."""
+    version = pyspark_version()
+    return ".".join(version.split(".")[:2]) if version else None
+
+
+def line_jars_file() -> Path | None:
+    """``conf/lines/<line>/jars.txt`` of the installed line, None for the default line's."""
+    line = spark_line()
+    path = conf_dir() / LINES_DIR / line / JARS_FILE if line else None
+    return path if path is not None and path.is_file() else None
+
+
 def jars_dir() -> Path:
     env = os.environ.get(JARS_ENV)
     if env:
         return Path(env).expanduser().resolve()
+    own = line_jars_file()
+    if own is not None:
+        return project_home() / ".lines" / own.parent.name / "jars"
     return project_home() / ".jars"
 
 
@@ -117,8 +157,15 @@ PACKAGE_ROLES = ("delta", "iceberg", "jdbc")
 
 
 def all_jar_specs() -> tuple[JarSpec, ...]:
+    """Every pinned jar of the installed line. The servers the tests start (roles ``test-*``) run
+    in JVMs of their own, alike for every line: they are always ``conf/jars.txt``'s."""
     path = conf_dir() / JARS_FILE
-    return parse_jar_specs(path.read_text(encoding="utf-8"), str(path))
+    default = parse_jar_specs(path.read_text(encoding="utf-8"), str(path))
+    own = line_jars_file()
+    if own is None:
+        return default
+    specs = parse_jar_specs(own.read_text(encoding="utf-8"), str(own))
+    return specs + tuple(s for s in default if s.role.startswith(TEST_ROLE_PREFIX))
 
 
 def jar_specs(*, include_bench: bool = False) -> tuple[JarSpec, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,7 @@ def test_same_files_deleted_as_iceberg_and_reads_unchanged(
 
     iceberg = spark.sql(
         f"CALL {FS_CATALOG}.system.expire_snapshots(table => 'db.{name}', "
-        f"older_than => TIMESTAMP_MILLIS({cutoff}), retain_last => 2)"
+        f"older_than => TIMESTAMP '{_utc_literal(cutoff)}', retain_last => 2)"
     ).collect()[0]
     deleted_by_iceberg = before - _files(root)
 
@@ -328,3 +329,9 @@ def test_metadata_files_that_leave_the_log_are_deleted_when_asked(spark, catalog
     assert dropped and result.metrics["deleted_metadata_files_count"] == len(dropped)
     assert not any(Path(m.removeprefix("file:")).exists() for m in dropped)
     assert all(Path(m.removeprefix("file:")).exists() for m in kept)
+
+
+def _utc_literal(millis: int) -> str:
+    """A timestamp literal for a CALL argument: Iceberg's Spark 3.5 procedures take literals only
+    (no TIMESTAMP_MILLIS(...)); the zone is in the literal, so the session's time zone is moot."""
+    return datetime.fromtimestamp(millis / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f") + "Z"

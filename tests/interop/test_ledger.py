@@ -29,6 +29,7 @@ from tablekeeper.iceberg.types import LONG, NestedField, Schema
 from tablekeeper.iceberg.updates import new_table_metadata
 from tablekeeper.jobs.common.ledger import SCHEMA, HistoryQuery, LedgerRow, append_rows, read_runs
 from tablekeeper.jobs.common.result import JobClock
+from tablekeeper.spark.compat import to_arrow
 from tests.conftest import REPO_ROOT, SQL_CATALOG
 from tests.support.iceberg_writer import write_rows
 
@@ -146,7 +147,7 @@ def test_concurrent_runs_all_land_and_every_engine_reads_them(spark, catalogs, t
     assert by_id[failed["ledger"]["run_id"]].exit_code == 2
     assert {by_id[r["ledger"]["run_id"]].status for r in results} == {"dry_run"}
 
-    spark_rows = normalised(spark.table(f"{SQL_CATALOG}.{LEDGER}").toArrow())
+    spark_rows = normalised(to_arrow(spark.table(f"{SQL_CATALOG}.{LEDGER}")))
     from pyiceberg.catalog.sql import SqlCatalog as PyIcebergSqlCatalog
 
     pyiceberg = PyIcebergSqlCatalog(SQL_CATALOG, uri=sql.uri, warehouse=sql.warehouse)

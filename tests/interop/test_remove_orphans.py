@@ -15,7 +15,7 @@ from tablekeeper.errors import CorruptMetadataError, SafetyRefusal
 from tablekeeper.files.rules import PathRules
 from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, _check, run_orphans
 from tests.conftest import FS_CATALOG
-from tests.interop.test_expire_snapshots import _build, _files, _reads, _snapshot_ids
+from tests.interop.test_expire_snapshots import _build, _files, _reads, _snapshot_ids, _utc_literal
 
 pytestmark = pytest.mark.spark
 
@@ -68,7 +68,7 @@ def test_same_orphans_as_iceberg_and_reads_unchanged(spark, catalogs, warehouse:
 
     spark.sql(
         f"CALL {FS_CATALOG}.system.remove_orphan_files("
-        f"table => 'db.{name}', older_than => TIMESTAMP_MILLIS({cutoff}))"
+        f"table => 'db.{name}', older_than => TIMESTAMP '{_utc_literal(cutoff)}')"
     ).collect()
     by_iceberg = before - _files(root)
 

@@ -9,6 +9,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from tablekeeper.spark.compat import to_arrow
 from tests.conftest import SQL_CATALOG
 
 
@@ -23,7 +24,7 @@ def assert_pyiceberg_latest(spark: SparkSession, catalogs: Any, ident: str, sour
     iceberg_schema = spark.table(f"{SQL_CATALOG}.{ident}").schema
     delta = source if isinstance(source, DataFrame) else spark.read.format("delta").load(str(source))
     delta = delta.select([F.col(f"`{f.name}`").cast(f.dataType).alias(f.name) for f in iceberg_schema])
-    want = delta.toArrow()
+    want = to_arrow(delta)
 
     def rows(t: pa.Table) -> list[str]:
         return sorted(repr(sorted(r.items())) for r in t.to_pylist())
@@ -41,7 +42,7 @@ def assert_pyiceberg_same_rows(spark: SparkSession, table: str, metadata_locatio
     from pyiceberg.table import StaticTable
 
     got = StaticTable.from_metadata(metadata_location).scan().to_arrow()
-    want = spark.table(table).toArrow()
+    want = to_arrow(spark.table(table))
 
     def rows(t: pa.Table) -> list[str]:
         return sorted(repr(sorted(r.items())) for r in t.to_pylist())

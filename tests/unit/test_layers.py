@@ -22,6 +22,7 @@ RANKS: dict[str, int] = {
     "clock": 1,
     "redact": 1,
     "settings": 1,
+    "lines": 1,
     "iceberg": 1,  # pure format code
     "delta": 2,  # pure format code; Delta's mapping to Iceberg builds on iceberg/
     "io": 3,

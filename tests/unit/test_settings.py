@@ -5,8 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from tablekeeper import settings
 from tablekeeper.catalog.config import load_catalogs, parse_catalogs
 from tablekeeper.errors import ConfigError
+from tablekeeper.lines import DEFAULT_LINE, LINES, line_named
 from tablekeeper.settings import jar_specs, parse_jar_specs, parse_properties
 from tests.conftest import REPO_ROOT
 
@@ -17,13 +19,19 @@ def test_repo_jar_file_pins_each_runtime_once() -> None:
     assert {"delta", "iceberg", "jdbc"} <= set(roles)
     artifacts = [s.artifact for s in specs]
     assert len(artifacts) == len(set(artifacts))
-    # Delta and Iceberg runtimes must be built for the same Spark line as the pinned pyspark.
-    spark_lines = {a.split("_")[-2].split("-")[-1] for a in artifacts if "spark" in a and "_" in a}
-    assert spark_lines == {"4.1"}
+    # Delta and Iceberg runtimes must be the installed pyspark's line's (tablekeeper.lines).
+    line = line_named(settings.spark_line() or "")
+    assert line is not None
+    assert {(s.role, s.artifact) for s in specs if s.role in ("delta", "iceberg")} == {
+        ("delta", line.delta_spark.artifact),
+        ("delta", line.delta_storage.artifact),
+        ("iceberg", line.iceberg_runtime.artifact),
+    }
 
 
-def test_coordinates_appear_only_in_conf() -> None:
-    iceberg = next(s for s in jar_specs() if s.role == "iceberg")
+@pytest.mark.parametrize("line", LINES, ids=lambda x: x.name)
+def test_coordinates_appear_only_in_conf(line) -> None:  # type: ignore[no-untyped-def]
+    own = "conf/jars.txt" if line.name == DEFAULT_LINE else f"conf/lines/{line.name}/jars.txt"
     # The project's files as git knows them (untracked bench data can run to 600k files).
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
@@ -37,9 +45,10 @@ def test_coordinates_appear_only_in_conf() -> None:
         path = REPO_ROOT / name
         if path.suffix in {".pyc", ".jar"} or not path.is_file():
             continue
-        if iceberg.coordinate in path.read_text(encoding="utf-8", errors="ignore"):
+        if str(line.iceberg_runtime) in path.read_text(encoding="utf-8", errors="ignore"):
             hits.append(name)
-    assert hits == ["conf/jars.txt"]
+    # The cluster page's table of each line's --packages (tests/unit/test_lines.py checks it).
+    assert sorted(hits) == sorted([own, "docs/deploy/cluster.md"])
 
 
 def test_parse_jar_specs_rejects_malformed_lines() -> None:

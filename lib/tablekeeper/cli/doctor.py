@@ -19,8 +19,9 @@ from pathlib import Path
 from tablekeeper import __version__
 from tablekeeper.catalog.config import load_catalogs
 from tablekeeper.errors import ConfigError
+from tablekeeper.lines import DEFAULT_LINE, LINES, SparkLine, line_named
 from tablekeeper.redact import redact, redacted_properties
-from tablekeeper.settings import PACKAGE_ROLES, JarSpec, jar_specs, jars_dir
+from tablekeeper.settings import PACKAGE_ROLES, JarSpec, jar_specs, jars_dir, spark_line
 
 MIN_JAVA = 17
 MIN_PYTHON = (3, 10)
@@ -53,6 +54,8 @@ class DoctorReport:
     java: str | None
     java_home: str | None
     spark: str | None
+    # The supported line the installed pyspark is on (tablekeeper.lines), None when it is on none.
+    line: str | None
     delta: str | None
     delta_python: str | None
     iceberg: str | None
@@ -77,6 +80,7 @@ class DoctorReport:
             ("python", self.python),
             ("java", f"{self.java} ({self.java_home})" if self.java else "missing"),
             ("spark (pyspark)", self.spark or "missing"),
+            ("spark line", self.line or "unsupported"),
             ("delta", f"{self.delta} (python API {self.delta_python or 'missing'})"),
             ("iceberg", self.iceberg or "missing"),
             ("jars", self.jars_dir),
@@ -134,6 +138,12 @@ def _spark_line(specs: tuple[JarSpec, ...]) -> str | None:
     return None
 
 
+def _describe(line: SparkLine | None) -> str | None:
+    if line is None:
+        return None
+    return f"{line.name} (Scala {line.scala}, Delta {line.delta}, Iceberg {line.iceberg})"
+
+
 def diagnose(conf_file: Path | None = None) -> DoctorReport:
     problems: list[str] = []
     if sys.version_info < MIN_PYTHON:
@@ -146,10 +156,21 @@ def diagnose(conf_file: Path | None = None) -> DoctorReport:
     spark = _dist_version("pyspark")
     if spark is None:
         problems.append("pyspark not installed: run make setup")
+    installed = spark_line()
+    supported = line_named(installed) if installed else None
+    if spark is not None and supported is None:
+        names = ", ".join(x.name for x in LINES)
+        problems.append(
+            f"pyspark {spark} is on no supported Spark line ({names}): run make setup "
+            f"(Spark {DEFAULT_LINE}) or make setup SPARK=<line>"
+        )
+    # The setup that builds the installed line's environment and jars.
+    default = supported is None or supported.name == DEFAULT_LINE
+    setup = "make setup" if default else f"make setup SPARK={installed}"
     specs = jar_specs()
     line = _spark_line(specs)
     if spark and line and not spark.startswith(line + "."):
-        problems.append(f"pyspark {spark} does not match the Spark {line} jars: run make setup")
+        problems.append(f"pyspark {spark} does not match the Spark {line} jars: run {setup}")
     directory = jars_dir()
     jars = tuple(
         JarStatus(s.role, s.coordinate, str(directory / s.file_name), (directory / s.file_name).is_file())
@@ -157,11 +178,11 @@ def diagnose(conf_file: Path | None = None) -> DoctorReport:
     )
     missing = [j.coordinate for j in jars if not j.present]
     if missing:
-        problems.append(f"jars missing from {directory} ({', '.join(missing)}): run make setup")
+        problems.append(f"jars missing from {directory} ({', '.join(missing)}): run {setup}")
     delta = next((s.version for s in specs if s.role == "delta"), None)
     delta_python = _dist_version("delta-spark")
     if delta and delta_python and delta_python != delta:
-        problems.append(f"delta-spark Python {delta_python} differs from jar {delta}: run make setup")
+        problems.append(f"delta-spark Python {delta_python} differs from jar {delta}: run {setup}")
     catalogs: tuple[CatalogStatus, ...] = ()
     try:
         config = load_catalogs(conf_file)
@@ -185,6 +206,7 @@ def diagnose(conf_file: Path | None = None) -> DoctorReport:
         java=java,
         java_home=java_home,
         spark=spark,
+        line=_describe(supported),
         delta=delta,
         delta_python=delta_python,
         iceberg=next((s.version for s in specs if s.role == "iceberg"), None),

@@ -24,6 +24,7 @@ from tablekeeper.delta.segment import LogSegment, sidecar_location
 from tablekeeper.delta.snapshot import DeltaSnapshot, snapshot_from_replay
 from tablekeeper.errors import CorruptMetadataError
 from tablekeeper.io import FileIO
+from tablekeeper.spark.compat import to_arrow, try_url_decode
 from tablekeeper.tables.delta import read_checkpoint_non_file_actions, read_checkpoint_tail
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ def _stats(c: Column, fields: set[str]) -> Column:
 
 def _absolute(root: str) -> Column:
     # try_url_decode follows java.net.URLDecoder, which turns '+' into a space: protect it first.
-    decoded = F.coalesce(F.try_url_decode(F.replace(F.col("path"), F.lit("+"), F.lit("%2B"))), F.col("path"))
+    decoded = F.coalesce(try_url_decode(F.replace(F.col("path"), F.lit("+"), F.lit("%2B"))), F.col("path"))
     path = F.when(F.col("path").contains("%"), decoded).otherwise(F.col("path"))
     is_abs = F.col("path").rlike(r"^(/|[A-Za-z][A-Za-z0-9+.\-]*:)")  # as written, before decoding
     return F.when(is_abs, path).otherwise(F.concat(F.lit(root.rstrip("/") + "/"), path))
@@ -263,7 +264,7 @@ def spark_replay(
         if paths is not None:
             wanted = spark.createDataFrame([(p,) for p in paths], "absolute_path string")
             winners = winners.join(wanted.distinct(), "absolute_path", "left_semi")
-        reconciled = _split(winners.toArrow())
+        reconciled = _split(to_arrow(winners))
     else:
         reconciled = Reconciled(_no_files(), _no_files())
     return snapshot_from_replay(root, segment, state, reconciled, "spark")

@@ -44,6 +44,7 @@ from tablekeeper.iceberg.types import FixedType, IcebergType, NestedField, Schem
 from tablekeeper.io import FileIO
 from tablekeeper.spark.arrow_rewrite import arrow_blocker, rewrite_with_arrow, sorted_columns
 from tablekeeper.spark.arrow_sort import Ordering, rewrite_sorted
+from tablekeeper.spark.compat import require_parquet_widening
 from tablekeeper.spark.concurrent import no_cycle_collection
 from tablekeeper.spark.data_read import (
     FILE,
@@ -512,9 +513,11 @@ def rewrite_files(
 
 def refuse_for_spark(meta: TableMetadata) -> None:
     """Refuse tables Spark's Parquet writer would rewrite wrongly: types it cannot write with
-    their ids (lists and maps, uuid, fixed, time, nanosecond timestamps) and initial defaults."""
+    their ids (lists and maps, uuid, fixed, time, nanosecond timestamps) and initial defaults;
+    on a Spark line whose Parquet reader cannot widen types, tables with promoted columns."""
     spark_schema(meta.schema())
     _refuse_initial_defaults(meta.schema())
+    require_parquet_widening(meta, "compact with --writer auto (Arrow), or run on Spark 4.0 or later")
 
 
 def _refuse_initial_defaults(schema: Schema) -> None:

@@ -18,6 +18,7 @@ from tablekeeper.iceberg.types import (
     Schema,
     StructType,
 )
+from tablekeeper.spark.compat import variant_type
 
 FIELD_ID = "parquet.field.id"
 ROW_ID = NestedField(2147483540, "_row_id", PrimitiveType("long"))
@@ -34,8 +35,6 @@ _PRIMITIVES: dict[str, T.DataType] = {
     "timestamptz": T.TimestampType(),
     "string": T.StringType(),
     "binary": T.BinaryType(),
-    # Spark 4.1 reads Iceberg's variant columns and writes them annotated VARIANT (shredded).
-    "variant": T.VariantType(),
 }
 
 # Spark's settings for reading and writing Iceberg data files by id.
@@ -63,6 +62,10 @@ READ_WRITE_CONF = {
 
 
 def spark_type(t: IcebergType, where: str) -> T.DataType:
+    if t == PrimitiveType("variant"):
+        # Spark 4.1 reads Iceberg's variant columns and writes them annotated VARIANT (shredded);
+        # Spark 3.5 has no variant type (refused by name there).
+        return variant_type(where)
     if isinstance(t, PrimitiveType):
         found = _PRIMITIVES.get(t.name)
         if found is None:

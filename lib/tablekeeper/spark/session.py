@@ -23,6 +23,7 @@ from tablekeeper.errors import ConfigError
 from tablekeeper.io.storage import STORAGE_ENV, on_storage_change
 from tablekeeper.io.stores import hadoop_settings
 from tablekeeper.settings import PACKAGE_ROLES, JarSpec, jar_specs, jars_dir, spark_defaults
+from tablekeeper.spark.compat import check_session_line
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +191,7 @@ def get_spark(
     active = submitted_session()
     if active is not None:
         check_session(active)
+        check_line_once(active)
         _follow_storage(active)
         _quiet_task_failures(active)
         quiet_query_context_logs()
@@ -211,6 +213,7 @@ def get_spark(
     log.info("starting local Spark with %d jars", len(settings["spark.jars"].split(",")))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("TABLEKEEPER_SPARK_LOG_LEVEL", "ERROR"))
+    check_line_once(spark)
     _follow_storage(spark)
     _quiet_task_failures(spark)
     quiet_query_context_logs()
@@ -281,6 +284,19 @@ def _class_loadable(spark: SparkSession, name: str) -> bool:
     except Exception:  # py4j wraps ClassNotFoundException in a Py4JJavaError
         return False
     return True
+
+
+_LINE_CHECKED: set[int] = set()
+
+
+def check_line_once(spark: SparkSession) -> None:
+    """The session's Spark, Delta and Iceberg against the supported lines, before any work; once
+    per session (three JVM calls, then never again)."""
+    if id(spark) in _LINE_CHECKED:
+        return
+    line = check_session_line(spark)
+    log.debug("Spark %s line: Delta %s, Iceberg %s", line.name, line.delta, line.iceberg)
+    _LINE_CHECKED.add(id(spark))
 
 
 def check_session(spark: SparkSession) -> None:

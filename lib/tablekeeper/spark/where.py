@@ -16,6 +16,7 @@ from tablekeeper.iceberg.content import DataFile
 from tablekeeper.iceberg.conversions import to_json
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.types import FixedType, IcebergType, NestedField
+from tablekeeper.spark.compat import require_parquet_widening
 from tablekeeper.spark.data_read import FILE, path_key, read_data_files
 from tablekeeper.spark.rewrite import name_mapping
 from tablekeeper.spark.schema import spark_type
@@ -76,6 +77,7 @@ def files_matching(
     ``where`` (only its columns are read, and Parquet statistics skip most row groups)."""
     if not files:
         return frozenset()
+    require_parquet_widening(meta, "compact without --where, or run on Spark 4.0 or later")
     df = read_data_files(spark, meta.schema(), (), name_mapping(meta), [f.file_path for f in files])
     df = _identity_values(spark, df, meta, files)
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tablekeeper.errors import ConfigError, UnsupportedFeatureError
+from tablekeeper.errors import ConfigError, NotOnThisSparkLine, UnsupportedFeatureError
 from tablekeeper.iceberg.arrow_project import unsupported
 from tablekeeper.iceberg.content import DataFile
 from tablekeeper.iceberg.conversions import from_bytes
@@ -164,7 +164,7 @@ def refuse_unwritable(options: CompactOptions, meta: TableMetadata, row_order: R
         try:
             refuse_for_spark(meta)
         except UnsupportedFeatureError as err:
-            if not spark_only:
+            if not spark_only or isinstance(err, NotOnThisSparkLine):
                 raise
             raise UnsupportedFeatureError(
                 f"{options.table}: {reason}, and Spark's writer cannot take the table either: {err.message}"
