@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from tablekeeper.cli import main
-from tablekeeper.errors import TablekeeperError
+from tablekeeper.errors import ExitCode, TablekeeperError
 from tests.compat.conftest import Line
 from tests.conftest import SQL_CATALOG
 from tests.support.delta_corpus import conversion_target
@@ -73,7 +73,7 @@ def test_iceberg_spark_reads_the_conversion_as_delta_spark_reads_the_source(
         capsys.readouterr()
         code = main(["compact", "--table", target, "--rewrite-all", "--conf-file", str(conf_file)])
         reason = capsys.readouterr().err.strip().splitlines()[-1]
-        assert code == 3, reason
+        assert code == ExitCode.REFUSED, reason
         assert "variant" in reason and f"Spark {line.spark_minor}" in reason, reason
         return
     iceberg = spark.table(f"{SQL_CATALOG}.{target}")
