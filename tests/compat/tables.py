@@ -13,54 +13,53 @@ from typing import Any
 from tests.conftest import SQL_CATALOG
 
 NAMESPACE = "compat"
-APPENDS = 6
-ROWS_PER_APPEND = 10
-BEFORE_UPGRADE = APPENDS - 2  # appends before the first DELETE (and, on v3, the upgrade)
-DELETED = (0, 3)  # id % 7: the two DELETEs, the first before the last two appends
-ORPHANS = 3
+ROWS = 60
+FIRST = 40  # rows of the first INSERT, before the first DELETE (and, on v3, the upgrade)
+FILES = 12  # data files: each INSERT's tasks write one file per partition (8, then 4)
+SNAPSHOTS = 4  # two INSERTs, two DELETEs
+DELETED = (0, 3)  # id % 7: the two DELETEs, the first before the second INSERT
 WEEK_AGO = time.time() - 7 * 86_400
 Rows = list[tuple[Any, ...]]
 
 
 def expected_rows() -> Rows:
-    """The rows the table holds after its appends and deletes, computed without any engine."""
+    """The rows the table holds after its writes and deletes, computed without any engine."""
     start = datetime(2026, 1, 1)
     return sorted(
         (i, "a" if i % 2 == 0 else "b", start + timedelta(hours=i), Decimal(i * 25) / 100)
-        for i in range(APPENDS * ROWS_PER_APPEND)
-        if not ((i % 7 == DELETED[0] and i < BEFORE_UPGRADE * ROWS_PER_APPEND) or i % 7 == DELETED[1])
+        for i in range(ROWS)
+        if not ((i % 7 == DELETED[0] and i < FIRST) or i % 7 == DELETED[1])
     )
 
 
 def written(spark: Any, table: str, version: int, namespace: str = NAMESPACE) -> str:
-    """``tk.<namespace>.<table>`` as the line's Iceberg Spark writes it: partitioned, one small file
-    per partition and append, deletes by merge-on-read. v2: two DELETEs of position delete files.
-    v3: the way most v3 tables come to be: written as v2 (appends and a DELETE of position delete
-    files), upgraded by Iceberg Spark, then appends with row lineage and a DELETE of deletion
-    vectors."""
+    """``tk.<namespace>.<table>`` as the line's Iceberg Spark writes it: partitioned, small files
+    (each task of an INSERT writes one per partition, the fanout writer, no shuffle), deletes by
+    merge-on-read. v2: two DELETEs of position delete files. v3: the way most v3 tables come to
+    be: written as v2 (an INSERT and a DELETE of position delete files), upgraded by Iceberg
+    Spark, then an INSERT with row lineage and a DELETE of deletion vectors."""
     name = f"{SQL_CATALOG}.{namespace}.{table}"
     spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
     spark.sql(
         f"CREATE TABLE {name} (id BIGINT, cat STRING, ts TIMESTAMP_NTZ, amount DECIMAL(10, 2)) "
         "USING iceberg PARTITIONED BY (cat) TBLPROPERTIES ('format-version'='2', "
-        "'write.delete.mode'='merge-on-read', 'write.delete.granularity'='file')"
+        "'write.delete.mode'='merge-on-read', 'write.delete.granularity'='file', "
+        "'write.distribution-mode'='none', 'write.spark.fanout.enabled'='true')"
     )
 
-    def append(i: int) -> None:
-        lo, hi = i * ROWS_PER_APPEND, (i + 1) * ROWS_PER_APPEND
+    def insert(lo: int, hi: int, tasks: int) -> None:
+        # range(..., tasks): contiguous slices, each holding both partitions' rows.
         spark.sql(
             f"INSERT INTO {name} SELECT id, IF(id % 2 = 0, 'a', 'b'), "
             "TIMESTAMP_NTZ'2026-01-01 00:00:00' + make_interval(0, 0, 0, 0, CAST(id AS INT)), "
-            f"CAST(id * 25 AS DECIMAL(10, 2)) / 100 FROM range({lo}, {hi}) ORDER BY 2"
+            f"CAST(id * 25 AS DECIMAL(10, 2)) / 100 FROM range({lo}, {hi}, 1, {tasks})"
         )
 
-    for i in range(BEFORE_UPGRADE):
-        append(i)
+    insert(0, FIRST, 4)
     spark.sql(f"DELETE FROM {name} WHERE id % 7 = {DELETED[0]}")
     if version == 3:
         spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('format-version'='3')")
-    for i in range(BEFORE_UPGRADE, APPENDS):
-        append(i)
+    insert(FIRST, ROWS, 2)
     spark.sql(f"DELETE FROM {name} WHERE id % 7 = {DELETED[1]}")
     return name
 
@@ -84,17 +83,13 @@ def plant_orphans(location: Path, count: int) -> list[Path]:
 
 
 def delta_source(spark: Any, path: str) -> None:
-    """A partitioned Delta table with deletion vectors, written by the line's delta-spark in five
-    versions: three appends of 20 rows, then a DELETE of 12 (50 rows live)."""
+    """A partitioned Delta table with deletion vectors, written by the line's delta-spark in two
+    versions: 60 rows written by three tasks, then a DELETE of 12 (48 rows live)."""
     spark.sql(
-        f"CREATE TABLE delta.`{path}` (id BIGINT, cat STRING, amount DECIMAL(10, 2)) USING delta "
-        "PARTITIONED BY (cat) TBLPROPERTIES ('delta.enableDeletionVectors'='true')"
+        f"CREATE TABLE delta.`{path}` USING delta PARTITIONED BY (cat) "
+        "TBLPROPERTIES ('delta.enableDeletionVectors'='true') AS SELECT id, IF(id % 3 = 0, 'x', 'y') AS cat, "
+        "CAST(CAST(id AS DECIMAL(10, 2)) / 8 AS DECIMAL(10, 2)) AS amount FROM range(0, 60, 1, 3)"
     )
-    for i in range(3):
-        spark.sql(
-            f"INSERT INTO delta.`{path}` SELECT id, IF(id % 3 = 0, 'x', 'y'), "
-            f"CAST(id AS DECIMAL(10, 2)) / 8 FROM range({i * 20}, {(i + 1) * 20})"
-        )
     spark.sql(f"DELETE FROM delta.`{path}` WHERE id % 5 = 1")
 
 

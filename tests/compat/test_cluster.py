@@ -23,6 +23,7 @@ import pytest
 from tablekeeper.settings import conf_dir
 from tests.compat.conftest import Line
 from tests.compat.tables import (
+    FILES,
     NAMESPACE,
     delta_rows,
     delta_source,
@@ -104,7 +105,7 @@ def test_every_job_submitted_with_the_docs_command_to_the_lines_cluster(
     want = expected_rows()
     assert spark_rows(spark, events) == want
     docs_compact = results[0]
-    assert docs_compact["rewritten_data_files_count"] == 12, docs_compact
+    assert docs_compact["rewritten_data_files_count"] == FILES, docs_compact
     assert count(spark, f"{events}.data_files") == docs_compact["added_data_files_count"]
 
     rewritten, compacted, manifests, expired, removed, backfilled, stats = results[1:8]
@@ -112,7 +113,7 @@ def test_every_job_submitted_with_the_docs_command_to_the_lines_cluster(
         rewritten["added_dvs_count"] >= 1
         and count(spark, f"{chain}.delete_files", "file_format <> 'PUFFIN'") == 0
     )
-    assert compacted["rewritten_data_files_count"] == 12, compacted
+    assert compacted["rewritten_data_files_count"] == FILES, compacted
     assert count(spark, f"{chain}.data_files") == compacted["added_data_files_count"] == 2
     assert count(spark, f"{chain}.manifests") == manifests["manifests_after"], manifests
     assert expired["expired_snapshots_count"] >= 1 and count(spark, f"{chain}.snapshots") == 1, expired
