@@ -82,6 +82,18 @@ def plant_orphans(location: Path, count: int) -> list[Path]:
     return orphans
 
 
+def pyiceberg_table(warehouse: Path, ident: str) -> Any:
+    """PyIceberg's view of ``ident`` in the session's sql catalog (same sqlite file, same name)."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    uri, files = f"sqlite:///{warehouse}/catalog.db", f"file://{warehouse}/sql"
+    return SqlCatalog(SQL_CATALOG, uri=uri, warehouse=files).load_table(ident)
+
+
+def pyiceberg_rows(warehouse: Path, ident: str) -> Rows:
+    return sorted(tuple(r.values()) for r in pyiceberg_table(warehouse, ident).scan().to_arrow().to_pylist())
+
+
 def delta_source(spark: Any, path: str) -> None:
     """A partitioned Delta table with deletion vectors, written by the line's delta-spark in two
     versions: 60 rows written by three tasks, then a DELETE of 12 (48 rows live)."""
