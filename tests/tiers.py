@@ -20,6 +20,7 @@ TIERS: dict[str, str] = {
     "kill": "crash safety: jobs killed at each phase, then rerun",
     "airflow": "real Airflow running the DAGs (spark-submit)",
     "cluster": "a standalone Spark cluster (spark-submit, executors in their own JVMs)",
+    "compat": "one Spark line's environment: every job, the Delta corpus and a cluster submit, fast",
 }
 
 # Files of tests/interop that belong to another tier than interop.
@@ -36,6 +37,7 @@ _DIRECTORIES: dict[str, str] = {
     "interop": "interop",
     "dags": "airflow",
     "cluster": "cluster",
+    "compat": "compat",
 }
 
 
