@@ -8,6 +8,8 @@ once per session against ``tablekeeper.lines``.
 
 from __future__ import annotations
 
+import inspect
+import threading
 from collections.abc import Callable
 from typing import cast
 
@@ -38,6 +40,17 @@ def variant_type(where: str) -> T.DataType:
             "run tablekeeper on Spark 4.0 or later"
         )
     return VARIANT_TYPE
+
+
+def inheritable_thread(target: Callable[[], None], spark: SparkSession) -> threading.Thread:
+    """A daemon driver thread that inherits the caller's local properties (job group, scheduler
+    pool). PySpark 4.0 takes the session explicitly (Spark Connect needs it); 3.5's classic
+    ``InheritableThread`` reads the active context and has no such argument."""
+    from pyspark import InheritableThread
+
+    if "session" in inspect.signature(InheritableThread.__init__).parameters:
+        return InheritableThread(target=target, session=spark, daemon=True)
+    return InheritableThread(target=target, daemon=True)
 
 
 def to_arrow(df: DataFrame) -> pa.Table:

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from pyspark import InheritableThread
 from pyspark.sql import SparkSession
 
 from tablekeeper.cycles import no_cycle_collection
+from tablekeeper.spark.compat import inheritable_thread
 
 __all__ = ["Background", "no_cycle_collection"]
 
@@ -38,7 +38,7 @@ class Background(Generic[T]):
             except BaseException as err:  # handed to the waiting thread, which decides
                 self._error = err
 
-        self._thread = InheritableThread(target=run, session=spark, daemon=True)
+        self._thread = inheritable_thread(run, spark)
         self._thread.start()
 
     def result(self) -> T:

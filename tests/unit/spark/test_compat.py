@@ -13,9 +13,12 @@ from tablekeeper.iceberg.types import (
     FLOAT,
     INT,
     LONG,
+    STRING,
     UNKNOWN,
     VARIANT,
     DecimalType,
+    ListType,
+    MapType,
     NestedField,
     Schema,
     StructType,
@@ -92,3 +95,29 @@ def test_variant_columns_are_refused_by_name_where_spark_has_no_variant_type(
     refused = r"column doc is a variant, which Spark 3\.5 has no type for: run"
     with pytest.raises(NotOnThisSparkLine, match=refused):
         spark_type(VARIANT, "doc")
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        NestedField(2, "v", VARIANT),
+        NestedField(2, "vs", ListType(3, VARIANT)),
+        NestedField(2, "m", MapType(3, STRING, 4, VARIANT)),
+        NestedField(2, "s", StructType((NestedField(3, "v", VARIANT), NestedField(4, "x", LONG)))),
+    ],
+    ids=["top", "list", "map", "struct"],
+)
+def test_compact_names_the_line_for_a_variant_anywhere_in_the_schema(
+    monkeypatch: pytest.MonkeyPatch, column: NestedField
+) -> None:
+    """A variant nested in a list or map was refused as "pyarrow cannot write VARIANT (Spark's
+    writer can)", which is untrue on a line whose Spark has no variant type."""
+    from tablekeeper.jobs.compact.options import CompactOptions
+    from tablekeeper.jobs.compact.order import refuse_unwritable, resolve
+
+    monkeypatch.setattr(compat, "VARIANT_TYPE", None)
+    _on(monkeypatch, "3.5")
+    meta = _table((NestedField(1, "id", LONG), column))
+    options = CompactOptions(table="db.t")
+    with pytest.raises(NotOnThisSparkLine, match=r"Spark 3\.5 has no type for"):
+        refuse_unwritable(options, meta, resolve(options, meta))

@@ -15,7 +15,15 @@ from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.partitioning import PartitionSpec
 from tablekeeper.iceberg.sort_keys import ZOrder
 from tablekeeper.iceberg.transforms import parse_transform
-from tablekeeper.iceberg.types import DecimalType, FixedType, IcebergType, PrimitiveType, StructType
+from tablekeeper.iceberg.types import (
+    DecimalType,
+    FixedType,
+    IcebergType,
+    ListType,
+    MapType,
+    PrimitiveType,
+    StructType,
+)
 from tablekeeper.jobs.common.options import SortKey, parse_sort_order
 from tablekeeper.jobs.compact.options import CompactOptions
 from tablekeeper.spark.arrow_sort import Ordering, SortTerm
@@ -156,6 +164,13 @@ def refuse_unwritable(options: CompactOptions, meta: TableMetadata, row_order: R
     blocked = [(f, r) for f in schema.fields if (r := unsupported(f.type, f.name)) is not None]
     reason = blocked[0][1] if blocked else None
     spark_only = bool(blocked) and all(_only_variants(f.type) for f, _ in blocked)
+    variants = [f.name for f, _ in blocked if _has_variant(f.type)]
+    if variants:
+        from tablekeeper.spark.compat import variant_type
+
+        # Arrow cannot write a variant and Spark's writer needs a line that has the type: on one
+        # without it the refusal names the line, whatever else the column holds.
+        variant_type(f"{options.table}.{variants[0]}")
     if reason is not None and not spark_only:
         raise UnsupportedFeatureError(f"{options.table}: {reason}; nothing was rewritten")
     if options.writer == "spark" or spark_only:
@@ -179,9 +194,29 @@ def refuse_unwritable(options: CompactOptions, meta: TableMetadata, row_order: R
 
 def _only_variants(t: IcebergType) -> bool:
     """Whether every column of ``t`` Arrow cannot write is a variant (Spark's writer takes it)."""
-    if isinstance(t, StructType):
-        return all(unsupported(f.type, f.name) is None or _only_variants(f.type) for f in t.fields)
+    parts = _children(t)
+    if parts is not None:
+        return all(unsupported(c, "") is None or _only_variants(c) for c in parts)
     return isinstance(t, PrimitiveType) and t.name == "variant"
+
+
+def _has_variant(t: IcebergType) -> bool:
+    parts = _children(t)
+    if parts is not None:
+        return any(_has_variant(c) for c in parts)
+    return isinstance(t, PrimitiveType) and t.name == "variant"
+
+
+def _children(t: IcebergType) -> list[IcebergType] | None:
+    """The types a nested type holds (a struct's fields, a list's element, a map's key and
+    value); None for a primitive."""
+    if isinstance(t, StructType):
+        return [f.type for f in t.fields]
+    if isinstance(t, ListType):
+        return [t.element]
+    if isinstance(t, MapType):
+        return [t.key, t.value]
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
