@@ -46,7 +46,7 @@ PYTEST_ARGS ?=
 
 TIERS := corpus interop kill airflow cluster
 
-.PHONY: help setup jars package test test-unit $(addprefix test-,$(TIERS)) lint docs format demo bench bench-scale soak clean
+.PHONY: help setup setup-compat jars package test test-compat test-unit $(addprefix test-,$(TIERS)) lint docs format demo bench bench-scale soak clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -114,8 +114,22 @@ $(WHEEL): pyproject.toml $(LIB_FILES) | $(VENV)/.installed
 $(PY_FILES_ZIP): $(WHEEL)
 	cp $< $@
 
-test: setup package ## set up, then run every test (unit, spark, interop, dags)
-	$(PY) -m pytest $(PYTEST_ARGS)
+# The other lines CI proves with the compatibility tier (tests/compat) after the whole suite on
+# the default line. Each is set up first, so the suite's time is the tests' own.
+COMPAT_LINES := 3.5 4.0
+
+test: setup setup-compat package ## set up, then run every test: the whole suite on the default line, the compat tier on the others
+	$(PY) -m pytest -m "not compat" $(PYTEST_ARGS)
+	@for line in $(COMPAT_LINES); do \
+	  echo "compat tier on Spark $$line"; \
+	  .lines/$$line/venv/bin/python -m pytest tests/compat -m compat $(PYTEST_ARGS); \
+	done
+
+setup-compat: ## set up every line of COMPAT_LINES (.lines/<line>/venv and jars)
+	@for line in $(COMPAT_LINES); do $(MAKE) --no-print-directory setup SPARK=$$line; done
+
+test-compat: setup package ## the compat tier on one line: make test-compat SPARK=3.5
+	$(PY) -m pytest tests/compat -m compat $(PYTEST_ARGS)
 
 # The unit tier proves it needs no JVM: JAVA_HOME unset, and no jars directory to find.
 test-unit: $(VENV)/.installed ## the unit tier only: no JVM, no jars, no ../shared, no Airflow
