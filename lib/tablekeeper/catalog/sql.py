@@ -109,6 +109,15 @@ class SqlCatalog(Catalog):
         cursor.execute(self.db.sql(statement), tuple(params))
         return cursor
 
+    def _query(self, statement: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """The rows of a read (or an idempotent write); a database error is a one-line StorageError."""
+        try:
+            with self._connect() as conn:
+                cursor = self._run(conn, statement, params)
+                return list(cursor.fetchall()) if cursor.description else []
+        except self.db.errors() as err:
+            raise StorageError(f"catalog {self.name}: {self.shown} failed ({redact(str(err))})") from None
+
     def _where(self, ident: TableIdentifier) -> tuple[str, tuple[str, str, str]]:
         clause = "catalog_name = ? AND table_namespace = ? AND table_name = ?"
         if self._typed:
@@ -121,11 +130,8 @@ class SqlCatalog(Catalog):
 
     def current_location(self, identifier: str) -> str | None:
         clause, params = self._where(TableIdentifier.parse(identifier))
-        with self._connect() as conn:
-            row = self._run(
-                conn, f"SELECT metadata_location FROM iceberg_tables WHERE {clause}", params
-            ).fetchone()
-        return None if row is None else str(row[0])
+        rows = self._query(f"SELECT metadata_location FROM iceberg_tables WHERE {clause}", params)
+        return str(rows[0][0]) if rows else None
 
     def table_exists(self, identifier: str) -> bool:
         return self.current_location(identifier) is not None
@@ -139,29 +145,23 @@ class SqlCatalog(Catalog):
         return LoadedTable(identifier, location, read_metadata(self.io, location), self.io)
 
     def list_namespaces(self) -> list[str]:
-        with self._connect() as conn:
-            rows = self._run(
-                conn,
-                "SELECT table_namespace FROM iceberg_tables WHERE catalog_name = ? UNION "
-                "SELECT namespace FROM iceberg_namespace_properties WHERE catalog_name = ?",
-                (self.name, self.name),
-            ).fetchall()
+        rows = self._query(
+            "SELECT table_namespace FROM iceberg_tables WHERE catalog_name = ? UNION "
+            "SELECT namespace FROM iceberg_namespace_properties WHERE catalog_name = ?",
+            (self.name, self.name),
+        )
         return sorted({str(r[0]) for r in rows})
 
     def list_tables(self, namespace: str) -> list[str]:
         clause = "catalog_name = ? AND table_namespace = ?"
         if self._typed:
             clause += f" AND {_IS_TABLE}"
-        with self._connect() as conn:
-            rows = self._run(
-                conn, f"SELECT table_name FROM iceberg_tables WHERE {clause}", (self.name, namespace)
-            ).fetchall()
+        rows = self._query(f"SELECT table_name FROM iceberg_tables WHERE {clause}", (self.name, namespace))
         return sorted(f"{namespace}.{r[0]}" for r in rows)
 
     def ensure_namespace(self, namespace: str) -> None:
         statement = self.db.insert_ignoring_present("iceberg_namespace_properties", "?, ?, 'exists', 'true'")
-        with self._connect() as conn:
-            self._run(conn, statement, (self.name, namespace))
+        self._query(statement, (self.name, namespace))
 
     def create_table(self, identifier: str, metadata: TableMetadata) -> LoadedTable:
         ident = TableIdentifier.parse(identifier)
@@ -201,9 +201,13 @@ class SqlCatalog(Catalog):
             self.io.delete(location)  # no connection: nothing was sent
             raise
         except self.db.errors() as err:
-            if self._holds(ident, location) is True:
+            held = self._holds(ident, location)
+            if held is True:
                 faults.kill_point("commit.swapped")
                 return LoadedTable(identifier, location, metadata, self.io)
+            if held is False:  # another writer's table is there: ours can never be
+                self.io.delete(location)
+                raise ConfigError(f"table {identifier} already exists in catalog {self.name}") from None
             raise CommitStateUnknown(
                 f"catalog {self.name} failed while creating {identifier} ({redact(str(err))}); check whether "
                 "it exists before cleaning anything"
@@ -267,20 +271,13 @@ class SqlCatalog(Catalog):
     def _holds(self, ident: TableIdentifier, location: str, old: str | None = None) -> bool | None:
         """Whether the row now holds ``location`` (True), another than it and ``old`` (False), or
         it cannot be told (None: unreachable, or still ``old``)."""
-        clause, params = self._where(ident)
         try:
-            with self._connect() as conn:
-                row = self._run(
-                    conn, f"SELECT metadata_location FROM iceberg_tables WHERE {clause}", params
-                ).fetchone()
+            current = self.current_location(str(ident))
         except StorageError:
             return None
-        except self.db.errors():
-            return None
-        current = None if row is None else str(row[0])
         if current == location:
             return True
-        return None if current == old or (old is None and current is None) else False
+        return None if current == old else False
 
 
 def _open(config: CatalogConfig) -> Catalog:

@@ -93,11 +93,11 @@ class Database:
 
     def connect(self, catalog: str) -> Any:
         """A DB-API connection in autocommit mode: each statement is its own transaction."""
-        if self.kind == "sqlite":
-            assert self.path is not None
-            # A generous busy timeout: Spark's JDBC catalog and other processes share the file.
-            return sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         try:
+            if self.kind == "sqlite":
+                assert self.path is not None
+                # A generous busy timeout: Spark's JDBC catalog and other processes share the file.
+                return sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             if self.kind == "postgresql":
                 import psycopg
                 from psycopg.conninfo import make_conninfo
@@ -144,7 +144,10 @@ class Database:
         if self.kind == "sqlite":
             return f"INSERT OR IGNORE INTO {table} VALUES ({values})"
         if self.kind == "mysql":
-            return f"INSERT IGNORE INTO {table} VALUES ({values})"
+            # Not INSERT IGNORE, which would also turn a too-long value into a truncated row.
+            return (
+                f"INSERT INTO {table} VALUES ({values}) ON DUPLICATE KEY UPDATE catalog_name = catalog_name"
+            )
         return f"INSERT INTO {table} VALUES ({values}) ON CONFLICT DO NOTHING"
 
     def errors(self) -> tuple[type[BaseException], ...]:

@@ -13,7 +13,7 @@ import pytest
 
 from tablekeeper.catalog import SqlCatalog
 from tablekeeper.catalog.base import LoadedTable
-from tablekeeper.errors import CommitFailed, CommitStateUnknown, StorageError
+from tablekeeper.errors import CommitFailed, CommitStateUnknown, ConfigError, StorageError
 from tablekeeper.iceberg.types import LONG, NestedField, Schema
 from tablekeeper.iceberg.updates import new_table_metadata, set_properties
 from tests.support.db_servers import DbServer, free_port
@@ -66,6 +66,16 @@ def test_create_load_commit_as_iceberg_java_records_them(db_server: DbServer, tm
         catalog(db_server, tmp_path, cat.name).load_table(IDENT).metadata_location
         == committed.metadata_location
     )
+
+
+def test_a_second_create_is_refused_and_leaves_nothing(db_server: DbServer, tmp_path: Path) -> None:
+    cat = catalog(db_server, tmp_path)
+    first = create(cat)
+    other = catalog(db_server, tmp_path / "other", cat.name)  # its own warehouse: its own files
+    with pytest.raises(ConfigError, match="already exists"):
+        create(other)
+    assert not any((tmp_path / "other").rglob("*.metadata.json"))
+    assert row(db_server, cat)[0] == first.metadata_location
 
 
 def test_a_lost_race_is_commit_failed_and_leaves_nothing(db_server: DbServer, tmp_path: Path) -> None:
