@@ -25,7 +25,7 @@ from tablekeeper.catalog.base import (
 )
 from tablekeeper.catalog.config import CatalogConfig
 from tablekeeper.catalog.registry import CatalogType, register_catalog_type
-from tablekeeper.catalog.sql_db import Database, Outcome
+from tablekeeper.catalog.sql_db import SUPPORTED, Database, Outcome
 from tablekeeper.errors import CommitFailed, CommitStateUnknown, ConfigError, NotATableError, StorageError
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.io import FileIO
@@ -301,6 +301,4 @@ def jdbc_settings(catalog: CatalogConfig) -> dict[str, str]:
     return settings
 
 
-CATALOG_TYPE = register_catalog_type(
-    CatalogType("sql", _open, _spark, uri_example="sqlite:///path or postgresql://user:password@host:port/db")
-)
+CATALOG_TYPE = register_catalog_type(CatalogType("sql", _open, _spark, uri_example=SUPPORTED))
