@@ -11,6 +11,7 @@ import contextlib
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -100,12 +101,16 @@ def _user_exists(name: str) -> bool:
     return True
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
+def _stop(proc: subprocess.Popen[bytes], sig: int) -> None:
+    # The server's own process group (runuser passes SIGTERM on but not SIGINT, and a server's
+    # children must not outlive it holding the port).
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
 
 
@@ -173,6 +178,7 @@ def run_postgres(password: str) -> Iterator[DbServer]:
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, which _stop signals
             )
         try:
             _wait_for_port(port, proc, log)
@@ -180,7 +186,7 @@ def run_postgres(password: str) -> Iterator[DbServer]:
             _create_pg_database(server)
             yield server
         finally:
-            _stop(proc)
+            _stop(proc, signal.SIGINT)  # PostgreSQL's fast shutdown: no waiting for clients
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -264,11 +270,12 @@ def run_mariadb(password: str) -> Iterator[DbServer]:
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group, which _stop signals
             )
         try:
             _wait_for_port(port, proc, log)
             yield DbServer("mysql", port, password)
         finally:
-            _stop(proc)
+            _stop(proc, signal.SIGKILL)  # its data is thrown away: no clean InnoDB shutdown needed
     finally:
         shutil.rmtree(root, ignore_errors=True)
