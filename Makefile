@@ -46,14 +46,24 @@ PYTEST_ARGS ?=
 
 TIERS := corpus interop kill airflow cluster
 
-.PHONY: help setup setup-compat jars package test test-compat test-unit $(addprefix test-,$(TIERS)) lint docs format demo bench bench-scale soak clean
+.PHONY: help setup setup-compat jars servers package test test-compat test-unit $(addprefix test-,$(TIERS)) lint docs format demo bench bench-scale soak clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@printf '  make %-10s %s\n' "test-TIER" "one tier of the suite, TIER one of: $(TIERS) (tests/tiers.py)"
 
 # Airflow (the DAG tier) runs on the default line only.
-setup: $(VENV)/.installed $(if $(filter $(DEFAULT_SPARK),$(SPARK)),$(AIRFLOW_VENV)/.installed) jars ## create .venv and .airflow-venv with the pinned deps, fetch the jars (idempotent); SPARK=3.5 or 4.0: that line's .lines/<line>/venv and jars
+setup: $(VENV)/.installed $(if $(filter $(DEFAULT_SPARK),$(SPARK)),$(AIRFLOW_VENV)/.installed) jars servers ## create .venv and .airflow-venv with the pinned deps, fetch the jars, install the database servers (idempotent); SPARK=3.5 or 4.0: that line's .lines/<line>/venv and jars
+
+# The database servers the sql catalog's tests start on loopback (Debian's packages; the tests run
+# them from throwaway data directories, never as a system service). Checked on every run, so a
+# fresh machine gets them; apt-get only when one is missing (sudo unless root).
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+servers:
+	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v mariadb-install-db >/dev/null; then \
+	  command -v apt-get >/dev/null || { echo "install PostgreSQL's and MariaDB's servers (Debian: postgresql, mariadb-server)" >&2; exit 2; }; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql mariadb-server >/dev/null; \
+	fi
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "Python 3.10+ needed: set PYTHON=python3.x")'
@@ -132,7 +142,7 @@ test-compat: setup package ## the compat tier on one line: make test-compat SPAR
 	$(PY) -m pytest tests/compat -m compat $(PYTEST_ARGS)
 
 # The unit tier proves it needs no JVM: JAVA_HOME unset, and no jars directory to find.
-test-unit: $(VENV)/.installed ## the unit tier only: no JVM, no jars, no ../shared, no Airflow
+test-unit: $(VENV)/.installed servers ## the unit tier only: no JVM, no jars, no ../shared, no Airflow
 	env -u JAVA_HOME TABLEKEEPER_JARS_DIR=/nonexistent-tablekeeper-jars $(PY) -m pytest tests/unit -m unit $(PYTEST_ARGS)
 
 # One target per other tier (tests/tiers.py says what each needs): make test-kill, make test-corpus, ...

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests import tiers
+from tests.support.db_servers import DbServer, run_mariadb, run_postgres
 from tests.support.object_store import S3_BUCKET, S3Endpoint, run_s3proxy
 from tests.support.rest_catalog_server import REST_WAREHOUSE, RestCatalogServer, run_rest_catalog
 
@@ -162,3 +163,25 @@ def rest_server(
     """Iceberg's REST catalog server, its warehouse at s3://warehouse/rest in ``s3_server``."""
     with run_rest_catalog(tmp_path_factory.mktemp("rest-catalog"), s3_server, REST_WAREHOUSE) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[DbServer]:
+    """PostgreSQL on loopback, a database for Iceberg's JDBC catalog tables, a user with a password."""
+    with run_postgres("tk-pg-" + os.urandom(8).hex()) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[DbServer]:
+    """MariaDB (MySQL's protocol) on loopback, set up as ``postgres_server``."""
+    with run_mariadb("tk-my-" + os.urandom(8).hex()) as server:
+        yield server
+
+
+@pytest.fixture(params=["postgresql", "mysql"])
+def db_server(request: pytest.FixtureRequest) -> DbServer:
+    """Each database server in turn (started on first use, once per session)."""
+    name = "postgres_server" if request.param == "postgresql" else "mariadb_server"
+    server: DbServer = request.getfixturevalue(name)
+    return server

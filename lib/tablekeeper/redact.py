@@ -12,6 +12,7 @@ import re
 import threading
 import traceback
 from collections.abc import Mapping
+from urllib.parse import unquote
 
 MASK = "***"
 # Property names (any catalog or storage property containing one of these) whose values are secret.
@@ -19,8 +20,11 @@ _SECRET_NAME_PARTS = ("secret", "token", "credential", "password", "access-key-i
 _MIN_LENGTH = 4  # shorter values would mask ordinary words
 # Query parameters (in a URI or a JDBC URL) whose values are secret, matched by name part.
 _SECRET_PARAM_PARTS = (*_SECRET_NAME_PARTS, "key", "pwd", "auth", "signature")
-# scheme://user:password@host: the password goes whether or not it was ever registered.
-_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@?#]*:)(?P<secret>[^/\s@?#]+)(?=@)")
+# scheme://user:password@host: the password goes whether or not it was ever registered. It runs to
+# the authority's last '@' (URI parsers split there): a password with an unescaped '@' is masked whole.
+_USERINFO = re.compile(
+    r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@?#]*:)(?P<secret>[^/\s?#]+)(?=@[^@/\s?#]*(?:[/?#\s'\"]|$))"
+)
 # name=value after ? & or ; (JDBC drivers use both separators): masked when the name is secret.
 _PARAM = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.\-]+)=)(?P<value>[^&;\s'\"]*)")
 
@@ -64,6 +68,7 @@ def register_uri_secrets(uri: str | None) -> None:
         return
     for match in _USERINFO.finditer(uri):
         register_secret(match["secret"])
+        register_secret(unquote(match["secret"]))  # as a driver decodes and may quote it
     for match in _PARAM.finditer(uri):
         if _is_secret_param(match["name"]):
             register_secret(match["value"])

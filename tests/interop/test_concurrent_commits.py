@@ -49,8 +49,14 @@ def catalog_file(tmp_path: Path, catalogs) -> Path:  # type: ignore[no-untyped-d
     return path
 
 
-def start_workers(conf: Path, catalog_name: str, table: str) -> list[subprocess.Popen[str]]:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+def start_workers(
+    conf: Path, catalog_name: str, table: str, workers: int = WORKERS, appends: int = APPENDS
+) -> list[subprocess.Popen[str]]:
+    # The repository first; what the runner's path holds after it (a checkout's lib) stays.
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO_ROOT), os.environ.get("PYTHONPATH")))),
+    }
     return [
         subprocess.Popen(
             [
@@ -61,7 +67,7 @@ def start_workers(conf: Path, catalog_name: str, table: str) -> list[subprocess.
                 catalog_name,
                 table,
                 str(w),
-                str(APPENDS),
+                str(appends),
             ],
             cwd=REPO_ROOT,
             env=env,
@@ -69,7 +75,7 @@ def start_workers(conf: Path, catalog_name: str, table: str) -> list[subprocess.
             stderr=subprocess.PIPE,
             text=True,
         )
-        for w in range(WORKERS)
+        for w in range(workers)
     ]
 
 

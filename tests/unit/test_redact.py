@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tablekeeper.cli import main
-from tablekeeper.redact import install_log_redaction, redact, register_secret
+from tablekeeper.redact import install_log_redaction, redact, register_secret, register_uri_secrets
 from tablekeeper.spark.session import QUERY_CONTEXT_LOGGERS, quiet_query_context_logs
 
 SECRETS = ("PASSWORD1x", "PASSWORD2x", "PASSWORD3x")
@@ -170,3 +170,16 @@ def test_pyspark_query_context_logs_are_quiet_once_a_session_is_made(
         except RuntimeError:
             PySparkLogger.getLogger(name).exception("no column x", errorClass="UNRESOLVED_COLUMN")
     assert capsys.readouterr().err == ""
+
+
+def test_a_uri_password_is_masked_whole_however_it_is_written() -> None:
+    # An unescaped '@' in the password: URI parsers split at the authority's last '@'.
+    raw = "postgresql://alice:p@ss-Rw9x@db.example:5432/iceberg"
+    register_uri_secrets(raw)
+    for text in (f"catalog c: {raw} did not answer", f"{raw}?sslmode=require", f"'{raw}'"):
+        shown = redact(text)
+        assert "Rw9x" not in shown and "p@ss" not in shown, shown
+        assert "alice:***@db.example" in shown
+    # Percent-escaped: the driver decodes it, and its messages quote the decoded form.
+    register_uri_secrets("mysql://bob:pw%23Qz7%3Ak@db.example/iceberg")
+    assert "Qz7" not in redact("Access denied for bob using password pw#Qz7:k")

@@ -31,8 +31,8 @@ class CatalogConfig:
     name: str
     type: str  # a registered catalog type (tablekeeper.catalog.registry)
     warehouse: str
-    # SQLAlchemy-style URI for sql catalogs (sqlite:///path), the server's base URI for rest
-    # catalogs (https://host/api/catalog); None for filesystem catalogs.
+    # SQLAlchemy-style URI for sql catalogs (sqlite:///path, postgresql://..., mysql://...), the
+    # server's base URI for rest catalogs (https://host/api/catalog); None for filesystem catalogs.
     uri: str | None = None
     properties: Mapping[str, str] = field(default_factory=dict, hash=False, repr=False)
     # The zone Delta tables converted into this catalog wrote zone-less timestamp partition values in.

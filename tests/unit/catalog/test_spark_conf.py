@@ -147,16 +147,65 @@ catalogs:
     type: sql
     uri: sqlite:///${warehouse}/catalog.db
     warehouse: ${warehouse}/sql
-  pg:
+  other:
     type: sql
-    uri: postgresql://db.example/iceberg
-    warehouse: ${warehouse}/pg
+    uri: mssql://db.example/iceberg
+    warehouse: ${warehouse}/other
 """,
         tmp_path,
     )
     for used in (None, "local"):
         conf = session_conf(catalogs, [], used=used)
         assert conf["spark.sql.catalog.local.type"] == "jdbc"
-        assert not any(key.startswith("spark.sql.catalog.pg") for key in conf)
-    with pytest.raises(ConfigError, match="catalog 'pg': only sqlite:/// URIs map to JDBC automatically"):
-        session_conf(catalogs, [], used="pg")
+        assert not any(key.startswith("spark.sql.catalog.other") for key in conf)
+    with pytest.raises(ConfigError, match=r"catalog 'other': unsupported uri 'mssql://db\.example/iceberg'"):
+        session_conf(catalogs, [], used="other")
+
+
+def test_database_catalogs_map_to_iceberg_jdbc_with_the_password_in_a_redacted_setting(
+    tmp_path: Path,
+) -> None:
+    catalogs = parse_catalogs(
+        """
+catalogs:
+  pg:
+    type: sql
+    uri: postgresql://alice:p%40ss%2Fw0rd@db.example:6543/iceberg?sslmode=require
+    warehouse: s3://bucket/pg
+  my:
+    type: sql
+    uri: mysql://bob@db.example/iceberg
+    jdbc.password: s3cret-pw
+    warehouse: s3://bucket/my
+""",
+        tmp_path,
+    )
+    pg = iceberg_catalog_conf(catalogs.get("pg"))
+    assert pg["spark.sql.catalog.pg.type"] == "jdbc"
+    assert pg["spark.sql.catalog.pg.uri"] == "jdbc:postgresql://db.example:6543/iceberg?sslmode=require"
+    assert pg["spark.sql.catalog.pg.jdbc.user"] == "alice"
+    assert pg["spark.sql.catalog.pg.jdbc.password"] == "p@ss/w0rd"  # decoded, as the driver wants it
+    assert pg["spark.sql.catalog.pg.jdbc.schema-version"] == "V1"
+    my = iceberg_catalog_conf(catalogs.get("my"))
+    # MariaDB's driver (the one pinned) serves MySQL servers too, under its own scheme.
+    assert my["spark.sql.catalog.my.uri"] == "jdbc:mariadb://db.example:3306/iceberg"
+    assert my["spark.sql.catalog.my.jdbc.user"] == "bob"
+    assert my["spark.sql.catalog.my.jdbc.password"] == "s3cret-pw"
+    # The decoded password is a secret too: a driver's message may quote it.
+    assert "p@ss/w0rd" not in redact("auth failed for p@ss/w0rd")
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("oracle://u:p@h/db", "unsupported uri 'oracle://u:\\*\\*\\*@h/db'"),
+        ("postgresql://u:pw@h", "needs a host and a database"),
+        ("mysql://u@h/db?ssl=1", "uri parameters \\(ssl\\) are not supported"),
+        ("postgresql://h/db?password=x", "put the password in the uri's user:password@"),
+    ],
+)
+def test_database_uris_refused_by_name(tmp_path: Path, uri: str, message: str) -> None:
+    from tablekeeper.catalog.sql_db import Database
+
+    with pytest.raises(ConfigError, match=message):
+        Database.parse("c", uri)
