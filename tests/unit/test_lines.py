@@ -92,7 +92,7 @@ def test_the_package_declares_ranges_every_line_meets() -> None:
     assert not [d for d in project["dependencies"] if "==" in d]
     shared = _pins(CONF / "constraints.txt")
     for dependency in project["dependencies"]:
-        name = re.split(r"[<>=]", dependency, maxsplit=1)[0].lower()
+        name = re.split(r"[<>=\[]", dependency, maxsplit=1)[0].lower()
         assert name == "pyspark" or name in shared, f"{name} has no tested pin in conf/constraints.txt"
 
 
