@@ -80,7 +80,9 @@ def lake(spark: Any, glue_server: GlueEndpoint, tmp_path_factory: pytest.TempPat
 
 
 def tk(lake: Lake, capfd: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    code = main([*args, "--catalog", CATALOG, "--conf-file", str(lake.conf), "--warehouse", str(lake.warehouse)])
+    code = main(
+        [*args, "--catalog", CATALOG, "--conf-file", str(lake.conf), "--warehouse", str(lake.warehouse)]
+    )
     out, err = capfd.readouterr()
     lake.outputs += [out, err]
     lines = [line for line in out.strip().splitlines() if line.startswith("{")]
@@ -113,8 +115,10 @@ def test_every_job_on_a_table_iceberg_spark_writes_through_glue(spark: Any, lake
         f"CREATE TABLE {table} (id BIGINT, cat STRING) USING iceberg "
         "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read')"
     )
-    for b in range(4):
-        spark.sql(f"INSERT INTO {table} SELECT id, CAST(id % 3 AS STRING) FROM range({b * 25}, {b * 25 + 25})")
+    for b in range(2):
+        spark.sql(
+            f"INSERT INTO {table} SELECT id, CAST(id % 3 AS STRING) FROM range({b * 50}, {b * 50 + 50})"
+        )
     spark.sql(f"DELETE FROM {table} WHERE id % 10 = 0")  # position delete files
     expected = rows(spark, table)
     assert len(expected) == 90
@@ -136,7 +140,7 @@ def test_every_job_on_a_table_iceberg_spark_writes_through_glue(spark: Any, lake
     assert rows(spark, table) == expected
     tk(lake, capfd, "compute-stats", *base)
     assert rows(spark, table) == expected
-    assert spark.sql(f"SELECT count(*) FROM {table}.metadata_log_entries").collect()[0][0] >= 9
+    assert spark.sql(f"SELECT count(*) FROM {table}.metadata_log_entries").collect()[0][0] >= 7
     now = datetime.now(timezone.utc).isoformat()
     tk(lake, capfd, "expire-snapshots", *base, "--older-than", now)
     assert rows(spark, table) == expected
@@ -152,9 +156,10 @@ def test_every_job_on_a_table_iceberg_spark_writes_through_glue(spark: Any, lake
 
     # A second table, upgraded to format version 3 with row ids for every row.
     lineage = f"{CATALOG}.db.lineage"
-    spark.sql(f"CREATE TABLE {lineage} (id BIGINT, cat STRING) USING iceberg TBLPROPERTIES ('format-version'='2')")
-    for b in range(2):
-        spark.sql(f"INSERT INTO {lineage} SELECT id, 'x' FROM range({b * 20}, {b * 20 + 20})")
+    spark.sql(
+        f"CREATE TABLE {lineage} (id BIGINT, cat STRING) USING iceberg TBLPROPERTIES ('format-version'='2')"
+    )
+    spark.sql(f"INSERT INTO {lineage} SELECT id, 'x' FROM range(0, 40)")
     before = rows(spark, lineage)
     tk(lake, capfd, "backfill-row-lineage", "--table", "db.lineage")
     assert rows(spark, lineage) == before
@@ -168,7 +173,11 @@ def test_every_job_on_a_table_iceberg_spark_writes_through_glue(spark: Any, lake
     spark.sql(f"INSERT INTO delta.`{delta}` SELECT id, CAST(id % 2 AS STRING) FROM range(0, 30)")
     lake.glue.client().create_table(
         DatabaseName="db",
-        TableInput={"Name": "orders", "Parameters": {"table_type": "DELTA"}, "StorageDescriptor": {"Location": str(delta)}},
+        TableInput={
+            "Name": "orders",
+            "Parameters": {"table_type": "DELTA"},
+            "StorageDescriptor": {"Location": str(delta)},
+        },
     )
     tk(lake, capfd, "convert-delta", "--source", f"{CATALOG}.db.orders", "--target", "db.orders_iceberg")
     assert rows(spark, f"{CATALOG}.db.orders_iceberg") == rows(spark, f"delta.`{delta}`")
@@ -208,7 +217,10 @@ def test_iceberg_spark_and_tablekeeper_processes_race_and_no_commit_is_lost(spar
     spark.sql(f"REFRESH TABLE {table}")
     got = sorted(tuple(r) for r in spark.sql(f"SELECT id, writer FROM {table}").collect())
     assert got == sorted(
-        [*((90_000 + i, "spark") for i in range(4)), *((w * 1000 + i, f"tk{w}") for w in range(2) for i in range(4))]
+        [
+            *((90_000 + i, "spark") for i in range(4)),
+            *((w * 1000 + i, f"tk{w}") for w in range(2) for i in range(4)),
+        ]
     )
     assert len(tk_files) == 8
     assert spark.sql(f"SELECT count(*) FROM {table}.snapshots").collect()[0][0] == 12  # one per commit

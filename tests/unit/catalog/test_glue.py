@@ -17,13 +17,20 @@ from typing import Any
 import pytest
 from botocore.exceptions import ReadTimeoutError
 
-from tablekeeper.catalog import catalog_for
+from tablekeeper.catalog import catalog_for, delta_source
 from tablekeeper.catalog.base import LoadedTable
 from tablekeeper.catalog.config import parse_catalogs
 from tablekeeper.catalog.glue import GlueCatalog
 from tablekeeper.catalog.glue_records import GlueSettings, glue_columns
 from tablekeeper.catalog.spark_conf import iceberg_catalog_conf
-from tablekeeper.errors import CommitFailed, CommitStateUnknown, ConfigError, NotATableError, StorageError
+from tablekeeper.errors import (
+    CommitFailed,
+    CommitStateUnknown,
+    ConfigError,
+    NotATableError,
+    StorageError,
+    UnsupportedFeatureError,
+)
 from tablekeeper.faults import KILL_ENV
 from tablekeeper.iceberg.types import LONG, STRING, DecimalType, ListType, NestedField, Schema
 from tablekeeper.iceberg.updates import add_schema, new_table_metadata, set_properties, with_previous_metadata
@@ -229,6 +236,34 @@ def test_listing_follows_pages_and_tells_iceberg_from_delta(glue_env: GlueEndpoi
         cat.load_table("a.b.c")
     with pytest.raises(ConfigError, match="lowercase letters"):
         cat.load_table("db.Events")
+
+
+def test_a_delta_source_named_in_a_catalog_resolves_to_its_location(
+    glue_env: GlueEndpoint, tmp_path: Path
+) -> None:
+    database = ident().split(".")[0]
+    glue_env.client().create_database(DatabaseInput={"Name": database})
+    glue_env.client().create_table(
+        DatabaseName=database,
+        TableInput={
+            "Name": "orders",
+            "Parameters": {"table_type": "DELTA"},
+            "StorageDescriptor": {"Location": "s3://lake/orders"},
+        },
+    )
+    text = (
+        f"catalogs:\n  glue:\n    type: glue\n    warehouse: {tmp_path}\n"
+        f"    glue.endpoint: {glue_env.endpoint}\n"
+        f"  tk:\n    type: sql\n    uri: sqlite:///{tmp_path}/c.db\n    warehouse: {tmp_path}\n"
+    )
+    catalogs = parse_catalogs(text, tmp_path)
+    assert delta_source(f"glue.{database}.orders", catalogs) == "s3://lake/orders"
+    for as_given in ("s3://lake/orders", "/lake/orders", "orders", "nocatalog.db.orders"):
+        assert delta_source(as_given, catalogs) == as_given  # a path, relative or not
+    with pytest.raises(UnsupportedFeatureError, match="registers no Delta tables by name"):
+        delta_source("tk.db.orders", catalogs)
+    with pytest.raises(NotATableError, match="not found"):
+        delta_source(f"glue.{database}.missing", catalogs)
 
 
 def test_a_lost_race_is_commit_failed_and_leaves_nothing(glue_env: GlueEndpoint, tmp_path: Path) -> None:
