@@ -290,6 +290,7 @@ class GlueCatalog(Catalog):
             ConnectTimeoutError,
             EndpointConnectionError,
             NoCredentialsError,
+            ParamValidationError,
         )
 
         if self.settings.catalog_id:
@@ -298,6 +299,8 @@ class GlueCatalog(Catalog):
             getattr(self._client(retries=False), operation)(**params)
         except (EndpointConnectionError, ConnectTimeoutError):
             return "refused"
+        except ParamValidationError as err:  # botocore's own check, before anything is sent
+            raise StorageError(f"catalog {self.name}: {operation} not sent ({redact(str(err))})") from None
         except NoCredentialsError:
             raise ConfigError(f"catalog {self.name} found no AWS credentials: {_CREDENTIALS_HINT}") from None
         except ClientError as err:
