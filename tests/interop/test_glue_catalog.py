@@ -182,8 +182,9 @@ def test_every_job_on_a_table_iceberg_spark_writes_through_glue(spark: Any, lake
     tk(lake, capfd, "convert-delta", "--source", f"{CATALOG}.db.orders", "--target", "db.orders_iceberg")
     assert rows(spark, f"{CATALOG}.db.orders_iceberg") == rows(spark, f"delta.`{delta}`")
 
-    # Health over the whole catalog: its Iceberg tables and the Delta one Glue registers.
-    report = tk(lake, capfd, "health")
+    # Health over the catalog's database (the session's Glue server holds other tests' databases
+    # too): its Iceberg tables and the Delta one Glue registers.
+    report = tk(lake, capfd, "health", "--namespace", "db")
     found = {t["table"]: t["format"] for t in report["tables"]}
     assert found == {
         "db.events": "iceberg",
