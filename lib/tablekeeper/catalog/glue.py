@@ -134,8 +134,8 @@ class GlueCatalog(Catalog):
             raise ConfigError(f"catalog {self.name}: {redact(str(err))}: {hint}") from None
 
     def _ask(self, operation: str, retries: bool = True, **params: Any) -> dict[str, Any]:
-        """One Glue request with the catalog id added; a failure is one of ours, one line, masked
-        (botocore's ClientError for the caller to tell apart: only read requests come here)."""
+        """One Glue request, the catalog id added. Glue's own answer (a ClientError) is raised as
+        it is, for the caller to judge; no credentials, or no answer, become one masked line."""
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
         if self.settings.catalog_id:

@@ -315,6 +315,7 @@ def test_racing_committers_exactly_one_wins(glue_env: GlueEndpoint, tmp_path: Pa
 
     def commit(i: int) -> None:
         cat = catalog(glue_env, tmp_path)  # a writer of its own (its own clients)
+        cat._client(), cat._client(retries=False)  # made before the start: the commits meet
         start.wait()
         try:
             won.append(cat.commit(base, change(base, str(i))).metadata_location)
