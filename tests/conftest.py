@@ -14,6 +14,7 @@ import pytest
 
 from tests import tiers
 from tests.support.db_servers import DbServer, run_mariadb, run_postgres
+from tests.support.glue_server import GlueEndpoint, run_glue_server
 from tests.support.object_store import S3_BUCKET, S3Endpoint, run_s3proxy
 from tests.support.rest_catalog_server import REST_WAREHOUSE, RestCatalogServer, run_rest_catalog
 
@@ -176,6 +177,13 @@ def postgres_server() -> Iterator[DbServer]:
 def mariadb_server() -> Iterator[DbServer]:
     """MariaDB (MySQL's protocol) on loopback, set up as ``postgres_server``."""
     with run_mariadb("tk-my-" + os.urandom(8).hex()) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def glue_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GlueEndpoint]:
+    """A Glue Data Catalog (moto's server, made to check UpdateTable's VersionId) on loopback."""
+    with run_glue_server(tmp_path_factory.mktemp("glue")) as server:
         yield server
 
 

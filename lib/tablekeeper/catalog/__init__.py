@@ -17,6 +17,7 @@ __all__ = [
     "SqlCatalog",
     "TableIdentifier",
     "catalog_for",
+    "delta_source",
     "looks_like_path",
     "register_catalog_type",
     "resolve_table",
@@ -37,3 +38,14 @@ def resolve_table(table: str, catalog: str | None, catalogs: CatalogsConfig) -> 
     if looks_like_path(table):
         return PathCatalog(), table.rstrip("/")
     return catalog_for(catalogs.get(catalog)), table
+
+
+def delta_source(source: str, catalogs: CatalogsConfig) -> str:
+    """A Delta ``--source``: a path or URI as it is, or ``<catalog>.<database>.<table>`` (its first
+    part a catalog of the file) resolved to where that catalog says the Delta table lives."""
+    if looks_like_path(source):
+        return source
+    name, _, identifier = source.partition(".")
+    if name not in catalogs.catalogs or "." not in identifier:
+        return source  # a relative path
+    return catalog_for(catalogs.get(name)).delta_table_location(identifier)

@@ -80,6 +80,7 @@ _BUILT_IN: Mapping[str, str] = {
     "sql": "tablekeeper.catalog.sql:CATALOG_TYPE",
     "filesystem": "tablekeeper.catalog.filesystem:CATALOG_TYPE",
     "rest": "tablekeeper.catalog.rest:CATALOG_TYPE",
+    "glue": "tablekeeper.catalog.glue:CATALOG_TYPE",
 }
 _lock = threading.Lock()
 _registered: dict[str, CatalogType] = {}
