@@ -7,17 +7,14 @@ at the swap leaves the old or the new state and the next one lands on top."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +23,10 @@ import pytest
 from tablekeeper.catalog import catalog_for
 from tablekeeper.catalog.config import CatalogsConfig, parse_catalogs
 from tablekeeper.catalog.spark_conf import iceberg_catalog_conf
-from tablekeeper.cli import main
 from tablekeeper.faults import KILL_ENV
 from tests.conftest import REPO_ROOT
 from tests.interop.test_concurrent_commits import RETRY_PROPS, collect, start_workers
+from tests.support.catalog_jobs import CatalogUnderTest, every_job
 from tests.support.glue_server import GlueEndpoint
 
 pytestmark = pytest.mark.spark
@@ -52,7 +49,6 @@ class Lake:
     warehouse: Path
     catalogs: CatalogsConfig
     glue: GlueEndpoint
-    outputs: list[str] = field(default_factory=list)
 
 
 @pytest.fixture(scope="module")
@@ -79,23 +75,6 @@ def lake(spark: Any, glue_server: GlueEndpoint, tmp_path_factory: pytest.TempPat
             system.clearProperty("aws.secretAccessKey")
 
 
-def tk(lake: Lake, capfd: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    code = main(
-        [*args, "--catalog", CATALOG, "--conf-file", str(lake.conf), "--warehouse", str(lake.warehouse)]
-    )
-    out, err = capfd.readouterr()
-    lake.outputs += [out, err]
-    lines = [line for line in out.strip().splitlines() if line.startswith("{")]
-    result: dict[str, Any] = json.loads(lines[-1]) if lines else {}
-    assert code == 0 and result.get("status") == "ok", (args, result, err[-3000:])
-    return result
-
-
-def rows(spark: Any, table: str) -> list[tuple[Any, ...]]:
-    spark.sql(f"REFRESH TABLE {table}")
-    return sorted(tuple(r) for r in spark.sql(f"SELECT id, cat FROM {table}").collect())
-
-
 def glue_parameters(lake: Lake, name: str) -> dict[str, str]:
     return dict(lake.glue.client().get_table(DatabaseName="db", Name=name)["Table"]["Parameters"])
 
@@ -110,90 +89,37 @@ def test_the_docs_aws_entry_maps_to_iceberg_javas_glue_catalog(lake: Lake) -> No
 
 
 def test_every_job_on_a_table_iceberg_spark_writes_through_glue(spark: Any, lake: Lake, capfd: Any) -> None:
-    table = f"{CATALOG}.db.events"
-    spark.sql(
-        f"CREATE TABLE {table} (id BIGINT, cat STRING) USING iceberg "
-        "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read')"
-    )
-    for b in range(2):
-        spark.sql(
-            f"INSERT INTO {table} SELECT id, CAST(id % 3 AS STRING) FROM range({b * 50}, {b * 50 + 50})"
-        )
-    spark.sql(f"DELETE FROM {table} WHERE id % 10 = 0")  # position delete files
-    expected = rows(spark, table)
-    assert len(expected) == 90
-    spark_location = glue_parameters(lake, "events")["metadata_location"]
     catalog = catalog_for(lake.catalogs.get(CATALOG))
-    assert catalog.load_table("db.events").metadata_location == spark_location  # Java's record, read by us
-    assert catalog.list_tables("db") == ["db.events"]
 
-    base = ("--table", "db.events")
-    tk(lake, capfd, "rewrite-position-deletes", *base, "--rewrite-all")
-    params = glue_parameters(lake, "events")
-    assert params["previous_metadata_location"] == spark_location  # our swap, over Spark's commit
-    assert params["table_type"] == "ICEBERG"
-    assert rows(spark, table) == expected
-    tk(lake, capfd, "compact", *base, "--min-input-files", "2")
-    assert rows(spark, table) == expected
-    assert spark.sql(f"SELECT count(*) FROM {table}.data_files").collect()[0][0] == 1
-    tk(lake, capfd, "rewrite-manifests", *base, "--rewrite-all")
-    assert rows(spark, table) == expected
-    tk(lake, capfd, "compute-stats", *base)
-    assert rows(spark, table) == expected
-    assert spark.sql(f"SELECT count(*) FROM {table}.metadata_log_entries").collect()[0][0] >= 7
-    now = datetime.now(timezone.utc).isoformat()
-    tk(lake, capfd, "expire-snapshots", *base, "--older-than", now)
-    assert rows(spark, table) == expected
-    assert spark.sql(f"SELECT count(*) FROM {table}.snapshots").collect()[0][0] == 1
-    location = Path(catalog.load_table("db.events").metadata.location)
-    assert location == lake.warehouse / "glue" / "db.db" / "events"  # where Iceberg Java put it
-    orphan = location / "data" / "lost-task-00001.parquet"
-    orphan.write_bytes(b"orphan")
-    os.utime(orphan, (time.time() - 10 * 86_400,) * 2)
-    result = tk(lake, capfd, "remove-orphans", *base)
-    assert result["metrics"]["deleted_files_count"] == 1 and not orphan.exists()
-    assert rows(spark, table) == expected
+    def recorded(spark_location: str) -> None:
+        params = glue_parameters(lake, "every_events")
+        assert params["previous_metadata_location"] == spark_location  # our swap, over Spark's commit
+        assert params["table_type"] == "ICEBERG"
+        location = Path(catalog.load_table("db.every_events").metadata.location)
+        assert location == lake.warehouse / "glue" / "db.db" / "every_events"  # where Iceberg Java put it
 
-    # A second table, upgraded to format version 3 with row ids for every row.
-    lineage = f"{CATALOG}.db.lineage"
-    spark.sql(
-        f"CREATE TABLE {lineage} (id BIGINT, cat STRING) USING iceberg TBLPROPERTIES ('format-version'='2')"
+    def registered(delta: Path) -> str:
+        """A Delta table registered in Glue by name: converted from where Glue says it lives."""
+        lake.glue.client().create_table(
+            DatabaseName="db",
+            TableInput={
+                "Name": delta.name,
+                "Parameters": {"table_type": "DELTA"},
+                "StorageDescriptor": {"Location": str(delta)},
+            },
+        )
+        return f"{CATALOG}.db.{delta.name}"
+
+    cat = CatalogUnderTest(
+        CATALOG,
+        lake.conf,
+        lake.warehouse,
+        catalog,
+        after_first_swap=recorded,
+        delta_source=registered,
+        secrets=(lake.glue.secret_key,),
     )
-    spark.sql(f"INSERT INTO {lineage} SELECT id, 'x' FROM range(0, 40)")
-    before = rows(spark, lineage)
-    tk(lake, capfd, "backfill-row-lineage", "--table", "db.lineage")
-    assert rows(spark, lineage) == before
-    assert dict(spark.sql(f"SHOW TBLPROPERTIES {lineage}").collect()).get("format-version") == "3"
-    ids = spark.sql(f"SELECT count(DISTINCT _row_id), count(*) FROM {lineage}").collect()[0]
-    assert ids[0] == ids[1] == 40
-
-    # A Delta table registered in Glue by name: converted from where Glue says it lives.
-    delta = lake.warehouse / "delta" / "orders"
-    spark.sql(f"CREATE TABLE delta.`{delta}` (id BIGINT, cat STRING) USING delta")
-    spark.sql(f"INSERT INTO delta.`{delta}` SELECT id, CAST(id % 2 AS STRING) FROM range(0, 30)")
-    lake.glue.client().create_table(
-        DatabaseName="db",
-        TableInput={
-            "Name": "orders",
-            "Parameters": {"table_type": "DELTA"},
-            "StorageDescriptor": {"Location": str(delta)},
-        },
-    )
-    tk(lake, capfd, "convert-delta", "--source", f"{CATALOG}.db.orders", "--target", "db.orders_iceberg")
-    assert rows(spark, f"{CATALOG}.db.orders_iceberg") == rows(spark, f"delta.`{delta}`")
-
-    # Health over the catalog's database (the session's Glue server holds other tests' databases
-    # too): its Iceberg tables and the Delta one Glue registers.
-    report = tk(lake, capfd, "health", "--namespace", "db")
-    found = {t["table"]: t["format"] for t in report["tables"]}
-    assert found == {
-        "db.events": "iceberg",
-        "db.lineage": "iceberg",
-        "db.orders_iceberg": "iceberg",
-        str(delta): "delta",
-    }, report
-    assert all(not t.get("error") for t in report["tables"]), report
-    assert lake.glue.secret_key not in "\n".join(lake.outputs)
+    every_job(spark, cat, capfd, "every")
 
 
 def test_iceberg_spark_and_tablekeeper_processes_race_and_no_commit_is_lost(spark: Any, lake: Lake) -> None:

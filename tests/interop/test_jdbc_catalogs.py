@@ -21,6 +21,7 @@ from tablekeeper.cli import main
 from tablekeeper.tables.iceberg import live_files
 from tests.conftest import REPO_ROOT
 from tests.interop.test_concurrent_commits import RETRY_PROPS, collect, start_workers
+from tests.support.catalog_jobs import CatalogUnderTest, every_job
 from tests.support.db_servers import DbServer
 
 pytestmark = pytest.mark.spark
@@ -130,14 +131,39 @@ def test_tablekeeper_and_iceberg_spark_share_the_database(  # type: ignore[no-un
     assert len(tk_files) == 8
 
 
-def server_row(server: DbServer, catalog_name: str) -> tuple[Any, ...]:
+def test_every_job_through_the_database(  # type: ignore[no-untyped-def]
+    spark, db_server: DbServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd
+) -> None:
+    for prefix in ("PG", "MYSQL"):
+        monkeypatch.setenv(f"{prefix}_PASSWORD", db_server.password)
+        monkeypatch.setenv(f"{prefix}_HOST", f"127.0.0.1:{db_server.port}")
+    conf = tmp_path / "catalogs.yaml"
+    conf.write_text(docs_block())
+    name = NAME[db_server.kind]
+    catalogs = parse_catalogs(conf.read_text(), tmp_path)
+    for key, value in iceberg_catalog_conf(catalogs.get(name)).items():
+        spark.conf.set(key, value)
+
+    def recorded(spark_location: str) -> None:
+        location, previous = server_row(db_server, name, "every_events")
+        assert previous == spark_location  # our swap, over Spark's commit, in Iceberg's own columns
+        assert location == catalog.load_table("db.every_events").metadata_location
+
+    catalog = catalog_for(catalogs.get(name))
+    cat = CatalogUnderTest(
+        name, conf, tmp_path, catalog, after_first_swap=recorded, secrets=(db_server.password,)
+    )
+    every_job(spark, cat, capfd, "every")
+
+
+def server_row(server: DbServer, catalog_name: str, table: str = "events") -> tuple[Any, ...]:
     conn = server.connect()
     try:
         cursor = conn.cursor()
         cursor.execute(
             "SELECT metadata_location, previous_metadata_location FROM iceberg_tables "
-            "WHERE catalog_name = %s AND table_namespace = 'db' AND table_name = 'events'",
-            (catalog_name,),
+            "WHERE catalog_name = %s AND table_namespace = 'db' AND table_name = %s",
+            (catalog_name, table),
         )
         return tuple(cursor.fetchone())
     finally:
