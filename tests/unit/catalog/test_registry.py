@@ -195,8 +195,10 @@ def test_a_catalog_type_registered_by_code_is_a_type_name(tmp_path: Path) -> Non
 
 def test_an_unknown_type_names_every_registered_one(tmp_path: Path) -> None:
     register_catalog_type(CatalogType("json-listed", _open, lambda c: {}))
-    path = conf_file(tmp_path, "    type: hive\n    warehouse: /w\n")
-    with pytest.raises(ConfigError, match=r"has type 'hive'; use one of sql, filesystem, rest.*json-listed"):
+    path = conf_file(tmp_path, "    type: glue\n    warehouse: /w\n")
+    with pytest.raises(
+        ConfigError, match=r"has type 'glue'; use one of sql, filesystem, rest, hive.*json-listed"
+    ):
         parse_catalogs(path.read_text(), tmp_path)
 
 
