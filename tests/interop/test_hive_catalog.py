@@ -24,6 +24,8 @@ import pytest
 from tablekeeper.catalog import catalog_for
 from tablekeeper.catalog.base import Catalog
 from tablekeeper.catalog.config import parse_catalogs
+from tablekeeper.catalog.hive_metastore import MetastoreClient, SdField, TableField
+from tablekeeper.catalog.hive_thrift import TList, TType, string_map, struct_of, text
 from tablekeeper.catalog.spark_conf import iceberg_catalog_conf
 from tablekeeper.cli import main
 from tablekeeper.faults import KILL_ENV
@@ -170,13 +172,41 @@ def test_jobs_through_the_cli_leave_iceberg_spark_reading_the_same_rows(spark, h
     assert spark.conf.get(f"spark.sql.catalog.{NAME}.type") == "hive"
 
 
-def test_convert_delta_into_the_metastore(spark, hms: Hms, tmp_path: Path, capfd) -> None:  # type: ignore[no-untyped-def]
-    source = str(tmp_path / "delta_events")
-    spark.range(0, 40).selectExpr("id", "CAST(id % 3 AS STRING) AS writer").repartition(3).write.format(
+def register_delta(server: MetastoreServer, db: str, name: str, location: str) -> None:
+    """Record a Delta table in the metastore as Spark's session catalog does: provider delta, its
+    location in the storage descriptor's serde ``path``."""
+    host, port = server.uri.removeprefix("thrift://").split(":")
+    sd = struct_of(
+        (SdField.COLS, TType.LIST, TList(TType.STRUCT)),
+        (SdField.SERDE, TType.STRUCT, struct_of((3, TType.MAP, string_map({"path": location})))),
+    )
+    table = struct_of(
+        (TableField.NAME, TType.STRING, text(name)),
+        (TableField.DB, TType.STRING, text(db)),
+        (TableField.SD, TType.STRUCT, sd),
+        (
+            TableField.PARAMETERS,
+            TType.MAP,
+            string_map({"spark.sql.sources.provider": "delta", "EXTERNAL": "TRUE"}),
+        ),
+        (TableField.TABLE_TYPE, TType.STRING, text("EXTERNAL_TABLE")),
+    )
+    client = MetastoreClient([(host, int(port))], 30)
+    try:
+        client.create_table(table, {})
+    finally:
+        client.close()
+
+
+def test_convert_delta_found_by_name_in_the_metastore(spark, hms: Hms, tmp_path: Path, capfd) -> None:  # type: ignore[no-untyped-def]
+    source = (tmp_path / "delta_events").as_uri()
+    spark.range(0, 40).selectExpr("id", "CAST(id % 3 AS STRING) AS writer").repartition(2).write.format(
         "delta"
     ).save(source)
     expected = ordered(tuple(r) for r in spark.read.format("delta").load(source).collect())
-    cli(capfd, hms, "convert-delta", "--source", source, "--target", "converted.events")
+    register_delta(hms.server, "db", "delta_events", source)
+    assert hms.catalog.delta_tables("db") == [source]
+    cli(capfd, hms, "convert-delta", "--source", f"{NAME}.db.delta_events", "--target", "converted.events")
     assert hms.catalog.list_tables("converted") == ["converted.events"]
     assert rows(spark, f"{NAME}.converted.events") == expected
 

@@ -17,6 +17,7 @@ __all__ = [
     "SqlCatalog",
     "TableIdentifier",
     "catalog_for",
+    "delta_source",
     "looks_like_path",
     "register_catalog_type",
     "resolve_table",
@@ -37,3 +38,12 @@ def resolve_table(table: str, catalog: str | None, catalogs: CatalogsConfig) -> 
     if looks_like_path(table):
         return PathCatalog(), table.rstrip("/")
     return catalog_for(catalogs.get(catalog)), table
+
+
+def delta_source(source: str, catalogs: CatalogsConfig) -> str:
+    """A Delta table's location: ``source`` itself when it is a path or URI, else the location of
+    ``<catalog>.<db>.<table>``, a Delta table registered in that catalog (a metastore)."""
+    parts = source.split(".")
+    if looks_like_path(source) or len(parts) != 3 or parts[0] not in catalogs.catalogs:
+        return source
+    return catalog_for(catalogs.get(parts[0])).delta_table_location(".".join(parts[1:]))

@@ -130,6 +130,13 @@ class Catalog(ABC):
         directory can hold both); none where the catalog has no directory of its own."""
         return []
 
+    def delta_table_location(self, identifier: str) -> str:
+        """Where the Delta table the catalog knows by ``identifier`` lives (a metastore that
+        registers Delta tables by name); catalogs that keep none refuse."""
+        raise UnsupportedFeatureError(
+            f"catalog {self.name} keeps no Delta tables by name: give {identifier}'s path instead"
+        )
+
     def load_if_exists(self, identifier: str) -> LoadedTable | None:
         """The table as it is now, or None when the catalog has no such table."""
         try:

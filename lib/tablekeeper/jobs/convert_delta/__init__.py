@@ -23,7 +23,7 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from tablekeeper import faults
-from tablekeeper.catalog import Catalog, LoadedTable
+from tablekeeper.catalog import Catalog, LoadedTable, delta_source
 from tablekeeper.clock import now_ms
 from tablekeeper.commit.staged import staged_table
 from tablekeeper.commit.transaction import RetryPolicy
@@ -448,7 +448,12 @@ def _run(options: ConvertDeltaOptions, catalog: Catalog, spark: SparkSession | N
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--source", required=True, help="Delta table path or URI")
+    parser.add_argument(
+        "--source",
+        required=True,
+        help="Delta table path or URI, or <catalog>.<db>.<table> of a Delta table registered in a "
+        "hive catalog",
+    )
     parser.add_argument("--target", required=True, help="<namespace>.<table> in the Iceberg catalog")
     add_table_arguments(parser, flag="--target")
     parser.add_argument(
@@ -507,7 +512,8 @@ DELTA_OPTIONS = None
 def run(options: ConvertDeltaOptions, context: JobContext) -> JobResult:
     # The catalogs file's default for the target's catalog (validated when the file was read).
     default = context.catalogs.get(options.catalog).delta_partition_timezone
-    options = replace(options, default_partition_timezone=default)
+    source = delta_source(options.source, context.catalogs)  # a metastore's Delta table: its location
+    options = replace(options, default_partition_timezone=default, source=source)
     counting = options.verify == "rows" and not options.dry_run
     spark = context.spark() if counting else context.session_for(options.engine)
     return run_convert(options, context.catalog(options.catalog), spark)
