@@ -16,7 +16,7 @@ import pytest
 
 from tablekeeper.catalog.base import LoadedTable
 from tablekeeper.catalog.hive import HiveCatalog
-from tablekeeper.catalog.hive_metastore import LockState, MetastoreClient, SdField, TableField
+from tablekeeper.catalog.hive_metastore import LockState, MetastoreClient, MetastoreError, SdField, TableField
 from tablekeeper.catalog.hive_thrift import (
     TList,
     TransportError,
@@ -195,6 +195,49 @@ def test_a_lost_answer_is_settled_by_reading_the_table(
     assert cat.load_table(ident).metadata_location == committed.metadata_location
     # The lock was released on the way out: the next commit goes through at once.
     assert cat.commit(committed, change(committed, "3")).metadata.properties["k"] == "3"
+
+
+def test_the_metastores_own_check_refuses_a_stale_alter_and_one_that_cannot_run_it_gets_the_plain_one(
+    hive_metastore: MetastoreServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hive 4 checks ``expected_parameter_value`` against ``metadata_location`` in the alter's own
+    transaction; on Derby it cannot compare the values and fails. The metastore of the tests
+    (Hive 3) ignores the keys, so both answers are given here by the alter call."""
+    cat = catalog(hive_metastore, tmp_path)
+    ident, base = create(cat)
+    real = MetastoreClient.alter_table
+    contexts: list[dict[str, str]] = []
+
+    def answer(message: str) -> Any:
+        def alter(self: MetastoreClient, db: str, name: str, table: TStruct, context: dict[str, str]) -> None:
+            contexts.append(dict(context))
+            if "expected_parameter_value" in context:
+                raise MetastoreError("MetaException", message)
+            real(self, db, name, table, context)
+
+        return alter
+
+    files = metadata_files(base)
+    monkeypatch.setattr(
+        MetastoreClient,
+        "alter_table",
+        answer("The table has been modified. The parameter value for key 'metadata_location' is x"),
+    )
+    with pytest.raises(CommitFailed, match="changed by another writer"):
+        cat.commit(base, change(base, "1"))
+    assert (
+        metadata_files(base) == files and contexts[-1]["expected_parameter_value"] == base.metadata_location
+    )
+    monkeypatch.setattr(
+        MetastoreClient,
+        "alter_table",
+        answer("JDODataStoreException: Comparisons between 'CLOB' and 'CLOB' are not supported"),
+    )
+    committed = cat.commit(base, change(base, "2"))
+    assert cat.load_table(ident).metadata_location == committed.metadata_location
+    assert "expected_parameter_value" not in contexts[-1]
+    cat.commit(committed, change(committed, "3"))  # not asked again of this metastore
+    assert [("expected_parameter_value" in c) for c in contexts] == [True, True, False, False]
 
 
 def test_other_formats_are_told_apart_and_delta_tables_found_by_name(
