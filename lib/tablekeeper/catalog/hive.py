@@ -60,7 +60,7 @@ from tablekeeper.errors import (
     StorageError,
 )
 from tablekeeper.iceberg.metadata import TableMetadata
-from tablekeeper.io import FileIO
+from tablekeeper.io import FileIO, location_to_path
 from tablekeeper.redact import redact
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,11 @@ def _said(err: BaseException) -> str:
     """An error's first line, secrets masked: a metastore's messages can carry a stack trace."""
     lines = str(err).strip().splitlines()
     return redact(lines[0] if lines else type(err).__name__)
+
+
+def _store_of(location: str) -> tuple[str, str]:
+    scheme, authority, _ = location_to_path(location)
+    return scheme, authority
 
 
 def _user() -> str:
@@ -187,7 +192,11 @@ class HiveCatalog(Catalog):
         return location
 
     def _io(self, location: str) -> FileIO:
-        return self.io if self.io is not None else FileIO.for_location(location)
+        """The warehouse's FileIO for tables in its store; another for a table a database placed
+        elsewhere (a database's location is its own)."""
+        if self.io is not None and _store_of(location) == _store_of(self.warehouse):
+            return self.io
+        return FileIO.for_location(location)
 
     def load_table(self, identifier: str) -> LoadedTable:
         location = self._iceberg_location(identifier, self._hms_table(identifier))
@@ -381,6 +390,9 @@ class HiveCatalog(Catalog):
                 base.io.delete(location)
                 raise moved from None
             self._settle(base.identifier, location, base.io, err, sent, "the commit of")
+        # After the unlock: the swap is the alter and the release together. A writer killed between
+        # the two leaves the lock until the metastore's transaction timeout expires it (as Iceberg
+        # Java's would).
         faults.kill_point("commit.swapped")
         log.info("committed %s -> %s", base.identifier, location)
         return LoadedTable(base.identifier, location, new_metadata, base.io)
