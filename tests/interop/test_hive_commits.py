@@ -286,9 +286,17 @@ def test_other_formats_are_told_apart_and_delta_tables_found_by_name(
         cat.load_table("a.b.c")
 
 
-def test_an_unreachable_metastore_fails_in_one_line_naming_it(tmp_path: Path) -> None:
-    cat = HiveCatalog("hms", f"thrift://127.0.0.1:{free_port()}", str(tmp_path))
-    with pytest.raises(StorageError) as err:
-        cat.load_table("db.events")
-    assert "did not answer" in str(err.value) and "check the catalog uri" in str(err.value)
-    assert "\n" not in str(err.value)
+def test_an_unreachable_metastore_fails_in_one_line_naming_it(
+    hive_metastore: MetastoreServer, tmp_path: Path
+) -> None:
+    _, base = create(catalog(hive_metastore, tmp_path))
+    down = HiveCatalog("hms", f"thrift://127.0.0.1:{free_port()}", str(tmp_path / "wh"))
+    with pytest.raises(StorageError) as load:
+        down.load_table("db.events")
+    files = metadata_files(base)
+    with pytest.raises(StorageError) as commit:  # not a lost race: nothing to retry
+        down.commit(base, change(base, "1"))
+    assert metadata_files(base) == files
+    for err in (load.value, commit.value):
+        assert "did not answer" in str(err) and "check the catalog uri" in str(err)
+        assert "\n" not in str(err)

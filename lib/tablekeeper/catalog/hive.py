@@ -268,6 +268,8 @@ class HiveCatalog(Catalog):
         try:
             lock = client.lock(db, name, _user(), socket.gethostname(), agent)
         except TransportError as err:
+            if not err.sent:
+                raise  # no metastore reached: the caller's StorageError
             self._release_lost(db, name, agent)
             raise CommitFailed(f"catalog {self.name}: locking {db}.{name} failed ({_said(err)})") from None
         try:
