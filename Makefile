@@ -35,7 +35,8 @@ VERSION := $(shell awk -F'"' '/^version = /{print $$2; exit}' pyproject.toml)
 WHEEL := dist/tablekeeper-$(VERSION)-py3-none-any.whl
 PY_FILES_ZIP := dist/tablekeeper.zip
 LIB_FILES := $(shell find lib/tablekeeper -name '*.py' -o -name py.typed)
-# Coordinates live only in conf/jars.txt ("<role> <group:artifact:version[:classifier]>" lines),
+# Coordinates live only in conf/jars.txt ("<role> <group:artifact:version[:classifier[:packaging]]>"
+# lines; a packaging other than jar is a test server's distribution archive, e.g. tar.gz),
 # another line's Spark-side jars in conf/lines/<line>/jars.txt (the test servers, roles test-*, run
 # in JVMs of their own and are conf/jars.txt's for every line). Roles test-* go to $(JARS)/<role>/,
 # the rest to $(JARS)/.
@@ -90,13 +91,13 @@ jars:
 	@set -o pipefail; declare -A missing; keep=""; \
 	for line in $(JAR_LINES); do \
 	  role=$${line%%=*}; coord=$${line#*=}; \
-	  IFS=: read -r group artifact version classifier <<< "$$coord"; \
+	  IFS=: read -r group artifact version classifier packaging <<< "$$coord"; \
 	  dir=$(JARS); case "$$role" in test-*) dir=$(JARS)/$$role;; esac; \
-	  file=$$artifact-$$version$${classifier:+-$$classifier}.jar; \
+	  file=$$artifact-$$version$${classifier:+-$$classifier}.$${packaging:-jar}; \
 	  keep="$$keep $$dir/$$file"; \
 	  [ -s "$$dir/$$file" ] && continue; \
 	  echo "fetching $$coord"; \
-	  missing[$$dir]+="<dependency><groupId>$$group</groupId><artifactId>$$artifact</artifactId><version>$$version</version>$${classifier:+<classifier>$$classifier</classifier>}<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions></dependency>"; \
+	  missing[$$dir]+="<dependency><groupId>$$group</groupId><artifactId>$$artifact</artifactId><version>$$version</version>$${classifier:+<classifier>$$classifier</classifier>}$${packaging:+<type>$$packaging</type>}<exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions></dependency>"; \
 	done; \
 	for dir in "$${!missing[@]}"; do \
 	  mkdir -p "$$dir"; pom=$$(mktemp -d); \
@@ -106,7 +107,7 @@ jars:
 	    || { rm -rf $$pom; echo "could not fetch jars for $$dir from Maven Central: check the network and conf/jars.txt" >&2; exit 2; }; \
 	  rm -rf $$pom; \
 	done; \
-	for jar in $(JARS)/*.jar $(JARS)/test-*/*.jar; do \
+	for jar in $(JARS)/*.jar $(JARS)/test-*/*.jar $(JARS)/test-*/*.tar.gz; do \
 	  [ -e "$$jar" ] || continue; \
 	  case "$$keep " in *" $$jar "*) ;; *) echo "removing stale $$jar"; rm -f "$$jar";; esac; \
 	done

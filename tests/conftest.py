@@ -15,6 +15,7 @@ import pytest
 from tests import tiers
 from tests.support.db_servers import DbServer, run_mariadb, run_postgres
 from tests.support.glue_server import GlueEndpoint, run_glue_server
+from tests.support.hive_metastore import MetastoreServer, run_metastore
 from tests.support.object_store import S3_BUCKET, S3Endpoint, run_s3proxy
 from tests.support.rest_catalog_server import REST_WAREHOUSE, RestCatalogServer, run_rest_catalog
 
@@ -163,6 +164,13 @@ def rest_server(
 ) -> Iterator[RestCatalogServer]:
     """Iceberg's REST catalog server, its warehouse at s3://warehouse/rest in ``s3_server``."""
     with run_rest_catalog(tmp_path_factory.mktemp("rest-catalog"), s3_server, REST_WAREHOUSE) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def hive_metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetastoreServer]:
+    """Apache Hive's standalone metastore (Derby) on loopback, lock tables included."""
+    with run_metastore(tmp_path_factory.mktemp("hive-metastore")) as server:
         yield server
 
 

@@ -31,13 +31,15 @@ CATALOGS_FILE = "catalogs.yaml"
 
 @dataclass(frozen=True)
 class JarSpec:
-    """One pinned Maven artifact and the role it plays (delta, iceberg, jdbc, ...)."""
+    """One pinned Maven artifact and the role it plays (delta, iceberg, jdbc, ...). Nearly all are
+    jars; a test server shipped as a distribution archive names its packaging (``tar.gz``)."""
 
     role: str
     group: str
     artifact: str
     version: str
     classifier: str = ""
+    packaging: str = "jar"
 
     @property
     def coordinate(self) -> str:
@@ -46,15 +48,16 @@ class JarSpec:
 
     @property
     def maven_artifact(self) -> str:
-        """The ``mvn dependency:copy -Dartifact`` form, with the classifier if any."""
-        tail = f":jar:{self.classifier}" if self.classifier else ""
-        return f"{self.coordinate}{tail}"
+        """The ``mvn dependency:copy -Dartifact`` form, with the packaging and classifier if any."""
+        if self.classifier:
+            return f"{self.coordinate}:{self.packaging}:{self.classifier}"
+        return self.coordinate if self.packaging == "jar" else f"{self.coordinate}:{self.packaging}"
 
     @property
     def file_name(self) -> str:
-        # The name `mvn dependency:copy` gives the jar.
+        # The name `mvn dependency:copy` gives the file.
         tail = f"-{self.classifier}" if self.classifier else ""
-        return f"{self.artifact}-{self.version}{tail}.jar"
+        return f"{self.artifact}-{self.version}{tail}.{self.packaging}"
 
     @property
     def directory(self) -> str:
@@ -138,10 +141,12 @@ def parse_jar_specs(text: str, source: str = JARS_FILE) -> tuple[JarSpec, ...]:
             continue
         fields = line.split()
         parts = fields[1].split(":") if len(fields) == 2 else []
-        if len(parts) not in (3, 4) or not all(parts):
+        # The fifth part, a packaging, may follow an empty classifier (group:artifact:v::tar.gz).
+        named = parts[:3] + parts[4:] if len(parts) == 5 else parts
+        if len(parts) not in (3, 4, 5) or not all(named):
             raise ConfigError(
-                f"{source}:{lineno}: expected '<role> <group>:<artifact>:<version>[:<classifier>]', "
-                f"got {raw.strip()!r}"
+                f"{source}:{lineno}: expected '<role> <group>:<artifact>:<version>[:<classifier>]' "
+                f"(or ':<classifier>:<packaging>' for an archive), got {raw.strip()!r}"
             )
         specs.append(JarSpec(fields[0], *parts))
     if not specs:

@@ -1,5 +1,5 @@
 """The glue catalog shared with Iceberg Spark's GlueCatalog on one Glue endpoint (moto's server,
-tests/support/glue_server.py): the catalogs file of docs/reference/catalogs.md, as written, drives
+tests/support/glue_server.py): the catalogs file of docs/reference/catalogs/glue.md, as written, drives
 every maintenance job through the command line on a table Iceberg Spark created and wrote, and
 Iceberg Spark reads the same rows after each; a Delta table registered in Glue by name is converted
 into it; Iceberg Spark and tablekeeper processes race appends and no commit is lost; a writer killed
@@ -36,8 +36,8 @@ CATALOG = "lake_local"  # the docs example's catalog on a Glue-compatible endpoi
 
 
 def docs_block() -> str:
-    text = (REPO_ROOT / "docs" / "reference" / "catalogs.md").read_text(encoding="utf-8")
-    assert MARKER in text, "docs/reference/catalogs.md lost its tested Glue catalogs file"
+    text = (REPO_ROOT / "docs" / "reference" / "catalogs" / "glue.md").read_text(encoding="utf-8")
+    assert MARKER in text, "docs/reference/catalogs/glue.md lost its tested Glue catalogs file"
     match = re.search(r"```yaml\n(.*?)\n```", text.split(MARKER, 1)[1], re.S)
     assert match is not None
     return match.group(1) + "\n"

@@ -1,5 +1,5 @@
 """The sql catalog on PostgreSQL and MariaDB shared with Iceberg Spark's JdbcCatalog on the same
-database: the catalogs file of docs/reference/catalogs.md, as written, drives a job through the
+database: the catalogs file of docs/reference/catalogs/jdbc.md, as written, drives a job through the
 command line; Iceberg Spark reads what tablekeeper committed and tablekeeper what Iceberg Spark
 committed, row for row; then both race appends and no commit is lost."""
 
@@ -31,8 +31,8 @@ NAME = {"postgresql": "pg", "mysql": "mysql"}  # the docs example's catalog per 
 
 
 def docs_block() -> str:
-    text = (REPO_ROOT / "docs" / "reference" / "catalogs.md").read_text(encoding="utf-8")
-    assert MARKER in text, "docs/reference/catalogs.md lost its tested catalogs file"
+    text = (REPO_ROOT / "docs" / "reference" / "catalogs" / "jdbc.md").read_text(encoding="utf-8")
+    assert MARKER in text, "docs/reference/catalogs/jdbc.md lost its tested catalogs file"
     match = re.search(r"```yaml\n(.*?)\n```", text.split(MARKER, 1)[1], re.S)
     assert match is not None
     return match.group(1) + "\n"

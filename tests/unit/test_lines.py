@@ -116,7 +116,11 @@ def test_jars_follow_the_installed_lines_conf(monkeypatch: pytest.MonkeyPatch) -
     assert line is not None
     assert str(line.delta_spark) in {s.coordinate for s in specs}
     assert not [s for s in specs if "_2.13" in s.artifact]
-    assert {s.role for s in specs if s.role.startswith("test-")} == {"test-s3-server", "test-rest-server"}
+    assert {s.role for s in specs if s.role.startswith("test-")} == {
+        "test-s3-server",
+        "test-rest-server",
+        "test-hms",
+    }
     assert settings.jars_dir() == REPO_ROOT / ".lines" / "3.5" / "jars"
     monkeypatch.setattr(settings, "pyspark_version", lambda: "4.1.4")
     assert settings.jars_dir() == REPO_ROOT / ".jars"

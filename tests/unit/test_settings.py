@@ -97,8 +97,8 @@ def test_catalogs_expand_warehouse(tmp_path: Path) -> None:
     [
         ("catalogs: [", "is not valid YAML"),
         (
-            "catalogs:\n  a: {type: hive, warehouse: /w}\n",
-            "has type 'hive'; use one of sql, filesystem",
+            "catalogs:\n  a: {type: glue, warehouse: /w}\n",
+            "has type 'glue'; use one of sql, filesystem, rest, hive",
         ),
         ("catalogs:\n  a: {type: sql, warehouse: /w}\n", "needs a 'uri'"),
         ("catalogs:\n  a: {type: filesystem}\n", "needs a 'warehouse'"),
@@ -114,3 +114,14 @@ def test_catalog_config_errors_are_one_line(text: str, message: str, tmp_path: P
 def test_unknown_catalog_names_the_known_ones(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"unknown catalog 'nope' \(known: files, local\)"):
         load_catalogs(warehouse=tmp_path).get("nope")
+
+
+def test_a_test_servers_distribution_archive_is_named_by_its_packaging() -> None:
+    (dist,) = parse_jar_specs("test-hms org.apache.hive:hive-standalone-metastore:3.1.3:bin:tar.gz\n")
+    assert dist.file_name == "hive-standalone-metastore-3.1.3-bin.tar.gz"
+    assert dist.maven_artifact == "org.apache.hive:hive-standalone-metastore:3.1.3:tar.gz:bin"
+    assert dist.directory == "test-hms"
+    (plain,) = parse_jar_specs("test-x g:a:1::zip\n")
+    assert plain.file_name == "a-1.zip" and plain.maven_artifact == "g:a:1:zip"
+    with pytest.raises(ConfigError, match="expected"):
+        parse_jar_specs("test-x g:a:1:c:\n")

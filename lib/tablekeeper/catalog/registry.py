@@ -32,7 +32,8 @@ class CatalogConfig:
     type: str  # a registered catalog type (tablekeeper.catalog.registry)
     warehouse: str
     # SQLAlchemy-style URI for sql catalogs (sqlite:///path, postgresql://..., mysql://...), the
-    # server's base URI for rest catalogs (https://host/api/catalog); None for filesystem catalogs.
+    # server's base URI for rest catalogs (https://host/api/catalog), the metastore's address for
+    # hive catalogs (thrift://host:9083); None for filesystem catalogs.
     uri: str | None = None
     properties: Mapping[str, str] = field(default_factory=dict, hash=False, repr=False)
     # The zone Delta tables converted into this catalog wrote zone-less timestamp partition values in.
@@ -81,6 +82,7 @@ _BUILT_IN: Mapping[str, str] = {
     "filesystem": "tablekeeper.catalog.filesystem:CATALOG_TYPE",
     "rest": "tablekeeper.catalog.rest:CATALOG_TYPE",
     "glue": "tablekeeper.catalog.glue:CATALOG_TYPE",
+    "hive": "tablekeeper.catalog.hive:CATALOG_TYPE",
 }
 _lock = threading.Lock()
 _registered: dict[str, CatalogType] = {}

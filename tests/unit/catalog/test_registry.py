@@ -13,7 +13,14 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from tablekeeper.catalog import Catalog, CatalogType, LoadedTable, catalog_for, register_catalog_type
+from tablekeeper.catalog import (
+    Catalog,
+    CatalogType,
+    LoadedTable,
+    catalog_for,
+    delta_source,
+    register_catalog_type,
+)
 from tablekeeper.catalog.base import (
     TableIdentifier,
     new_metadata_location,
@@ -24,7 +31,7 @@ from tablekeeper.catalog.config import CatalogConfig, parse_catalogs
 from tablekeeper.catalog.spark_conf import iceberg_catalog_conf
 from tablekeeper.cli import main
 from tablekeeper.commit import Committer, SnapshotChange
-from tablekeeper.errors import CommitFailed, ConfigError, NotATableError
+from tablekeeper.errors import CommitFailed, ConfigError, NotATableError, UnsupportedFeatureError
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.updates import new_table_metadata
 from tablekeeper.io import FileIO, storage
@@ -195,9 +202,9 @@ def test_a_catalog_type_registered_by_code_is_a_type_name(tmp_path: Path) -> Non
 
 def test_an_unknown_type_names_every_registered_one(tmp_path: Path) -> None:
     register_catalog_type(CatalogType("json-listed", _open, lambda c: {}))
-    path = conf_file(tmp_path, "    type: hive\n    warehouse: /w\n")
+    path = conf_file(tmp_path, "    type: nessie\n    warehouse: /w\n")
     with pytest.raises(
-        ConfigError, match=r"has type 'hive'; use one of sql, filesystem, rest, glue.*json-listed"
+        ConfigError, match=r"has type 'nessie'; use one of sql, filesystem, rest, glue, hive.*json-listed"
     ):
         parse_catalogs(path.read_text(), tmp_path)
 
@@ -235,3 +242,13 @@ def test_a_bad_impl_fails_only_the_jobs_that_use_its_catalog(tmp_path: Path, imp
 def test_a_bad_store_setting_is_refused_by_name(impl: str, said: str) -> None:
     with pytest.raises(ConfigError, match=said):
         FileIO.for_location("toy2://b/x", {"io-impl.toy2": impl})
+
+
+def test_a_delta_source_is_a_path_or_a_table_a_catalog_registered(tmp_path: Path) -> None:
+    catalogs = parse_catalogs(
+        f"catalogs:\n  fs:\n    type: filesystem\n    warehouse: {tmp_path}\n", tmp_path
+    )
+    for path in ("s3://bucket/db.events", "/lake/db.events", "other.db.events", "db.events"):
+        assert delta_source(path, catalogs) == path  # paths, and names of no catalog, stay as given
+    with pytest.raises(UnsupportedFeatureError, match="catalog fs keeps no Delta tables by name"):
+        delta_source("fs.db.events", catalogs)

@@ -209,3 +209,20 @@ def test_database_uris_refused_by_name(tmp_path: Path, uri: str, message: str) -
 
     with pytest.raises(ConfigError, match=message):
         Database.parse("c", uri)
+
+
+def test_hive_catalogs_map_to_iceberg_hive_catalog(tmp_path: Path) -> None:
+    catalogs = parse_catalogs(
+        "catalogs:\n  hms:\n    type: hive\n    uri: thrift://meta.example:9083\n"
+        "    warehouse: s3://bucket/hive\n    lock-timeout-ms: '60000'\n",
+        tmp_path,
+    )
+    assert iceberg_catalog_conf(catalogs.get("hms")) == {
+        "spark.sql.catalog.hms": "org.apache.iceberg.spark.SparkCatalog",
+        "spark.sql.catalog.hms.type": "hive",
+        "spark.sql.catalog.hms.uri": "thrift://meta.example:9083",
+        "spark.sql.catalog.hms.warehouse": "s3://bucket/hive",
+        "spark.sql.catalog.hms.lock-timeout-ms": "60000",
+    }
+    with pytest.raises(ConfigError, match="hive catalog 'hms' needs a 'uri' such as thrift://host:9083"):
+        parse_catalogs("catalogs:\n  hms:\n    type: hive\n    warehouse: s3://bucket/hive\n", tmp_path)

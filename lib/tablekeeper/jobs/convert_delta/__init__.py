@@ -452,7 +452,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--source",
         required=True,
         help="Delta table path or URI, or <catalog>.<database>.<table> for a Delta table a catalog "
-        "registers by name (glue)",
+        "registers by name (glue, hive)",
     )
     parser.add_argument("--target", required=True, help="<namespace>.<table> in the Iceberg catalog")
     add_table_arguments(parser, flag="--target")
@@ -512,7 +512,7 @@ DELTA_OPTIONS = None
 def run(options: ConvertDeltaOptions, context: JobContext) -> JobResult:
     # The catalogs file's default for the target's catalog (validated when the file was read).
     default = context.catalogs.get(options.catalog).delta_partition_timezone
-    # A Delta table registered in a catalog by name (Glue) is converted from where it lives.
+    # A Delta table registered in a catalog by name (Glue, a metastore) is converted from where it lives.
     source = delta_source(options.source, context.catalogs)
     options = replace(options, default_partition_timezone=default, source=source)
     counting = options.verify == "rows" and not options.dry_run
