@@ -97,8 +97,8 @@ def test_catalogs_expand_warehouse(tmp_path: Path) -> None:
     [
         ("catalogs: [", "is not valid YAML"),
         (
-            "catalogs:\n  a: {type: glue, warehouse: /w}\n",
-            "has type 'glue'; use one of sql, filesystem, rest, hive",
+            "catalogs:\n  a: {type: nessie, warehouse: /w}\n",
+            "has type 'nessie'; use one of sql, filesystem, rest, glue, hive",
         ),
         ("catalogs:\n  a: {type: sql, warehouse: /w}\n", "needs a 'uri'"),
         ("catalogs:\n  a: {type: filesystem}\n", "needs a 'warehouse'"),

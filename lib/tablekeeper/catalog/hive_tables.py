@@ -7,10 +7,10 @@ HiveTableOperations records them. Pure: Table structs in, Table structs out.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from typing import Any
 
+from tablekeeper import clock
 from tablekeeper.catalog.hive_metastore import SdField, TableField
 from tablekeeper.catalog.hive_thrift import TList, TStruct, TType, string_map, struct_of, text
 from tablekeeper.iceberg.metadata import TableMetadata
@@ -219,7 +219,7 @@ def committed_table(
 def new_table(db: str, name: str, owner: str, metadata: TableMetadata, location: str) -> TStruct:
     """The Table a new Iceberg table is created as: external, not partitioned in Hive's terms, its
     storage descriptor only naming where the table lives (as Iceberg Java creates it)."""
-    now = int(time.time())
+    now = clock.now_ms() // 1000
     params = iceberg_parameters({"EXTERNAL": "TRUE"}, metadata, location, None, set())
     serde = struct_of((2, TType.STRING, text(_SERDE)), (3, TType.MAP, string_map({})))
     sd = struct_of(

@@ -250,5 +250,5 @@ def test_a_delta_source_is_a_path_or_a_table_a_catalog_registered(tmp_path: Path
     )
     for path in ("s3://bucket/db.events", "/lake/db.events", "other.db.events", "db.events"):
         assert delta_source(path, catalogs) == path  # paths, and names of no catalog, stay as given
-    with pytest.raises(UnsupportedFeatureError, match="catalog fs keeps no Delta tables by name"):
+    with pytest.raises(UnsupportedFeatureError, match="catalog fs registers no Delta tables by name"):
         delta_source("fs.db.events", catalogs)
