@@ -29,7 +29,7 @@ from tablekeeper.catalog.hive_thrift import (
 )
 from tablekeeper.errors import CommitFailed, CommitStateUnknown, ConfigError, NotATableError, StorageError
 from tablekeeper.iceberg.types import LONG, NestedField, Schema
-from tablekeeper.iceberg.updates import new_table_metadata, set_properties
+from tablekeeper.iceberg.updates import new_table_metadata, set_properties, with_previous_metadata
 from tests.support.db_servers import free_port
 from tests.support.hive_metastore import MetastoreServer
 
@@ -197,6 +197,34 @@ def test_a_lost_answer_is_settled_by_reading_the_table(
     assert cat.commit(committed, change(committed, "3")).metadata.properties["k"] == "3"
 
 
+def test_a_lost_answer_under_another_writers_later_commit_is_a_success(
+    hive_metastore: MetastoreServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ours landed, the answer was lost, and the lock was released before the table was read again:
+    another writer committed on top in between. Its metadata log names ours, so ours landed;
+    taking it for a refusal would delete a metadata file the table's history stands on."""
+    cat = catalog(hive_metastore, tmp_path)
+    ident, base = create(cat)
+    other = catalog(hive_metastore, tmp_path)
+    _LostAnswer(monkeypatch, applied=True)
+    real = cat._hms_table
+    on_top: list[Any] = []
+
+    def read_after_another_commit(identifier: str) -> Any:
+        if not on_top:
+            current = other.load_table(ident)
+            on_top.append(other.commit(current, logged(current, change(current, "on top"))))
+        return real(identifier)
+
+    monkeypatch.setattr(cat, "_hms_table", read_after_another_commit)
+    committed = cat.commit(base, change(base, "ours"))
+    monkeypatch.undo()
+    loaded = cat.load_table(ident)
+    assert loaded.metadata_location == on_top[0].metadata_location
+    assert committed.metadata_location in {e.metadata_file for e in loaded.metadata.metadata_log}
+    assert Path(committed.metadata_location.removeprefix("file:")).exists()
+
+
 def test_the_metastores_own_check_refuses_a_stale_alter_and_one_that_cannot_run_it_gets_the_plain_one(
     hive_metastore: MetastoreServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -228,6 +256,15 @@ def test_the_metastores_own_check_refuses_a_stale_alter_and_one_that_cannot_run_
     assert (
         metadata_files(base) == files and contexts[-1]["expected_parameter_value"] == base.metadata_location
     )
+    # Any other failure of the checked alter is a failure, never a reason to alter unchecked: a
+    # Hive 4 writer that takes no lock could commit between our read and a plain alter.
+    failing = answer("MetaException: the backing database timed out")
+    monkeypatch.setattr(MetastoreClient, "alter_table", failing)
+    with pytest.raises(StorageError, match="refused"):
+        cat.commit(base, change(base, "2"))
+    assert cat.load_table(ident).metadata_location == base.metadata_location
+    assert "expected_parameter_value" in contexts[-1] and metadata_files(base) == files
+    contexts.clear()
     monkeypatch.setattr(
         MetastoreClient,
         "alter_table",
@@ -237,7 +274,7 @@ def test_the_metastores_own_check_refuses_a_stale_alter_and_one_that_cannot_run_
     assert cat.load_table(ident).metadata_location == committed.metadata_location
     assert "expected_parameter_value" not in contexts[-1]
     cat.commit(committed, change(committed, "3"))  # not asked again of this metastore
-    assert [("expected_parameter_value" in c) for c in contexts] == [True, True, False, False]
+    assert [("expected_parameter_value" in c) for c in contexts] == [True, False, False]
 
 
 def test_other_formats_are_told_apart_and_delta_tables_found_by_name(
@@ -300,3 +337,8 @@ def test_an_unreachable_metastore_fails_in_one_line_naming_it(
     for err in (load.value, commit.value):
         assert "did not answer" in str(err) and "check the catalog uri" in str(err)
         assert "\n" not in str(err)
+
+
+def logged(base: LoadedTable, new: Any) -> Any:
+    """``new`` as a writer commits it: the file it replaces recorded in its metadata log."""
+    return with_previous_metadata(new, base.metadata, base.metadata_location)

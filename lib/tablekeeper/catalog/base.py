@@ -14,6 +14,7 @@ from tablekeeper.errors import (
     CorruptMetadataError,
     FileNotFound,
     NotATableError,
+    TablekeeperError,
     UnsupportedFeatureError,
 )
 from tablekeeper.iceberg.metadata import TableMetadata, parse_table_metadata, table_metadata_to_bytes
@@ -71,6 +72,38 @@ def read_metadata(io: FileIO, location: str) -> TableMetadata:
             f"metadata file {location} is missing: the catalog points at a deleted file"
         ) from None
     return parse_table_metadata(data, source=location)
+
+
+def gzip_codec(metadata: TableMetadata) -> bool:
+    """Whether the table asks for gzip metadata files (their names say so, and readers go by it)."""
+    return metadata.properties.get("write.metadata.compression-codec", "none").lower() == "gzip"
+
+
+def landed(io: FileIO, current: str | None, location: str, old: str | None) -> bool | None:
+    """Whether a swap to ``location`` whose answer was lost landed, judged from the pointer as it is
+    now (``current``; None when there is none, or no answer).
+
+    True when the pointer holds ``location``, or a later metadata file whose log names it: another
+    writer may commit on top of ours before we look (Iceberg Java's commit-status check looks at
+    the log too). False when another writer's state is current and its log does not name ours.
+    None when it cannot be told: no pointer, the pointer still at ``old`` (the server may still be
+    applying ours), the current file unreadable, or a log cut at its size limit (ours may have
+    dropped out of it)."""
+    if current == location:
+        return True
+    if current is None or current == old:
+        return None
+    try:
+        metadata = read_metadata(io, current)
+    except TablekeeperError:
+        return None
+    history = [entry.metadata_file for entry in metadata.metadata_log]
+    if location in history:
+        return True
+    cap = metadata.properties.get("write.metadata.previous-versions-max", "100")
+    if not cap.isdigit() or len(history) >= int(cap):
+        return None
+    return False
 
 
 def write_new_metadata(io: FileIO, location: str, metadata: TableMetadata) -> None:

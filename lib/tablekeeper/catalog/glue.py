@@ -27,6 +27,7 @@ from tablekeeper.catalog.base import (
     Catalog,
     LoadedTable,
     TableIdentifier,
+    gzip_codec,
     metadata_version,
     new_metadata_location,
     read_metadata,
@@ -317,7 +318,7 @@ class GlueCatalog(Catalog):
         from botocore.exceptions import ClientError
 
         database, name = self._names(identifier)
-        location = new_metadata_location(metadata.location, 0)
+        location = new_metadata_location(metadata.location, 0, gzip_codec(metadata))
         io = FileIO.for_location(location)
         write_new_metadata(io, location, metadata)
         faults.kill_point("commit.metadata-written")

@@ -31,6 +31,8 @@ from tablekeeper.catalog.base import (
     Catalog,
     LoadedTable,
     TableIdentifier,
+    gzip_codec,
+    landed,
     metadata_version,
     new_metadata_location,
     read_metadata,
@@ -79,6 +81,9 @@ _LOCK_MAX_WAIT_S = 5.0
 LOCK_TIMEOUT_PROPERTY = "lock-timeout-ms"
 # What the metastore answers when the expected-parameter check of an alter fails (Hive 4).
 _MODIFIED = "The table has been modified"
+# Hive 4 on Derby cannot run the expected-parameter check (it compares CLOB values): the one
+# failure after which the plain alter, made safe by the lock, is used instead.
+_CANNOT_COMPARE = "Comparisons between 'CLOB"
 
 
 def parse_uris(catalog: str, uri: str) -> list[tuple[str, int]]:
@@ -325,20 +330,26 @@ class HiveCatalog(Catalog):
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def _settled(self, identifier: str, location: str) -> bool | None:
-        """After a lost answer: does the table now point at ``location``? None when the
-        metastore cannot tell us."""
+    def _settled(self, identifier: str, location: str, io: FileIO, old: str | None) -> bool | None:
+        """After a failed answer: did ``location`` land? True when the table points at it, or at a
+        later metadata file whose log names it (the lock was released before we look, so another
+        writer may have committed on top of ours); False when the table is gone, still at ``old``
+        or at another writer's state without ours; None when the metastore or that file cannot
+        tell us."""
         try:
             table = self._hms_table(identifier)
         except StorageError:
             return None
-        return table is not None and metadata_location(table) == location
+        current = metadata_location(table) if table is not None else None
+        if current is None or current == old:
+            return False
+        return landed(io, current, location, old)
 
     def create_table(self, identifier: str, metadata: TableMetadata) -> LoadedTable:
         db, name = self._split(identifier)
         self.ensure_namespace(db)
         io = self._io(metadata.location)
-        location = new_metadata_location(metadata.location, 0)
+        location = new_metadata_location(metadata.location, 0, gzip_codec(metadata))
         write_new_metadata(io, location, metadata)
         faults.kill_point("commit.metadata-written")
         exists = ConfigError(f"table {identifier} already exists in catalog {self.name}")
@@ -357,7 +368,7 @@ class HiveCatalog(Catalog):
             if isinstance(err, MetastoreError) and err.kind == "AlreadyExistsException":
                 io.delete(location)
                 raise exists from None
-            self._settle(identifier, location, io, err, sent, "creating")
+            self._settle(identifier, location, io, err, sent, "creating", None)
         faults.kill_point("commit.swapped")
         log.info("created %s -> %s", identifier, location)
         return LoadedTable(identifier, location, metadata, io)
@@ -388,10 +399,11 @@ class HiveCatalog(Catalog):
             # The server's own check of metadata_location refused it (Hive 4): nothing changed,
             # unless our commit had landed and a retried request met it.
             modified = isinstance(err, MetastoreError) and _MODIFIED in err.message and sent
-            if modified and self._settled(base.identifier, location) is False:
+            old = base.metadata_location
+            if modified and self._settled(base.identifier, location, base.io, old) is False:
                 base.io.delete(location)
                 raise moved from None
-            self._settle(base.identifier, location, base.io, err, sent, "the commit of")
+            self._settle(base.identifier, location, base.io, err, sent, "the commit of", old)
         # After the unlock: the swap is the alter and the release together. A writer killed between
         # the two leaves the lock until the metastore's transaction timeout expires it (as Iceberg
         # Java's would).
@@ -412,8 +424,8 @@ class HiveCatalog(Catalog):
                 )
                 return
             except MetastoreError as err:
-                if _MODIFIED in err.message:
-                    raise
+                if _CANNOT_COMPARE not in err.message:
+                    raise  # refused (modified), or failed: never retried without the check
                 current = client.get_table(db, name)
                 if current is None or metadata_location(current) != expected:
                     raise
@@ -422,7 +434,14 @@ class HiveCatalog(Catalog):
         client.alter_table(db, name, table, context)
 
     def _settle(
-        self, identifier: str, location: str, io: FileIO, err: BaseException, sent: bool, what: str
+        self,
+        identifier: str,
+        location: str,
+        io: FileIO,
+        err: BaseException,
+        sent: bool,
+        what: str,
+        old: str | None,
     ) -> None:
         """Decide a failed create or commit. Before the change was sent nothing changed. After it,
         the table is read once: our location there is a success (returns); otherwise an answer
@@ -431,7 +450,7 @@ class HiveCatalog(Catalog):
         if not sent:
             io.delete(location)
             raise self._failed(f"{what} {identifier}", err) from None
-        settled = self._settled(identifier, location)
+        settled = self._settled(identifier, location, io, old)
         if settled:
             log.info("catalog %s: %s is current after %s", self.name, location, type(err).__name__)
             return

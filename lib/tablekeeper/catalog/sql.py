@@ -18,6 +18,8 @@ from tablekeeper.catalog.base import (
     Catalog,
     LoadedTable,
     TableIdentifier,
+    gzip_codec,
+    landed,
     metadata_version,
     new_metadata_location,
     read_metadata,
@@ -25,7 +27,7 @@ from tablekeeper.catalog.base import (
 )
 from tablekeeper.catalog.config import CatalogConfig
 from tablekeeper.catalog.registry import CatalogType, register_catalog_type
-from tablekeeper.catalog.sql_db import SUPPORTED, Database, Outcome
+from tablekeeper.catalog.sql_db import SETTLE_MS, SUPPORTED, Database, Outcome
 from tablekeeper.errors import CommitFailed, CommitStateUnknown, ConfigError, NotATableError, StorageError
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.io import FileIO
@@ -70,6 +72,8 @@ class SqlCatalog(Catalog):
     ) -> None:
         self.name = name
         self.db = Database.parse(name, uri, dict(properties or {}))
+        if self.db.kind != "sqlite":  # a server may finish a dead client's statement (sql_db)
+            self.commit_settle_ms = SETTLE_MS
         self.warehouse = warehouse.rstrip("/")
         self.io = io or FileIO.for_location(warehouse)
         if self.db.path is not None:
@@ -165,7 +169,7 @@ class SqlCatalog(Catalog):
 
     def create_table(self, identifier: str, metadata: TableMetadata) -> LoadedTable:
         ident = TableIdentifier.parse(identifier)
-        location = new_metadata_location(metadata.location, 0)
+        location = new_metadata_location(metadata.location, 0, gzip_codec(metadata))
         write_new_metadata(self.io, location, metadata)
         faults.kill_point("commit.metadata-written")
         try:
@@ -253,13 +257,14 @@ class SqlCatalog(Catalog):
         return LoadedTable(base.identifier, location, new_metadata, self.io)
 
     def _settle(self, base: LoadedTable, location: str, err: BaseException) -> int:
-        """The swap's answer was lost: read the row again. Ours there means it was applied (1);
-        a third writer's means it never can be (0: its WHERE no longer matches); the old one, or
-        no answer, leaves it unknown (the server may still be applying it)."""
+        """The swap's answer was lost: read the row again. Ours there, or named in the log of the
+        metadata there (another writer committed on top of ours), means it was applied (1); a third
+        writer's state without ours means it never can be (0: its WHERE no longer matches); the old
+        one, or no answer, leaves it unknown (the server may still be applying it)."""
         ident = TableIdentifier.parse(base.identifier)
         current = self._holds(ident, location, base.metadata_location)
         if current is True:
-            log.info("catalog %s: the lost answer was a success: %s is current", self.name, location)
+            log.info("catalog %s: the lost answer was a success: %s is applied", self.name, location)
             return 1
         if current is False:
             return 0
@@ -269,15 +274,14 @@ class SqlCatalog(Catalog):
         ) from None
 
     def _holds(self, ident: TableIdentifier, location: str, old: str | None = None) -> bool | None:
-        """Whether the row now holds ``location`` (True), another than it and ``old`` (False), or
-        it cannot be told (None: unreachable, or still ``old``)."""
+        """Whether ``location`` landed (True: the row holds it, or a later metadata file's log
+        names it), did not (False: another writer's state without it), or cannot be told (None:
+        unreachable, still ``old``, or no row)."""
         try:
             current = self.current_location(str(ident))
         except StorageError:
             return None
-        if current == location:
-            return True
-        return None if current == old else False
+        return landed(self.io, current, location, old)
 
 
 def _open(config: CatalogConfig) -> Catalog:

@@ -30,6 +30,13 @@ _SCHEMES: dict[str, Kind] = {
 }
 SUPPORTED = "sqlite:///path, postgresql://user:password@host:port/db or mysql://user:password@host:port/db"
 _CONNECT_TIMEOUT_S = 10
+# A statement the server still runs after its client died (queued behind a lock) could land after
+# a later run cleaned the dead run's files: the server ends each statement within these bounds
+# (PostgreSQL's statement and lock timeouts, MySQL's lock wait and the client's socket timeouts),
+# and a dead run's journals are finished only after SETTLE_MS (tablekeeper.catalog.sql).
+STATEMENT_TIMEOUT_S = 60
+LOCK_TIMEOUT_S = 30
+SETTLE_MS = 4 * STATEMENT_TIMEOUT_S * 1000
 
 
 class Outcome(Enum):
@@ -102,6 +109,9 @@ class Database:
                 import psycopg
                 from psycopg.conninfo import make_conninfo
 
+                query = dict(self.query)
+                bounds = f"-c statement_timeout={STATEMENT_TIMEOUT_S}s -c lock_timeout={LOCK_TIMEOUT_S}s"
+                query["options"] = f"{bounds} {query['options']}" if query.get("options") else bounds
                 conninfo = make_conninfo(
                     "",
                     host=self.host,
@@ -110,7 +120,7 @@ class Database:
                     user=self.user,
                     password=self.password,
                     connect_timeout=_CONNECT_TIMEOUT_S,
-                    **dict(self.query),
+                    **query,
                 )
                 return psycopg.connect(conninfo, autocommit=True)
             import pymysql
@@ -122,6 +132,9 @@ class Database:
                 user=self.user,
                 password=self.password or "",
                 connect_timeout=_CONNECT_TIMEOUT_S,
+                read_timeout=STATEMENT_TIMEOUT_S,
+                write_timeout=STATEMENT_TIMEOUT_S,
+                init_command=f"SET SESSION innodb_lock_wait_timeout = {LOCK_TIMEOUT_S}",
                 autocommit=True,
                 charset="utf8mb4",
             )

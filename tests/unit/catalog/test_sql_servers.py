@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from tablekeeper.catalog.base import LoadedTable
 from tablekeeper.errors import CommitFailed, CommitStateUnknown, ConfigError, StorageError
 from tablekeeper.faults import KILL_ENV
 from tablekeeper.iceberg.types import LONG, NestedField, Schema
-from tablekeeper.iceberg.updates import new_table_metadata, set_properties
+from tablekeeper.iceberg.updates import new_table_metadata, set_properties, with_previous_metadata
 from tests.conftest import REPO_ROOT
 from tests.support.db_servers import DbServer, free_port
 
@@ -123,7 +124,13 @@ class _LostAnswer:
     """The swap's connection breaks after the statement was sent: ``applied`` says whether the
     server had run it."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, cat: SqlCatalog, applied: bool) -> None:
+    def __init__(
+        self,
+        monkeypatch: pytest.MonkeyPatch,
+        cat: SqlCatalog,
+        applied: bool,
+        on_top: Callable[[], object] | None = None,
+    ) -> None:
         real = cat._run
         error = cat.db.errors()[0]
 
@@ -131,6 +138,8 @@ class _LostAnswer:
             if statement.startswith("UPDATE iceberg_tables"):
                 if applied:
                     real(conn, statement, params)
+                    if on_top is not None:
+                        on_top()  # another writer commits on top of ours before we look
                 raise error("server closed the connection unexpectedly")
             return real(conn, statement, params)
 
@@ -157,6 +166,29 @@ def test_a_lost_answer_is_settled_by_reading_the_row(
     with pytest.raises(CommitFailed):
         cat.commit(committed, change(committed, "3"))  # its WHERE can never match again
     assert row(db_server, cat)[0] == other.metadata_location
+
+
+def test_a_lost_answer_under_another_writers_later_commit_is_a_success(
+    db_server: DbServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ours landed and another writer committed on top before the row was read again: the row
+    holds the other's location, whose metadata log names ours. Taking that for a lost race would
+    delete the metadata file the table's history (and the other's snapshot) stands on."""
+    cat = catalog(db_server, tmp_path)
+    base = create(cat)
+    other = SqlCatalog(cat.name, db_server.uri(), str(tmp_path / "wh"))
+    on_top: list[LoadedTable] = []
+
+    def commit_on_top() -> None:
+        current = other.load_table(IDENT)
+        on_top.append(other.commit(current, logged(current, change(current, "on top"))))
+
+    _LostAnswer(monkeypatch, cat, applied=True, on_top=commit_on_top)
+    committed = cat.commit(base, change(base, "ours"))
+    assert row(db_server, cat)[0] == on_top[0].metadata_location
+    assert row(db_server, cat)[1] == committed.metadata_location  # ours, under the other's
+    assert Path(committed.metadata_location.removeprefix("file:")).exists()
+    assert cat.load_table(IDENT).metadata.properties["k"] == "on top"
 
 
 def test_connection_errors_name_the_database_never_the_password(db_server: DbServer, tmp_path: Path) -> None:
@@ -218,3 +250,8 @@ def test_a_writer_killed_at_the_swap_leaves_a_readable_table_and_the_rerun_conve
     assert appended() == 2  # the old state
     _append(db_server, conf, cat.name, 3, 2)  # the next writer goes on from there
     assert appended() == 4
+
+
+def logged(base: LoadedTable, new: Any) -> Any:
+    """``new`` as a writer commits it: the file it replaces recorded in its metadata log."""
+    return with_previous_metadata(new, base.metadata, base.metadata_location)
