@@ -6,7 +6,6 @@ PyIceberg, through the same REST catalog, reads each result."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -120,80 +119,57 @@ def test_compact_expire_and_remove_orphans_on_the_bucket_run_on_both_workers(
     tmp_path: Path,
 ) -> None:
     """A table PyIceberg wrote into the bucket, one file and one manifest per append: its manifests
-    rewritten, its statistics computed, then compacted, its old snapshots expired and its orphans
-    removed, each by executor tasks reading, writing and deleting objects; then upgraded to v3
-    (metadata only) and judged by health, one table per executor task."""
+    rewritten, then compacted, its old snapshots expired and its orphans removed, each by executor
+    tasks on both workers reading, writing and deleting objects; then upgraded to v3 (metadata
+    only), its statistics computed and judged by health, one table per executor task. The jobs run
+    one after another in one application (each as spark-submit runs it alone), so the test pays
+    for one driver and two executors, not seven."""
     table = pyiceberg_appended(s3_server, rest_server, "db.cluster_appended", VERSIONS)
     originals = {t.file.file_path for t in table.scan().plan_files()}
-    common = ("--table", "db.cluster_appended", "--conf-file", str(lake_conf))
-    jars = runtime_jars(S3_ROLE)
-
-    manifests = Submission.under(cluster, tmp_path, "manifests").run(
-        "rewrite_manifests.py", *common, "--engine", "spark", jars=jars
-    )
-    assert manifests.metrics["rewritten_manifests_count"] == VERSIONS, manifests.result
-    assert manifests.metrics["added_manifests_count"] == 1, manifests.result
-    table = pyiceberg_table(s3_server, rest_server, "db.cluster_appended")
-    assert len(table.current_snapshot().manifests(table.io)) == 1
-    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == APPENDED
-    manifests.assert_both_workers_ran_tasks()
-
-    stats = Submission.under(cluster, tmp_path, "stats").run("compute_stats.py", *common, jars=jars)
-    assert stats.metrics["ndv"] == {"id": len(APPENDED)}, stats.result
-    (registered,) = pyiceberg_table(s3_server, rest_server, "db.cluster_appended").metadata.statistics
-    assert registered.statistics_path == stats.metrics["statistics_file"]
-
-    compacted = Submission.under(cluster, tmp_path, "compact").run(
-        "compact.py", *common, *("--target-file-size", "1024", "--rewrite-all"), jars=jars
-    )
-    assert compacted.metrics["rewritten_data_files_count"] == VERSIONS, compacted.result
-    assert compacted.metrics["added_data_files_count"] >= 2, compacted.result
-    table = pyiceberg_table(s3_server, rest_server, "db.cluster_appended")
-    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == APPENDED
-    compacted.assert_both_workers_ran_tasks()
-
-    expired = Submission.under(cluster, tmp_path, "expire").run(
-        "expire_snapshots.py", *common, *("--older-than", "0s", "--engine", "spark"), jars=jars
-    )
-    assert expired.metrics["engine"] == "spark", expired.result
-    assert expired.metrics["deleted_data_files_count"] == VERSIONS, expired.result
-    assert not {p.split("://", 1)[1] for p in originals} & objects(s3_server, f"{S3_BUCKET}/")
-    table = pyiceberg_table(s3_server, rest_server, "db.cluster_appended")
-    assert len(table.snapshots()) == 1
-    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == APPENDED
-    expired.assert_both_workers_ran_tasks()
-
     data = table.location().split("://", 1)[1] + "/data"
     planted = [f"{data}/left-by-a-failed-write-{i}.parquet" for i in range(6)]
     fs = s3_server.filesystem()
     for key in planted:
         with fs.open_output_stream(key) as out:
             out.write(b"not referenced")
-    time.sleep(2.5)  # object stores keep no settable mtime: the short retention below is forced
-    removed = Submission.under(cluster, tmp_path, "orphans").run(
-        "remove_orphans.py",
-        *common,
-        *("--older-than", "2s", "--force-short-retention", "--engine", "spark"),
-        jars=jars,
-    )
-    assert removed.metrics["orphan_file_count"] == len(planted), removed.result
-    assert not set(planted) & objects(s3_server, f"{S3_BUCKET}/")
-    table = pyiceberg_table(s3_server, rest_server, "db.cluster_appended")
-    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == APPENDED
-    removed.assert_both_workers_ran_tasks()
+    # Object stores keep no settable mtime: remove-orphans runs with a 2 s retention, seconds after
+    # the planting (three jobs run before it).
+    common = ["--table", "db.cluster_appended", "--conf-file", str(lake_conf)]
+    plan: list[tuple[str, list[str]]] = [
+        ("rewrite_manifests.py", [*common, "--engine", "spark"]),
+        ("compact.py", [*common, "--target-file-size", "1024", "--rewrite-all"]),
+        ("expire_snapshots.py", [*common, "--older-than", "0s", "--engine", "spark"]),
+        (
+            "remove_orphans.py",
+            [*common, "--older-than", "2s", "--force-short-retention", "--engine", "spark"],
+        ),
+        ("backfill_row_lineage.py", common),
+        ("compute_stats.py", common),
+        ("health.py", ["--namespace", "db", "--tables", "cluster_*", *common[2:], "--engine", "spark"]),
+    ]
+    submitted = Submission.under(cluster, tmp_path, "jobs").run_plan(plan, jars=runtime_jars(S3_ROLE))
+    manifests, compacted, expired, removed, backfilled, stats, health = runs = submitted.runs()
+    assert [r["script"] for r in runs] == [script for script, _ in plan]
 
-    backfilled = Submission.under(cluster, tmp_path, "backfill").run(
-        "backfill_row_lineage.py", *common, jars=jars
-    )
-    assert backfilled.result["job"] == "backfill-row-lineage", backfilled.result
+    assert manifests["result"]["metrics"]["rewritten_manifests_count"] == VERSIONS, manifests
+    assert manifests["result"]["metrics"]["added_manifests_count"] == 1, manifests
+    assert compacted["result"]["metrics"]["rewritten_data_files_count"] == VERSIONS, compacted
+    assert compacted["result"]["metrics"]["added_data_files_count"] >= 2, compacted
+    assert expired["result"]["metrics"]["engine"] == "spark", expired
+    assert expired["result"]["metrics"]["deleted_data_files_count"] == VERSIONS, expired
+    assert not {p.split("://", 1)[1] for p in originals} & objects(s3_server, f"{S3_BUCKET}/")
+    assert removed["result"]["metrics"]["orphan_file_count"] == len(planted), removed
+    assert not set(planted) & objects(s3_server, f"{S3_BUCKET}/")
+    for run in (manifests, compacted, expired, removed):
+        submitted.assert_both_workers_ran_tasks_of(run)
+    assert backfilled["result"]["job"] == "backfill-row-lineage", backfilled
+
     table = pyiceberg_table(s3_server, rest_server, "db.cluster_appended")
     assert table.metadata.format_version == 3
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == APPENDED
-
-    health = Submission.under(cluster, tmp_path, "health").run(
-        "health.py",
-        *("--namespace", "db", "--tables", "cluster_*", "--conf-file", str(lake_conf), "--engine", "spark"),
-        jars=jars,
-    )
-    assert "db.cluster_appended" in {t["table"] for t in health.result["tables"]}, health.result
-    assert health.tasks().succeeded, "no executor judged a table"
+    assert stats["result"]["metrics"]["ndv"] == {"id": len(APPENDED)}, stats
+    (registered,) = table.metadata.statistics
+    assert registered.statistics_path == stats["result"]["metrics"]["statistics_file"]
+    assert "db.cluster_appended" in {t["table"] for t in health["result"]["tables"]}, health
+    start, end = health["ms"]
+    assert [t for t, _ in submitted.tasks().launches if start <= t <= end], "no executor judged a table"

@@ -6,7 +6,7 @@ Iceberg Spark in the tier's session, and read back by it after the submit.
 
 One submit, for time's sake (each costs a driver JVM, an executor and the packages' resolution): the
 standalone command of docs/deploy/cluster.md as written, with the line's jars file, whose last line
-runs tests/compat/submit_jobs.py: the docs' own job line (compact on db.events) first, then every
+runs tests/support/submit_jobs.py: the docs' own job line (compact on db.events) first, then every
 other job's own script in turn, each as spark-submit runs it alone. The application's event log
 says which job's tasks the worker's executor ran.
 """
@@ -94,7 +94,7 @@ def test_every_job_submitted_with_the_docs_command_to_the_lines_cluster(
         ("convert_delta.py", [*converted, "--format-version", "3", "--engine", "spark"]),
         ("health.py", ["--namespace", NAMESPACE, "--tables", "cluster_*", "--engine", "spark", *common]),
     ]
-    driver = Path(__file__).with_name("submit_jobs.py")
+    driver = REPO_ROOT / "tests" / "support" / "submit_jobs.py"
     command = [*options, f"  {driver} {REPO_ROOT / 'jobs'} {shlex.quote(json.dumps(plan))}"]
     submitted = submission.run_shell("\n".join(command))
     runs = submitted.result["runs"]

@@ -188,6 +188,14 @@ class Submission:
         )
         return self.finished(command, proc.returncode, proc.stdout, proc.stderr)
 
+    def run_plan(self, plan: Sequence[tuple[str, Sequence[str]]], **options: Any) -> Submitted:
+        """Several job scripts (``jobs/<script>`` with its arguments) in one application, one after
+        another, each as spark-submit runs it alone (tests/support/submit_jobs.py): one driver and
+        one executor start for them all."""
+        driver = REPO_ROOT / "tests" / "support" / "submit_jobs.py"
+        steps = json.dumps([[script, list(args)] for script, args in plan])
+        return self.run(str(driver), str(REPO_ROOT / "jobs"), steps, **options)
+
     def run(self, script: str, *args: str, **options: Any) -> Submitted:
         """Submit and wait; the job must end ``ok``."""
         cmd = self.command(script, args, **options)
@@ -219,6 +227,20 @@ class Submitted:
     def tasks(self) -> TaskLog:
         return task_log(self.submission.events)
 
+    def runs(self) -> list[dict[str, Any]]:
+        """A plan's runs (tests/support/submit_jobs.py), each job's result ``ok``."""
+        runs: list[dict[str, Any]] = self.result["runs"]
+        for run in runs:
+            assert run["code"] == 0 and run["result"]["status"] == "ok", run
+        return runs
+
+    def assert_both_workers_ran_tasks_of(self, run: dict[str, Any]) -> None:
+        """One job of a plan ran tasks on both executors (each on its own worker, as
+        ``assert_both_workers_ran_tasks`` checks for the application)."""
+        start, end = run["ms"]
+        ran = {executor for launched, executor in self.tasks().launches if start <= launched <= end}
+        assert len(ran) == 2, (run["script"], ran)
+
     def assert_both_workers_ran_tasks(self) -> None:
         """The application ran tasks on two executors, each on its own worker (one core each, so one
         executor each): that worker's work directory holds <app id>/<executor id>."""
@@ -237,6 +259,7 @@ class TaskLog:
     succeeded: dict[str, int]  # executor id -> tasks that ended in success there
     failed: dict[str, int]  # reason (ExecutorLostFailure, ...) -> tasks that ended so
     executors_removed: int
+    launches: tuple[tuple[int, str], ...] = ()  # (launch time in epoch ms, executor id) of successes
 
 
 def task_log(events: Path) -> TaskLog:
@@ -245,6 +268,7 @@ def task_log(events: Path) -> TaskLog:
     succeeded: dict[str, int] = {}
     failed: dict[str, int] = {}
     removed = 0
+    launches: list[tuple[int, str]] = []
     for line in logs[0].read_text().splitlines():
         event = json.loads(line)
         if event["Event"] == "SparkListenerExecutorRemoved":
@@ -256,6 +280,7 @@ def task_log(events: Path) -> TaskLog:
         if reason == "Success":
             executor = event["Task Info"]["Executor ID"]
             succeeded[executor] = succeeded.get(executor, 0) + 1
+            launches.append((int(event["Task Info"]["Launch Time"]), executor))
         else:
             failed[reason] = failed.get(reason, 0) + 1
-    return TaskLog(logs[0].name.removesuffix(".inprogress"), succeeded, failed, removed)
+    return TaskLog(logs[0].name.removesuffix(".inprogress"), succeeded, failed, removed, tuple(launches))
