@@ -156,102 +156,71 @@ def test_convert_delta_with_packages_and_the_catalog_file_shipped_by_files(
     assert converted.tasks().succeeded, "no executor wrote a manifest"
 
 
-def test_remove_orphans_on_executors(
-    cluster: StandaloneCluster, spark: Any, conf_file: Path, tmp_path: Path
+def test_the_other_jobs_on_executors_in_one_application(
+    cluster: StandaloneCluster, spark: Any, warehouse: Path, conf_file: Path, tmp_path: Path
 ) -> None:
-    name = appended(spark, "cluster_orphans", 6)
-    before = rows(spark, name)
-    location = table_location(spark, name)
+    """remove-orphans, rewrite-manifests and rewrite-position-deletes on executor tasks, the v3
+    upgrade (metadata only, on the driver), statistics computed by executor tasks and health over
+    the namespace, one table per executor task: one application running each job script as
+    spark-submit runs it alone (tests/support/submit_jobs.py), each job's tasks on both workers."""
+    orphaned = appended(spark, "cluster_orphans", 6)
+    location = table_location(spark, orphaned)
     orphans = [location / "data" / f"left-by-a-failed-write-{i}.parquet" for i in range(5)]
     for orphan in orphans:
         orphan.write_bytes(b"not referenced")
         os.utime(orphan, (WEEK_AGO, WEEK_AGO))
-    removed = Submission.under(cluster, tmp_path, "orphans").run(
-        "remove_orphans.py",
-        *("--table", "db.cluster_orphans", "--conf-file", str(conf_file), "--engine", "spark"),
-    )
-    assert removed.metrics["engine"] == "spark", removed.result
-    assert removed.metrics["orphan_file_count"] == len(orphans), removed.result
-    assert not any(o.exists() for o in orphans)
-    assert rows(spark, name) == before  # every referenced file still there
-    removed.assert_both_workers_ran_tasks()
-
-
-def test_rewrite_manifests_on_executors(
-    cluster: StandaloneCluster, spark: Any, conf_file: Path, tmp_path: Path
-) -> None:
-    name = appended(spark, "cluster_manifests", 8, partitioned=True)
-    before = rows(spark, name)
-    rewritten = Submission.under(cluster, tmp_path, "manifests").run(
-        "rewrite_manifests.py",
-        *("--table", "db.cluster_manifests", "--conf-file", str(conf_file), "--engine", "spark"),
-    )
-    metrics = rewritten.metrics
-    assert metrics["rewritten_manifests_count"] == 8, rewritten.result
-    assert metrics["added_manifests_count"] < 8, rewritten.result
-    spark.sql(f"REFRESH TABLE {name}")
-    assert (
-        spark.sql(f"SELECT count(*) FROM {name}.manifests").collect()[0][0]
-        == metrics["added_manifests_count"]
-    )
-    assert rows(spark, name) == before
-    rewritten.assert_both_workers_ran_tasks()
-
-
-def test_rewrite_position_deletes_on_executors(
-    cluster: StandaloneCluster, spark: Any, conf_file: Path, tmp_path: Path
-) -> None:
+    manifested = appended(spark, "cluster_manifests", 8, partitioned=True)
     props = ", 'write.delete.mode'='merge-on-read', 'write.delete.granularity'='file'"
-    name = appended(spark, "cluster_deletes", 4, partitioned=True, props=props)
+    deleted = appended(spark, "cluster_deletes", 4, partitioned=True, props=props)
     for k in range(3):
-        spark.sql(f"DELETE FROM {name} WHERE id % 7 = {k}")
-    before = rows(spark, name)
-    deletes = spark.sql(f"SELECT count(*) FROM {name}.delete_files").collect()[0][0]
-    rewritten = Submission.under(cluster, tmp_path, "deletes").run(
-        "rewrite_position_deletes.py",
-        *("--table", "db.cluster_deletes", "--conf-file", str(conf_file), "--rewrite-all"),
-    )
-    metrics = rewritten.metrics
-    assert metrics["rewritten_delete_files_count"] == deletes, rewritten.result
-    assert metrics["added_delete_files_count"] == 2, rewritten.result  # one per partition
-    assert rows(spark, name) == before
-    assert spark.sql(f"SELECT count(*) FROM {name}.delete_files").collect()[0][0] == 2
-    rewritten.assert_both_workers_ran_tasks()
+        spark.sql(f"DELETE FROM {deleted} WHERE id % 7 = {k}")
+    deletes = spark.sql(f"SELECT count(*) FROM {deleted}.delete_files").collect()[0][0]
+    counted = appended(spark, "cluster_stats", 6)
+    before = {name: rows(spark, name) for name in (orphaned, manifested, deleted, counted)}
 
+    conf = ("--conf-file", str(conf_file))
+    spark_conf = (*conf, "--engine", "spark")
+    plan: list[tuple[str, list[str]]] = [
+        ("remove_orphans.py", ["--table", "db.cluster_orphans", *conf, "--engine", "spark"]),
+        ("rewrite_manifests.py", ["--table", "db.cluster_manifests", *conf, "--engine", "spark"]),
+        ("rewrite_position_deletes.py", ["--table", "db.cluster_deletes", *conf, "--rewrite-all"]),
+        ("backfill_row_lineage.py", ["--table", "db.cluster_stats", *conf]),
+        ("compute_stats.py", ["--table", "db.cluster_stats", *conf]),
+        ("health.py", ["--catalog", SQL_CATALOG, "--namespace", "db", "--tables", "cluster_*", *spark_conf]),
+    ]
+    submitted = Submission.under(cluster, tmp_path, "jobs").run_plan(plan)
+    removed, manifests, rewritten, backfilled, stats, health = runs = submitted.runs()
+    for name, rows_before in before.items():
+        assert rows(spark, name) == rows_before, name  # every job kept every row
 
-def test_compute_stats_backfill_and_health(
-    cluster: StandaloneCluster, spark: Any, warehouse: Path, conf_file: Path, tmp_path: Path
-) -> None:
-    """The jobs left: statistics computed by executor tasks, the v3 upgrade (metadata only, on the
-    driver) and health over a namespace, one table per executor task."""
-    name = appended(spark, "cluster_stats", 6)
-    before = rows(spark, name)
-    stats = Submission.under(cluster, tmp_path, "stats").run(
-        "compute_stats.py", *("--table", "db.cluster_stats", "--conf-file", str(conf_file))
-    )
-    assert stats.metrics["ndv"] == {"id": 60, "cat": 2}, stats.result
+    assert removed["result"]["metrics"]["engine"] == "spark", removed
+    assert removed["result"]["metrics"]["orphan_file_count"] == len(orphans), removed
+    assert not any(o.exists() for o in orphans)
+
+    metrics = manifests["result"]["metrics"]
+    assert metrics["rewritten_manifests_count"] == 8 and metrics["added_manifests_count"] < 8, manifests
+    count = spark.sql(f"SELECT count(*) FROM {manifested}.manifests").collect()[0][0]
+    assert count == metrics["added_manifests_count"]
+
+    metrics = rewritten["result"]["metrics"]
+    assert metrics["rewritten_delete_files_count"] == deletes, rewritten
+    assert metrics["added_delete_files_count"] == 2, rewritten  # one per partition
+    assert spark.sql(f"SELECT count(*) FROM {deleted}.delete_files").collect()[0][0] == 2
+
+    assert backfilled["result"]["job"] == "backfill-row-lineage"
+    lineage = {r[0] for r in spark.sql(f"SELECT _row_id FROM {counted}").collect()}
+    assert len(lineage) == len(before[counted]) and None not in lineage
+
+    assert stats["result"]["metrics"]["ndv"] == {"id": 60, "cat": 2}, stats
     # PyIceberg reads the statistics file the table now points at, and its theta sketch blobs.
     reloaded = session_catalog(warehouse).load_table("db.cluster_stats")
     (registered,) = reloaded.metadata.statistics
-    assert registered.statistics_path == stats.metrics["statistics_file"]
+    assert registered.statistics_path == stats["result"]["metrics"]["statistics_file"]
     assert registered.snapshot_id == reloaded.metadata.current_snapshot_id
     assert {b.type for b in registered.blob_metadata} == {"apache-datasketches-theta-v1"}
-    stats.assert_both_workers_ran_tasks()
 
-    backfilled = Submission.under(cluster, tmp_path, "backfill").run(
-        "backfill_row_lineage.py", *("--table", "db.cluster_stats", "--conf-file", str(conf_file))
-    )
-    assert backfilled.result["job"] == "backfill-row-lineage"
-    spark.sql(f"REFRESH TABLE {name}")
-    lineage = spark.sql(f"SELECT _row_id FROM {name}").collect()
-    assert len({r[0] for r in lineage}) == len(before) and None not in {r[0] for r in lineage}
-    assert rows(spark, name) == before
-
-    health = Submission.under(cluster, tmp_path, "health").run(
-        "health.py",
-        *("--catalog", SQL_CATALOG, "--namespace", "db", "--tables", "cluster_*"),
-        *("--conf-file", str(conf_file), "--engine", "spark"),
-    )
-    judged = {t["table"] for t in health.result["tables"]}
-    assert {"db.cluster_stats", "db.cluster_manifests"} <= judged, health.result
-    health.assert_both_workers_ran_tasks()
+    judged = {t["table"] for t in health["result"]["tables"]}
+    assert {"db.cluster_stats", "db.cluster_manifests"} <= judged, health
+    for run in (removed, manifests, rewritten, stats, health):
+        submitted.assert_both_workers_ran_tasks_of(run)
+    assert [r["script"] for r in runs] == [script for script, _ in plan]
