@@ -28,6 +28,7 @@ from tablekeeper.catalog.base import (
     LoadedTable,
     TableIdentifier,
     gzip_codec,
+    landed,
     metadata_version,
     new_metadata_location,
     read_metadata,
@@ -423,17 +424,11 @@ class GlueCatalog(Catalog):
             table = self._get_table(database, name)
         except TablekeeperError:
             raise unknown from None
-        current = pointer(table)
-        if current == location:
-            log.info("catalog %s: the lost answer was a success: %s is current", self.name, location)
-            return
-        if current is None or current == base.metadata_location:
+        applied = landed(base.io, pointer(table), location, base.metadata_location)
+        if applied is None:
             raise unknown
-        try:
-            history = {e.metadata_file for e in read_metadata(base.io, current).metadata_log}
-        except TablekeeperError:
-            raise unknown from None
-        if location in history:
+        if applied:
+            log.info("catalog %s: the lost answer was a success: %s is applied", self.name, location)
             return
         base.io.delete(location)
         raise CommitFailed(f"{base.identifier} was changed by another writer since it was loaded")
