@@ -107,9 +107,8 @@ def landed(io: FileIO, current: str | None, location: str, old: str | None) -> b
 
 
 def write_new_metadata(io: FileIO, location: str, metadata: TableMetadata) -> None:
-    gzip_codec = metadata.properties.get("write.metadata.compression-codec", "none").lower() == "gzip"
     try:
-        io.create_if_absent(location, table_metadata_to_bytes(metadata, gzip_codec))
+        io.create_if_absent(location, table_metadata_to_bytes(metadata, gzip_codec(metadata)))
     except AlreadyExists:
         raise CorruptMetadataError(
             f"metadata file {location} already exists: refusing to overwrite it"
@@ -186,3 +185,12 @@ class Catalog(ABC):
             raise NotATableError(
                 f"table {identifier} not found in catalog {self.name}: {err.message}"
             ) from err
+
+
+def write_next_metadata(io: FileIO, metadata: TableMetadata, previous: str | None) -> str:
+    """Write ``metadata`` as the file that follows ``previous`` (None: a new table's first, version
+    0) under the table's location, named as gzip when the table asks for it; its location."""
+    version = 0 if previous is None else (metadata_version(previous) or 0) + 1
+    location = new_metadata_location(metadata.location, version, gzip_codec(metadata))
+    write_new_metadata(io, location, metadata)
+    return location

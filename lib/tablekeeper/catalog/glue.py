@@ -27,12 +27,9 @@ from tablekeeper.catalog.base import (
     Catalog,
     LoadedTable,
     TableIdentifier,
-    gzip_codec,
     landed,
-    metadata_version,
-    new_metadata_location,
     read_metadata,
-    write_new_metadata,
+    write_next_metadata,
 )
 from tablekeeper.catalog.config import CatalogConfig
 from tablekeeper.catalog.glue_records import (
@@ -319,9 +316,8 @@ class GlueCatalog(Catalog):
         from botocore.exceptions import ClientError
 
         database, name = self._names(identifier)
-        location = new_metadata_location(metadata.location, 0, gzip_codec(metadata))
-        io = FileIO.for_location(location)
-        write_new_metadata(io, location, metadata)
+        io = FileIO.for_location(metadata.location)
+        location = write_next_metadata(io, metadata, None)
         faults.kill_point("commit.metadata-written")
         try:
             self.ensure_namespace(database)
@@ -361,10 +357,7 @@ class GlueCatalog(Catalog):
         from botocore.exceptions import ClientError
 
         database, name = self._names(base.identifier)
-        version = (metadata_version(base.metadata_location) or 0) + 1
-        gzip_codec = new_metadata.properties.get("write.metadata.compression-codec", "none").lower() == "gzip"
-        location = new_metadata_location(new_metadata.location, version, gzip_codec)
-        write_new_metadata(base.io, location, new_metadata)
+        location = write_next_metadata(base.io, new_metadata, base.metadata_location)
         faults.kill_point("commit.metadata-written")
         try:
             table = self._get_table(database, name)

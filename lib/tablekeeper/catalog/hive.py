@@ -31,12 +31,9 @@ from tablekeeper.catalog.base import (
     Catalog,
     LoadedTable,
     TableIdentifier,
-    gzip_codec,
     landed,
-    metadata_version,
-    new_metadata_location,
     read_metadata,
-    write_new_metadata,
+    write_next_metadata,
 )
 from tablekeeper.catalog.config import CatalogConfig
 from tablekeeper.catalog.hive_metastore import LockState, MetastoreClient, MetastoreError, connected
@@ -349,8 +346,7 @@ class HiveCatalog(Catalog):
         db, name = self._split(identifier)
         self.ensure_namespace(db)
         io = self._io(metadata.location)
-        location = new_metadata_location(metadata.location, 0, gzip_codec(metadata))
-        write_new_metadata(io, location, metadata)
+        location = write_next_metadata(io, metadata, None)
         faults.kill_point("commit.metadata-written")
         exists = ConfigError(f"table {identifier} already exists in catalog {self.name}")
         sent = False
@@ -375,10 +371,7 @@ class HiveCatalog(Catalog):
 
     def commit(self, base: LoadedTable, new_metadata: TableMetadata) -> LoadedTable:
         db, name = self._split(base.identifier)
-        version = (metadata_version(base.metadata_location) or 0) + 1
-        gzip_codec = new_metadata.properties.get("write.metadata.compression-codec", "none").lower() == "gzip"
-        location = new_metadata_location(new_metadata.location, version, gzip_codec)
-        write_new_metadata(base.io, location, new_metadata)
+        location = write_next_metadata(base.io, new_metadata, base.metadata_location)
         faults.kill_point("commit.metadata-written")
         moved = CommitFailed(f"{base.identifier} was changed by another writer since it was loaded")
         sent = False

@@ -18,12 +18,9 @@ from tablekeeper.catalog.base import (
     Catalog,
     LoadedTable,
     TableIdentifier,
-    gzip_codec,
     landed,
-    metadata_version,
-    new_metadata_location,
     read_metadata,
-    write_new_metadata,
+    write_next_metadata,
 )
 from tablekeeper.catalog.config import CatalogConfig
 from tablekeeper.catalog.registry import CatalogType, register_catalog_type
@@ -169,8 +166,7 @@ class SqlCatalog(Catalog):
 
     def create_table(self, identifier: str, metadata: TableMetadata) -> LoadedTable:
         ident = TableIdentifier.parse(identifier)
-        location = new_metadata_location(metadata.location, 0, gzip_codec(metadata))
-        write_new_metadata(self.io, location, metadata)
+        location = write_next_metadata(self.io, metadata, None)
         faults.kill_point("commit.metadata-written")
         try:
             self.ensure_namespace(".".join(ident.namespace))
@@ -221,10 +217,7 @@ class SqlCatalog(Catalog):
 
     def commit(self, base: LoadedTable, new_metadata: TableMetadata) -> LoadedTable:
         ident = TableIdentifier.parse(base.identifier)
-        version = (metadata_version(base.metadata_location) or 0) + 1
-        gzip_codec = new_metadata.properties.get("write.metadata.compression-codec", "none").lower() == "gzip"
-        location = new_metadata_location(new_metadata.location, version, gzip_codec)
-        write_new_metadata(self.io, location, new_metadata)
+        location = write_next_metadata(self.io, new_metadata, base.metadata_location)
         faults.kill_point("commit.metadata-written")
         clause, params = self._where(ident)
         swap = (
