@@ -7,11 +7,7 @@ at the swap leaves the old or the new state and the next one lands on top."""
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,9 +19,9 @@ import pytest
 from tablekeeper.catalog import catalog_for
 from tablekeeper.catalog.config import CatalogsConfig, parse_catalogs
 from tablekeeper.catalog.spark_conf import iceberg_catalog_conf
-from tablekeeper.faults import KILL_ENV
 from tests.conftest import REPO_ROOT
 from tests.interop.test_concurrent_commits import RETRY_PROPS, collect, start_workers
+from tests.support.append_worker import run_worker
 from tests.support.catalog_jobs import CatalogUnderTest, every_job
 from tests.support.glue_server import GlueEndpoint
 
@@ -153,28 +149,6 @@ def test_iceberg_spark_and_tablekeeper_processes_race_and_no_commit_is_lost(spar
     assert spark.sql(f"SELECT count(*) FROM {table}.snapshots").collect()[0][0] == 12  # one per commit
 
 
-def _append(lake: Lake, worker: int, count: int, kill_at: str | None = None) -> None:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO_ROOT), os.environ.get("PYTHONPATH")))),
-    }
-    env.pop(KILL_ENV, None)
-    if kill_at:
-        env[KILL_ENV] = kill_at
-    args = [str(lake.conf), CATALOG, "db.killed", str(worker), str(count)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.append_worker", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,  # it leads its group: the SIGKILL takes nothing else
-        check=False,
-    )
-    assert (proc.returncode == -signal.SIGKILL) == bool(kill_at), proc.stderr[-2000:]
-
-
 def test_a_writer_killed_at_the_swap_leaves_a_state_iceberg_spark_reads(spark: Any, lake: Lake) -> None:
     table = f"{CATALOG}.db.killed"
     spark.sql(f"CREATE TABLE {table} (id BIGINT, writer STRING) USING iceberg")
@@ -184,10 +158,13 @@ def test_a_writer_killed_at_the_swap_leaves_a_state_iceberg_spark_reads(spark: A
         spark.sql(f"REFRESH TABLE {table}")
         return sorted(tuple(r) for r in spark.sql(f"SELECT id, writer FROM {table}").collect())
 
-    _append(lake, 1, 3, kill_at="commit.swapped@2")  # SIGKILL right after the second swap
+    # SIGKILL right after the second swap
+    run_worker(lake.conf, CATALOG, "db.killed", 1, 3, kill_at="commit.swapped@2")
     assert seen() == [(1, "spark"), (1000, "tk1"), (1001, "tk1")]  # the new state
-    _append(lake, 2, 1, kill_at="commit.metadata-written")  # SIGKILL before the swap
+    # SIGKILL before the swap
+    run_worker(lake.conf, CATALOG, "db.killed", 2, 1, kill_at="commit.metadata-written")
     assert seen() == [(1, "spark"), (1000, "tk1"), (1001, "tk1")]  # the old state
-    _append(lake, 3, 1)  # the next writer goes on from there, and so does Iceberg Spark
+    # the next writer goes on from there, and so does Iceberg Spark
+    run_worker(lake.conf, CATALOG, "db.killed", 3, 1)
     spark.sql(f"INSERT INTO {table} VALUES (2, 'spark')")
     assert seen() == [(1, "spark"), (2, "spark"), (1000, "tk1"), (1001, "tk1"), (3000, "tk3")]

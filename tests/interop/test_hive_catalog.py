@@ -9,9 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -28,9 +25,9 @@ from tablekeeper.catalog.hive_metastore import MetastoreClient, SdField, TableFi
 from tablekeeper.catalog.hive_thrift import TList, TType, string_map, struct_of, text
 from tablekeeper.catalog.spark_conf import iceberg_catalog_conf
 from tablekeeper.cli import main
-from tablekeeper.faults import KILL_ENV
 from tests.conftest import REPO_ROOT
 from tests.interop.test_concurrent_commits import RETRY_PROPS, collect, start_workers
+from tests.support.append_worker import run_worker
 from tests.support.hive_metastore import MetastoreServer
 
 pytestmark = pytest.mark.spark
@@ -242,36 +239,6 @@ def test_tablekeeper_and_iceberg_spark_race_and_no_commit_is_lost(spark, hms: Hm
     assert len(loaded.metadata.ancestors(loaded.metadata.current_snapshot_id)) == 12
 
 
-def _append(conf: Path, worker: int, count: int, kill_at: str | None = None) -> None:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO_ROOT), os.environ.get("PYTHONPATH")))),
-    }
-    env.pop(KILL_ENV, None)
-    if kill_at:
-        env[KILL_ENV] = kill_at
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.append_worker",
-            str(conf),
-            NAME,
-            "db.killed",
-            str(worker),
-            str(count),
-        ],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,  # it leads its group: the SIGKILL takes nothing else
-        check=False,
-    )
-    assert (proc.returncode == -signal.SIGKILL) == bool(kill_at), proc.stderr[-2000:]
-
-
 def test_a_writer_killed_at_the_swap_leaves_old_or_new_and_the_next_commit_converges(spark, hms: Hms) -> None:  # type: ignore[no-untyped-def]
     table = create(spark, "killed")
 
@@ -280,11 +247,13 @@ def test_a_writer_killed_at_the_swap_leaves_old_or_new_and_the_next_commit_conve
         snapshot = loaded.metadata.current_snapshot()
         return 0 if snapshot is None else len(loaded.metadata.ancestors(snapshot.snapshot_id))
 
-    _append(hms.conf, 1, 3, kill_at="commit.swapped@2")  # SIGKILL right after the second swap
+    # SIGKILL right after the second swap
+    run_worker(hms.conf, NAME, "db.killed", 1, 3, kill_at="commit.swapped@2")
     assert appended() == 2  # the new state
-    _append(hms.conf, 2, 1, kill_at="commit.metadata-written")  # SIGKILL before the swap
+    # SIGKILL before the swap
+    run_worker(hms.conf, NAME, "db.killed", 2, 1, kill_at="commit.metadata-written")
     assert appended() == 2  # the old state
-    _append(hms.conf, 3, 2)  # the next writer goes on from there, the lock free
+    run_worker(hms.conf, NAME, "db.killed", 3, 2)  # the next writer goes on from there, the lock free
     assert appended() == 4
     spark.sql(f"INSERT INTO {table} VALUES (7, 'spark')")  # and so does Iceberg Spark
     assert rows(spark, table) == ordered(

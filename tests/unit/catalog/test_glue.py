@@ -5,10 +5,6 @@ reading the table or left unknown), listing by pages, and secrets that never sho
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import uuid
 from pathlib import Path
@@ -31,10 +27,9 @@ from tablekeeper.errors import (
     StorageError,
     UnsupportedFeatureError,
 )
-from tablekeeper.faults import KILL_ENV
 from tablekeeper.iceberg.types import LONG, STRING, DecimalType, ListType, NestedField, Schema
 from tablekeeper.iceberg.updates import add_schema, new_table_metadata, set_properties, with_previous_metadata
-from tests.conftest import REPO_ROOT
+from tests.support.append_worker import run_worker
 from tests.support.glue_server import PAGE, GlueEndpoint
 from tests.support.object_store import free_loopback_port
 
@@ -419,39 +414,6 @@ def test_errors_name_the_catalog_never_a_secret(
         GlueCatalog("glue", str(tmp_path), keyed).load_table("db.t")
 
 
-def _append(
-    conf: Path, table: str, worker: int, count: int, env: dict[str, str], kill_at: str | None = None
-) -> None:
-    full = {
-        **os.environ,
-        **env,
-        "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO_ROOT), os.environ.get("PYTHONPATH")))),
-    }
-    full.pop(KILL_ENV, None)
-    if kill_at:
-        full[KILL_ENV] = kill_at
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.append_worker",
-            str(conf),
-            "glue",
-            table,
-            str(worker),
-            str(count),
-        ],
-        cwd=REPO_ROOT,
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,  # it leads its group: the SIGKILL takes nothing else
-        check=False,
-    )
-    assert (proc.returncode == -signal.SIGKILL) == bool(kill_at), proc.stderr[-2000:]
-
-
 def test_a_writer_killed_at_the_swap_leaves_a_readable_table_and_the_rerun_converges(
     glue_server: GlueEndpoint, tmp_path: Path
 ) -> None:
@@ -477,9 +439,9 @@ def test_a_writer_killed_at_the_swap_leaves_a_readable_table_and_the_rerun_conve
         return 0 if snapshot is None else len(loaded.metadata.ancestors(snapshot.snapshot_id))
 
     env: dict[str, str] = {}
-    _append(conf, table, 1, 3, env, kill_at="commit.swapped@2")  # SIGKILL right after the swap
+    run_worker(conf, "glue", table, 1, 3, kill_at="commit.swapped@2", env=env)  # SIGKILL right after the swap
     assert appended() == 2  # the new state
-    _append(conf, table, 2, 1, env, kill_at="commit.metadata-written")  # SIGKILL before it
+    run_worker(conf, "glue", table, 2, 1, kill_at="commit.metadata-written", env=env)  # SIGKILL before it
     assert appended() == 2  # the old state
-    _append(conf, table, 3, 2, env)  # the next writer goes on from there
+    run_worker(conf, "glue", table, 3, 2, env=env)  # the next writer goes on from there
     assert appended() == 4

@@ -4,10 +4,6 @@ CommitFailed, a lost answer is settled by reading the row or left unknown). Pass
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -19,10 +15,9 @@ import pytest
 from tablekeeper.catalog import SqlCatalog
 from tablekeeper.catalog.base import LoadedTable
 from tablekeeper.errors import CommitFailed, CommitStateUnknown, ConfigError, StorageError
-from tablekeeper.faults import KILL_ENV
 from tablekeeper.iceberg.types import LONG, NestedField, Schema
 from tablekeeper.iceberg.updates import new_table_metadata, set_properties, with_previous_metadata
-from tests.conftest import REPO_ROOT
+from tests.support.append_worker import run_worker
 from tests.support.db_servers import DbServer, free_port
 
 IDENT = "db.events"
@@ -204,30 +199,6 @@ def test_connection_errors_name_the_database_never_the_password(db_server: DbSer
         assert secret not in message and "***" in message
 
 
-def _append(
-    server: DbServer, conf: Path, cat: str, worker: int, count: int, kill_at: str | None = None
-) -> int:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO_ROOT), os.environ.get("PYTHONPATH")))),
-    }
-    env.pop(KILL_ENV, None)
-    if kill_at:
-        env[KILL_ENV] = kill_at
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.support.append_worker", str(conf), cat, IDENT, str(worker), str(count)],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        start_new_session=True,  # it leads its group: the SIGKILL takes nothing else
-        check=False,
-    )
-    assert (proc.returncode == -signal.SIGKILL) == bool(kill_at), proc.stderr[-2000:]
-    return proc.returncode
-
-
 def test_a_writer_killed_at_the_swap_leaves_a_readable_table_and_the_rerun_converges(
     db_server: DbServer, tmp_path: Path
 ) -> None:
@@ -244,11 +215,11 @@ def test_a_writer_killed_at_the_swap_leaves_a_readable_table_and_the_rerun_conve
         snapshot = loaded.metadata.current_snapshot()
         return 0 if snapshot is None else len(loaded.metadata.ancestors(snapshot.snapshot_id))
 
-    _append(db_server, conf, cat.name, 1, 3, kill_at="commit.swapped@2")  # SIGKILL right after the swap
+    run_worker(conf, cat.name, IDENT, 1, 3, kill_at="commit.swapped@2")  # SIGKILL right after the swap
     assert appended() == 2  # the new state
-    _append(db_server, conf, cat.name, 2, 1, kill_at="commit.metadata-written")  # SIGKILL before it
+    run_worker(conf, cat.name, IDENT, 2, 1, kill_at="commit.metadata-written")  # SIGKILL before it
     assert appended() == 2  # the old state
-    _append(db_server, conf, cat.name, 3, 2)  # the next writer goes on from there
+    run_worker(conf, cat.name, IDENT, 3, 2)  # the next writer goes on from there
     assert appended() == 4
 
 
