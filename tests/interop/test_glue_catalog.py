@@ -8,7 +8,6 @@ at the swap leaves the old or the new state and the next one lands on top."""
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +19,9 @@ from tablekeeper.catalog import catalog_for
 from tablekeeper.catalog.config import CatalogsConfig, parse_catalogs
 from tablekeeper.catalog.spark_conf import iceberg_catalog_conf
 from tests.conftest import REPO_ROOT
-from tests.interop.test_concurrent_commits import RETRY_PROPS, collect, start_workers
+from tests.interop.test_concurrent_commits import RETRY_PROPS
 from tests.support.append_worker import run_worker
-from tests.support.catalog_jobs import CatalogUnderTest, every_job
+from tests.support.catalog_jobs import CatalogUnderTest, every_job, race
 from tests.support.glue_server import GlueEndpoint
 
 pytestmark = pytest.mark.spark
@@ -122,21 +121,7 @@ def test_iceberg_spark_and_tablekeeper_processes_race_and_no_commit_is_lost(spar
     table = f"{CATALOG}.db.race"
     retry = ", ".join(f"'{k}'='{v}'" for k, v in RETRY_PROPS.items())  # both engines read these
     spark.sql(f"CREATE TABLE {table} (id BIGINT, writer STRING) USING iceberg TBLPROPERTIES ({retry})")
-    procs = start_workers(lake.conf, CATALOG, "db.race", workers=2, appends=4)
-    errors: list[BaseException] = []
-
-    def spark_appends() -> None:
-        try:
-            for i in range(4):
-                spark.sql(f"INSERT INTO {table} VALUES ({90_000 + i}, 'spark')")
-        except BaseException as err:  # surfaced by the assertion below
-            errors.append(err)
-
-    thread = threading.Thread(target=spark_appends)
-    thread.start()
-    tk_files = collect(procs)
-    thread.join(timeout=600)
-    assert not errors, errors
+    tk_files = race(spark, table, lake.conf, CATALOG, "db.race", 4)
     spark.sql(f"REFRESH TABLE {table}")
     got = sorted(tuple(r) for r in spark.sql(f"SELECT id, writer FROM {table}").collect())
     assert got == sorted(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -26,8 +25,9 @@ from tablekeeper.catalog.hive_thrift import TList, TType, string_map, struct_of,
 from tablekeeper.catalog.spark_conf import iceberg_catalog_conf
 from tablekeeper.cli import main
 from tests.conftest import REPO_ROOT
-from tests.interop.test_concurrent_commits import RETRY_PROPS, collect, start_workers
+from tests.interop.test_concurrent_commits import RETRY_PROPS
 from tests.support.append_worker import run_worker
+from tests.support.catalog_jobs import race
 from tests.support.hive_metastore import MetastoreServer
 
 pytestmark = pytest.mark.spark
@@ -211,21 +211,7 @@ def test_convert_delta_found_by_name_in_the_metastore(spark, hms: Hms, tmp_path:
 def test_tablekeeper_and_iceberg_spark_race_and_no_commit_is_lost(spark, hms: Hms) -> None:  # type: ignore[no-untyped-def]
     table = create(spark, "race")
     spark.sql(f"INSERT INTO {table} VALUES (-1, 'spark')")
-    procs = start_workers(hms.conf, NAME, "db.race", workers=2, appends=4)
-    errors: list[BaseException] = []
-
-    def spark_appends() -> None:
-        try:
-            for i in range(3):
-                spark.sql(f"INSERT INTO {table} VALUES ({90_000 + i}, 'spark')")
-        except BaseException as err:  # surfaced by the assertion below
-            errors.append(err)
-
-    thread = threading.Thread(target=spark_appends)
-    thread.start()
-    tk_files = collect(procs)
-    thread.join(timeout=600)
-    assert not errors, errors
+    tk_files = race(spark, table, hms.conf, NAME, "db.race", 3)
     expected = ordered(
         [
             (-1, "spark"),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,8 @@ from tablekeeper.catalog.spark_conf import iceberg_catalog_conf
 from tablekeeper.cli import main
 from tablekeeper.tables.iceberg import live_files
 from tests.conftest import REPO_ROOT
-from tests.interop.test_concurrent_commits import RETRY_PROPS, collect, start_workers
-from tests.support.catalog_jobs import CatalogUnderTest, every_job
+from tests.interop.test_concurrent_commits import RETRY_PROPS
+from tests.support.catalog_jobs import CatalogUnderTest, every_job, race
 from tests.support.db_servers import DbServer
 
 pytestmark = pytest.mark.spark
@@ -103,21 +102,7 @@ def test_tablekeeper_and_iceberg_spark_share_the_database(  # type: ignore[no-un
     assert db_server.password not in out
 
     # Two tablekeeper processes and Iceberg Spark append at once: every commit lands once.
-    procs = start_workers(conf, name, "db.events", workers=2, appends=4)
-    errors: list[BaseException] = []
-
-    def spark_appends() -> None:
-        try:
-            for i in range(3):
-                spark.sql(f"INSERT INTO {table} VALUES ({90_000 + i}, 'spark')")
-        except BaseException as err:  # surfaced by the assertion below
-            errors.append(err)
-
-    thread = threading.Thread(target=spark_appends)
-    thread.start()
-    tk_files = collect(procs)
-    thread.join(timeout=600)
-    assert not errors, errors
+    tk_files = race(spark, table, conf, name, "db.events", 3)
     spark.sql(f"REFRESH TABLE {table}")
     expected = sorted(
         [

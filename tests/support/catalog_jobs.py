@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import pytest
 
 from tablekeeper.catalog import Catalog
 from tablekeeper.cli import main
+from tests.interop.test_concurrent_commits import collect, start_workers
 
 
 @dataclass
@@ -48,6 +50,29 @@ class CatalogUnderTest:
         result: dict[str, Any] = json.loads(lines[-1]) if lines else {}
         assert code == 0 and result.get("status") == "ok", (args, result, err[-3000:])
         return result
+
+
+def race(spark: Any, table: str, conf: Path, catalog_name: str, ident: str, spark_inserts: int) -> list[str]:
+    """Two tablekeeper processes append 4 rows each (``tk0``, ``tk1``; ids ``w * 1000 + i``)
+    through ``catalog_name`` while Iceberg Spark inserts ``spark_inserts`` rows (ids ``90_000 + i``)
+    into ``table`` through the same catalog; every writer must finish. The data files tablekeeper
+    committed."""
+    procs = start_workers(conf, catalog_name, ident, workers=2, appends=4)
+    errors: list[BaseException] = []
+
+    def spark_appends() -> None:
+        try:
+            for i in range(spark_inserts):
+                spark.sql(f"INSERT INTO {table} VALUES ({90_000 + i}, 'spark')")
+        except BaseException as err:  # surfaced by the assertion below
+            errors.append(err)
+
+    thread = threading.Thread(target=spark_appends)
+    thread.start()
+    tk_files = collect(procs)
+    thread.join(timeout=600)
+    assert not errors, errors
+    return tk_files
 
 
 def rows(spark: Any, table: str) -> list[tuple[Any, ...]]:
