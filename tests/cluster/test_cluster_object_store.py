@@ -72,58 +72,25 @@ def objects(s3: S3Endpoint, prefix: str) -> set[str]:
     return {i.path for i in s3.filesystem().get_file_info(selector) if i.type == pafs.FileType.File}
 
 
-def test_convert_from_the_bucket_then_expire_metadata_only(
+def test_jobs_on_the_bucket_in_one_application_run_on_both_workers(
     cluster: StandaloneCluster,
     s3_server: S3Endpoint,
     rest_server: RestCatalogServer,
     lake_conf: Path,
     tmp_path: Path,
 ) -> None:
-    """A Delta table in the bucket converted into the REST catalog by executor tasks; its files stay
-    the Delta table's, so expiring deletes metadata only and every Delta file stays."""
+    """Two tables in the bucket. A Delta table converted into the REST catalog by executor tasks,
+    then expired metadata-only: its files stay the Delta table's, so every Delta file stays. A table
+    PyIceberg wrote, one file and one manifest per append: its manifests rewritten, then compacted,
+    its old snapshots expired and its orphans removed, each by executor tasks on both workers
+    reading, writing and deleting objects; then upgraded to v3 (metadata only), its statistics
+    computed and judged by health, one table per executor task. The jobs run one after another in
+    one application (each as spark-submit runs it alone), so the test pays for one driver and two
+    executors, not nine."""
     local = tmp_path / "delta"
     delta_table_in_versions(local, VERSIONS)
     pafs.copy_files(str(local), DELTA_SOURCE, destination_filesystem=s3_server.filesystem())
     delta_files = objects(s3_server, DELTA_SOURCE)
-    converted = Submission.under(cluster, tmp_path, "convert").run(
-        "convert_delta.py",
-        *("--source", f"s3a://{DELTA_SOURCE}", "--target", "db.cluster_converted", "--engine", "spark"),
-        *("--history", "all"),
-        *("--conf-file", str(lake_conf)),
-        jars=runtime_jars(S3_ROLE),
-    )
-    assert converted.metrics["data_files"] == VERSIONS, converted.result
-    assert converted.metrics["snapshots_committed"] == VERSIONS, converted.result
-    table = pyiceberg_table(s3_server, rest_server, "db.cluster_converted")
-    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == EXPECTED
-    assert converted.tasks().succeeded, "no executor wrote a manifest"
-
-    expired = Submission.under(cluster, tmp_path, "expire").run(
-        "expire_snapshots.py",
-        *("--table", "db.cluster_converted", "--older-than", "0s", "--metadata-only", "--engine", "spark"),
-        *("--conf-file", str(lake_conf)),
-        jars=runtime_jars(S3_ROLE),
-    )
-    assert expired.metrics["deleted_data_files_count"] == 0, expired.result
-    assert expired.metrics["deleted_manifest_lists_count"] >= 1, expired.result
-    assert objects(s3_server, DELTA_SOURCE) == delta_files
-    table = pyiceberg_table(s3_server, rest_server, "db.cluster_converted")
-    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == EXPECTED
-
-
-def test_compact_expire_and_remove_orphans_on_the_bucket_run_on_both_workers(
-    cluster: StandaloneCluster,
-    s3_server: S3Endpoint,
-    rest_server: RestCatalogServer,
-    lake_conf: Path,
-    tmp_path: Path,
-) -> None:
-    """A table PyIceberg wrote into the bucket, one file and one manifest per append: its manifests
-    rewritten, then compacted, its old snapshots expired and its orphans removed, each by executor
-    tasks on both workers reading, writing and deleting objects; then upgraded to v3 (metadata
-    only), its statistics computed and judged by health, one table per executor task. The jobs run
-    one after another in one application (each as spark-submit runs it alone), so the test pays
-    for one driver and two executors, not seven."""
     table = pyiceberg_appended(s3_server, rest_server, "db.cluster_appended", VERSIONS)
     originals = {t.file.file_path for t in table.scan().plan_files()}
     data = table.location().split("://", 1)[1] + "/data"
@@ -133,9 +100,22 @@ def test_compact_expire_and_remove_orphans_on_the_bucket_run_on_both_workers(
         with fs.open_output_stream(key) as out:
             out.write(b"not referenced")
     # Object stores keep no settable mtime: remove-orphans runs with a 2 s retention, seconds after
-    # the planting (three jobs run before it).
-    common = ["--table", "db.cluster_appended", "--conf-file", str(lake_conf)]
+    # the planting (five jobs run before it).
+    lake = ["--conf-file", str(lake_conf)]
+    common = ["--table", "db.cluster_appended", *lake]
+    converted_table = ["--table", "db.cluster_converted", *lake]
     plan: list[tuple[str, list[str]]] = [
+        (
+            "convert_delta.py",
+            [
+                *("--source", f"s3a://{DELTA_SOURCE}", "--target", "db.cluster_converted"),
+                *("--engine", "spark", "--history", "all", *lake),
+            ],
+        ),
+        (
+            "expire_snapshots.py",
+            [*converted_table, "--older-than", "0s", "--metadata-only", "--engine", "spark"],
+        ),
         ("rewrite_manifests.py", [*common, "--engine", "spark"]),
         ("compact.py", [*common, "--target-file-size", "1024", "--rewrite-all"]),
         ("expire_snapshots.py", [*common, "--older-than", "0s", "--engine", "spark"]),
@@ -145,11 +125,23 @@ def test_compact_expire_and_remove_orphans_on_the_bucket_run_on_both_workers(
         ),
         ("backfill_row_lineage.py", common),
         ("compute_stats.py", common),
-        ("health.py", ["--namespace", "db", "--tables", "cluster_*", *common[2:], "--engine", "spark"]),
+        ("health.py", ["--namespace", "db", "--tables", "cluster_*", *lake, "--engine", "spark"]),
     ]
     submitted = Submission.under(cluster, tmp_path, "jobs").run_plan(plan, jars=runtime_jars(S3_ROLE))
-    manifests, compacted, expired, removed, backfilled, stats, health = runs = submitted.runs()
+    runs = submitted.runs()
     assert [r["script"] for r in runs] == [script for script, _ in plan]
+    converted, expired_metadata, manifests, compacted, expired, removed, backfilled, stats, health = runs
+
+    # The conversion: manifests written by executor tasks; expiring it deleted metadata only.
+    assert converted["result"]["metrics"]["data_files"] == VERSIONS, converted
+    assert converted["result"]["metrics"]["snapshots_committed"] == VERSIONS, converted
+    start, end = converted["ms"]
+    assert [t for t, _ in submitted.tasks().launches if start <= t <= end], "no executor wrote a manifest"
+    assert expired_metadata["result"]["metrics"]["deleted_data_files_count"] == 0, expired_metadata
+    assert expired_metadata["result"]["metrics"]["deleted_manifest_lists_count"] >= 1, expired_metadata
+    assert objects(s3_server, DELTA_SOURCE) == delta_files
+    converted_table = pyiceberg_table(s3_server, rest_server, "db.cluster_converted")
+    assert sorted(converted_table.scan().to_arrow().column("id").to_pylist()) == EXPECTED
 
     assert manifests["result"]["metrics"]["rewritten_manifests_count"] == VERSIONS, manifests
     assert manifests["result"]["metrics"]["added_manifests_count"] == 1, manifests
@@ -170,6 +162,7 @@ def test_compact_expire_and_remove_orphans_on_the_bucket_run_on_both_workers(
     assert stats["result"]["metrics"]["ndv"] == {"id": len(APPENDED)}, stats
     (registered,) = table.metadata.statistics
     assert registered.statistics_path == stats["result"]["metrics"]["statistics_file"]
-    assert "db.cluster_appended" in {t["table"] for t in health["result"]["tables"]}, health
+    judged = {t["table"] for t in health["result"]["tables"]}
+    assert {"db.cluster_appended", "db.cluster_converted"} <= judged, health
     start, end = health["ms"]
     assert [t for t, _ in submitted.tasks().launches if start <= t <= end], "no executor judged a table"

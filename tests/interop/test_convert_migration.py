@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from tablekeeper import clock
 from tablekeeper.catalog import catalog_for
 from tablekeeper.cli import main
 from tablekeeper.errors import ExitCode, SafetyRefusal, exit_code
@@ -147,6 +148,15 @@ class DeltaRows:
         return version
 
 
+def vacuum_keeping_nothing(spark: SparkSession, source: Path) -> None:
+    """delta-spark's VACUUM with no retention: every file no version still needs goes at once."""
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        spark.sql(f"VACUUM delta.`{source}` RETAIN 0 HOURS")
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+
+
 def _sorted(df: Any) -> list[tuple[Any, ...]]:
     return sorted(tuple(r) for r in df.select("id", "region", "amount").collect())
 
@@ -170,10 +180,11 @@ def test_migration_with_optimize_and_vacuum(spark, catalogs, tmp_path: Path) -> 
     target = f"{NS}.orders"
     catalog = _catalog(catalogs)
     delta = DeltaRows(spark, source)
-    # Long enough that the run right after OPTIMIZE is within it on a busy 2-core runner (two
-    # seconds were not), short enough to wait out.
-    retention_s = 10
-    retention = f"interval {retention_s} seconds"
+    # An hour: the run right after OPTIMIZE is within it however busy the runner; the run "past
+    # it" reads a clock moved an hour on (tablekeeper's injected clock), and delta-spark's VACUUM
+    # is told to keep nothing, as it would after the hour: no test waits out a retention.
+    retention_s = 3600
+    retention = "interval 1 hours"
     _orders(
         spark,
         source,
@@ -204,10 +215,10 @@ def test_migration_with_optimize_and_vacuum(spark, catalogs, tmp_path: Path) -> 
     assert delta.take() == 3
     first = sync()
     assert first["expired_for_vacuum"] is None and first["verified"]["versions_verified"] == 1
-    time.sleep(max(0.0, optimized_by + retention_s + 0.5 - time.time()))
     # Past the retention, a scheduled run (with nothing new to convert) expires the snapshots
     # that reference the removed files, before VACUUM can break them.
-    second = sync()
+    with clock.injected(lambda: optimized_by + retention_s + 1):
+        second = sync()
     assert second["versions_converted"] == 0
     expired = second["expired_for_vacuum"]
     assert expired["delta_versions"] == [0, 1, 2], expired
@@ -218,7 +229,7 @@ def test_migration_with_optimize_and_vacuum(spark, catalogs, tmp_path: Path) -> 
     again = ConvertDeltaOptions(source=str(source), target=target, history="all", format_version=3)
     assert run_convert(again, catalog).metrics["note"] == "already converted"
     before_vacuum = _delta_files(source)
-    spark.sql(f"VACUUM delta.`{source}`")  # VACUUM START and END commits
+    vacuum_keeping_nothing(spark, source)  # VACUUM START and END commits
     assert _delta_files(source) < before_vacuum  # VACUUM did delete files
     assert assert_retained_snapshots_read_like_delta(spark, target, delta) == [3]
     vacuumed = sync()
@@ -243,11 +254,7 @@ def test_migration_with_optimize_and_vacuum(spark, catalogs, tmp_path: Path) -> 
     optimized = delta.take()
     within = sync()
     assert within["versions_converted"] == 1 and within["expired_for_vacuum"] is None
-    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    try:
-        spark.sql(f"VACUUM delta.`{source}` RETAIN 0 HOURS")
-    finally:
-        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    vacuum_keeping_nothing(spark, source)
     after = sync()
     assert after["expired_for_vacuum"]["delta_versions"] == list(range(3, optimized))
     delta.take(vacuumed=True)
