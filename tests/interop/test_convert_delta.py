@@ -1,8 +1,8 @@
 """convert-delta equivalence: Iceberg Spark reads the converted table with exactly delta-spark's rows.
 
 Every readable shared table is converted (v3; tables with deletion vectors also as v2, where DVs
-become position delete files) and compared with exceptAll both ways. Tables that cannot be
-converted are listed with the reason the converter must give.
+become position delete files) and compared as multisets (equal counts, exceptAll empty). Tables
+that cannot be converted are listed with the reason the converter must give.
 """
 
 from __future__ import annotations
@@ -82,9 +82,10 @@ def assert_same_rows(spark, iceberg_table: str, delta: Path | DataFrame) -> None
     # row as its JSON text.
     iceberg = iceberg.select(F.to_json(F.struct(*[F.col(f"`{c}`") for c in iceberg.columns])).alias("row"))
     delta = delta.select(F.to_json(F.struct(*[F.col(f"`{c}`") for c in delta.columns])).alias("row"))
+    # As multisets: equal sizes and nothing of Iceberg's left after taking Delta's away means
+    # equal (the other direction would only scan both sides again).
     assert iceberg.count() == delta.count()
     assert iceberg.exceptAll(delta).count() == 0
-    assert delta.exceptAll(iceberg).count() == 0
 
 
 CASES = [(n, 3) for n in SHARED_TABLES if n not in LOG_ONLY] + [(n, 2) for n in sorted(WITH_DVS)]

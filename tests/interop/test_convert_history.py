@@ -105,14 +105,21 @@ def finish_plain(spark: SparkSession, path: Path) -> None:
     spark.sql(f"DELETE FROM {t} WHERE id % 3 = 0")  # v9
 
 
-@pytest.mark.parametrize("format_version", [3, 2])
-def test_full_history_matches_delta_at_every_version(
-    spark, catalogs, tmp_path: Path, format_version: int
-) -> None:  # type: ignore[no-untyped-def]
-    source = tmp_path / "plain"
+@pytest.fixture(scope="module")
+def plain_history(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
+    """The ten-version scenario table, written once: each format's conversion only reads it."""
+    source = tmp_path_factory.mktemp("history") / "plain"
     write_plain(spark, source)
     evolve_plain(spark, source)
     finish_plain(spark, source)
+    return source
+
+
+@pytest.mark.parametrize("format_version", [3, 2])
+def test_full_history_matches_delta_at_every_version(
+    spark, catalogs, plain_history: Path, format_version: int
+) -> None:  # type: ignore[no-untyped-def]
+    source = plain_history
     ident = f"{NS}.plain_v{format_version}"
     result = convert(catalogs, source, ident, history="all", format_version=format_version, verify="metadata")
     m = result.metrics
