@@ -36,14 +36,19 @@ def test_vacuum_dry_run_matches_delta_and_real_run_keeps_the_table(spark, tmp_pa
     _delta(spark, path)
     before = sorted(tuple(r) for r in spark.read.format("delta").load(str(path)).collect())
     spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    spark.conf.set(LISTING_PARALLELISM, "8")  # Spark's 10,000 listing tasks take minutes here
+    # Local sessions list with a few tasks (conf/spark-defaults.conf), not Spark's 10,000.
+    listing = spark.conf.get(LISTING_PARALLELISM, None)
+    spark.conf.set(LISTING_PARALLELISM, "8")
     try:
         theirs = sorted(
             str(r[0]) for r in spark.sql(f"VACUUM delta.`{path}` RETAIN 0 HOURS DRY RUN").collect()
         )
     finally:
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "true")
-        spark.conf.unset(LISTING_PARALLELISM)
+        if listing is None:
+            spark.conf.unset(LISTING_PARALLELISM)
+        else:
+            spark.conf.set(LISTING_PARALLELISM, listing)
     assert theirs, "overwrite and delete left no removed files: the scenario is too weak"
 
     args = ["remove-orphans", "--table", str(path), "--older-than", "0s", "--force-short-retention"]
@@ -61,7 +66,7 @@ def test_vacuum_dry_run_matches_delta_and_real_run_keeps_the_table(spark, tmp_pa
     after = sorted(tuple(r) for r in spark.read.format("delta").load(str(path)).collect())
     assert after == before
     assert spark.conf.get("spark.databricks.delta.retentionDurationCheck.enabled") == "true"
-    assert spark.conf.get(LISTING_PARALLELISM, None) is None  # the job put the session back
+    assert spark.conf.get(LISTING_PARALLELISM, None) == listing  # the job put the session back
 
 
 def test_vacuum_below_the_retention_floor_is_refused(spark, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
