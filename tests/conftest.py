@@ -13,6 +13,14 @@ from pathlib import Path
 import pytest
 
 from tests import tiers
+from tests.support.cloud_stores import (
+    AZURE_CONTAINER,
+    GCS_BUCKET,
+    AzureEndpoint,
+    GcsEndpoint,
+    run_azurite,
+    run_fake_gcs,
+)
 from tests.support.db_servers import DbServer, run_mariadb, run_postgres
 from tests.support.glue_server import GlueEndpoint, run_glue_server
 from tests.support.hive_metastore import MetastoreServer, run_metastore
@@ -156,6 +164,22 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
     with run_s3proxy(tmp_path_factory.mktemp("s3proxy")) as s3:
         s3.create_bucket(S3_BUCKET)
         yield s3
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEndpoint]:
+    """An in-memory GCS emulator (fake-gcs-server) with the bucket ``warehouse`` created."""
+    with run_fake_gcs(tmp_path_factory.mktemp("fake-gcs")) as gcs:
+        gcs.create_bucket(GCS_BUCKET)
+        yield gcs
+
+
+@pytest.fixture(scope="session")
+def azure_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzureEndpoint]:
+    """Azurite's Blob service in memory, one fresh account, the container ``warehouse`` created."""
+    with run_azurite(tmp_path_factory.mktemp("azurite")) as azure:
+        azure.create_container(AZURE_CONTAINER)
+        yield azure
 
 
 @pytest.fixture(scope="session")

@@ -16,10 +16,21 @@ from urllib.parse import unquote
 
 MASK = "***"
 # Property names (any catalog or storage property containing one of these) whose values are secret.
-_SECRET_NAME_PARTS = ("secret", "token", "credential", "password", "access-key-id", "session")
+# Azure's "connection-string" and "account.key" (adls.auth.shared-key.account.key) hold account keys.
+_SECRET_NAME_PARTS = (
+    "secret",
+    "token",
+    "credential",
+    "password",
+    "access-key-id",
+    "session",
+    "connection-string",
+    "account.key",
+)
 _MIN_LENGTH = 4  # shorter values would mask ordinary words
 # Query parameters (in a URI or a JDBC URL) whose values are secret, matched by name part.
-_SECRET_PARAM_PARTS = (*_SECRET_NAME_PARTS, "key", "pwd", "auth", "signature")
+# "sig": an Azure SAS token's signature, the part of a SAS URL that grants access.
+_SECRET_PARAM_PARTS = (*_SECRET_NAME_PARTS, "key", "pwd", "auth", "signature", "sig")
 # scheme://user:password@host: the password goes whether or not it was ever registered. It runs to
 # the authority's last '@' (URI parsers split there): a password with an unescaped '@' is masked whole.
 _USERINFO = re.compile(

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from tablekeeper.cli import main
-from tablekeeper.redact import install_log_redaction, redact, register_secret, register_uri_secrets
+from tablekeeper.redact import (
+    install_log_redaction,
+    is_secret_key,
+    redact,
+    redacted_properties,
+    register_secret,
+    register_uri_secrets,
+)
 from tablekeeper.spark.session import QUERY_CONTEXT_LOGGERS, quiet_query_context_logs
 
 SECRETS = ("PASSWORD1x", "PASSWORD2x", "PASSWORD3x")
@@ -183,3 +190,17 @@ def test_a_uri_password_is_masked_whole_however_it_is_written() -> None:
     # Percent-escaped: the driver decodes it, and its messages quote the decoded form.
     register_uri_secrets("mysql://bob:pw%23Qz7%3Ak@db.example/iceberg")
     assert "Qz7" not in redact("Access denied for bob using password pw#Qz7:k")
+
+
+def test_azure_account_keys_and_sas_signatures_are_secret_by_name() -> None:
+    assert is_secret_key("adls.connection-string.acct.dfs.core.windows.net")
+    assert is_secret_key("adls.auth.shared-key.account.key")
+    assert is_secret_key("adls.sas-token.acct") and is_secret_key("gcs.oauth2.token")
+    assert not is_secret_key("adls.auth.shared-key.account.name")
+    shown = redacted_properties({"adls.auth.shared-key.account.key": "a2V5", "gcs.project-id": "p"})
+    assert shown == {"adls.auth.shared-key.account.key": "***", "gcs.project-id": "p"}
+    # A SAS URL's signature never seen before is masked all the same.
+    assert (
+        redact("GET http://h/acct/c/x?sv=2023&sig=Zm9vYmFy%3D 403")
+        == "GET http://h/acct/c/x?sv=2023&sig=*** 403"
+    )

@@ -39,6 +39,7 @@ from tablekeeper.io.storage import storage_properties
 from tablekeeper.io.stores import Store, store_for
 from tablekeeper.io.uri import location_to_path, strip_trailing_slash
 from tablekeeper.io.walk import entries
+from tablekeeper.redact import redact
 
 __all__ = ["DeleteReport", "FileIO", "FileInfo", "InputStream"]
 
@@ -115,7 +116,8 @@ class _NoAtomicPrimitive(Exception):
 
 def _reason(err: BaseException) -> str:
     # pyarrow messages can run to dozens of lines (libjvm search paths); the first says what failed.
-    text = str(err).strip().splitlines()
+    # A store's message may quote the request's URL, a SAS token's signature in its query string.
+    text = redact(str(err)).strip().splitlines()
     first = text[0] if text else type(err).__name__
     return first if len(first) <= 200 else first[:197] + "..."
 
@@ -247,7 +249,7 @@ class FileIO:
         props = storage_properties() if properties is None else properties
         with _connect(location, scheme):
             if (store := store_for(scheme, props)) is not None:  # a registered store goes first
-                node = authority if store.layout == "path" else None
+                node = authority if store.layout in ("path", "container") else None
                 return cls(store.open(authority, props), authority=node, store=store)
             if scheme in _S3_SCHEMES:
                 settings = S3Settings.from_properties(props, f"the storage settings for {location}")
@@ -300,9 +302,14 @@ class FileIO:
                 return path
             raise ConfigError(f"{location} names no bucket: expected {scheme}://bucket/path")
         if self._kind == "container":
-            container, _, account = authority.partition("@")
+            container, at, account = authority.partition("@")
+            if not at or not container or not account:
+                raise ConfigError(
+                    f"{location} names no container and account: expected {scheme}://container@account-host/path"
+                )
             bound_account = (self._authority or "").partition("@")[2]
-            if bound_account and account.lower() != bound_account.lower():
+            # The account is the host's first label: its Blob and Data Lake hosts are one account.
+            if bound_account and account.split(".")[0].lower() != bound_account.split(".")[0].lower():
                 raise StorageError(
                     f"{location} is not on {bound_account!r}; open it with FileIO.for_location"
                 )

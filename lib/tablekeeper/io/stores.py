@@ -9,6 +9,10 @@ Executor tasks only carry locations and the storage settings (``io.storage``), s
 found there too: a catalogs-file entry names it with ``io-impl.<scheme>: package.module:NAME`` (as
 PyIceberg's ``py-io-impl`` names a FileIO), a setting that travels with the others and is loaded
 on first use in whichever process meets the scheme. Registering by code suits the driver alone.
+
+The stores that ship with tablekeeper (Google Cloud Storage, Azure) are stores like any other,
+named here by import path and loaded on first use: a run that never meets their schemes or
+settings never imports them. A registration or an ``io-impl.<scheme>`` setting replaces them.
 """
 
 from __future__ import annotations
@@ -37,15 +41,17 @@ class Store:
     ``open(authority, settings)`` makes the filesystem (``settings``: the storage settings the job
     uses, this store's among them). ``layout``: ``bucket`` when one filesystem serves every
     authority and takes ``authority/path``; ``path`` when it is bound to one authority and takes
-    the bare path. ``prefixes``: the setting names that are this store's (kept with the storage
-    settings and handed to executors). ``hadoop``: the Hadoop settings Spark's own reads and
-    writes need for the same store. ``directories``: False for object stores (no markers made).
+    the bare path; ``container`` when it is bound to the account of a ``container@account-host``
+    authority and takes ``container/path`` (Azure). ``prefixes``: the setting names that are this
+    store's (kept with the storage settings and handed to executors). ``hadoop``: the Hadoop
+    settings Spark's own reads and writes need for the same store. ``directories``: False for
+    object stores (no markers made).
     """
 
     name: str
     schemes: frozenset[str]
     open: Callable[[str, Mapping[str, str]], pafs.FileSystem]
-    layout: Literal["bucket", "path"] = "bucket"
+    layout: Literal["bucket", "path", "container"] = "bucket"
     prefixes: tuple[str, ...] = ()
     hadoop: Callable[[Mapping[str, str]], Mapping[str, str]] = field(default=_no_hadoop)
     directories: bool = False
@@ -53,6 +59,21 @@ class Store:
 
 _lock = threading.Lock()
 _by_scheme: dict[str, Store] = {}
+# scheme -> "module:attribute" of the built-in Store serving it, imported on first use.
+_BUILT_IN: Mapping[str, str] = {
+    "gs": "tablekeeper.io.gcs:STORE",
+    "gcs": "tablekeeper.io.gcs:STORE",
+    "abfs": "tablekeeper.io.azure:STORE",
+    "abfss": "tablekeeper.io.azure:STORE",
+    "wasb": "tablekeeper.io.azure:STORE",
+    "wasbs": "tablekeeper.io.azure:STORE",
+}
+# A built-in store's setting prefix -> its Store: settings with the prefix make it one of the
+# stores a run uses (its Hadoop settings, its keys kept among the storage settings).
+_BUILT_IN_PREFIXES: Mapping[str, str] = {
+    "gcs.": "tablekeeper.io.gcs:STORE",
+    "adls.": "tablekeeper.io.azure:STORE",
+}
 
 
 def register_store(store: Store) -> Store:
@@ -90,7 +111,8 @@ def store_for(scheme: str, settings: Mapping[str, str]) -> Store | None:
     key = IMPL_PREFIX + scheme
     impl = settings.get(key)
     if not impl:
-        return None
+        built_in = _BUILT_IN.get(scheme)
+        return None if built_in is None else _load(built_in, f"the built-in store for {scheme}")
     store = _load(impl, key)
     if scheme not in store.schemes:
         raise ConfigError(f"storage setting {key}={impl!r} names a store for {sorted(store.schemes)}")
@@ -104,12 +126,16 @@ def _stores(settings: Mapping[str, str]) -> set[Store]:
     for name, impl in settings.items():
         if name.startswith(IMPL_PREFIX) and impl:
             stores.add(_load(impl, name))
+    for prefix, built_in in _BUILT_IN_PREFIXES.items():
+        if any(name.startswith(prefix) for name in settings):
+            stores.add(_load(built_in, f"the built-in store for {prefix}*"))
     return stores
 
 
 def store_prefixes(settings: Mapping[str, str]) -> tuple[str, ...]:
     """The setting names (``io-impl.`` and each store's own prefixes) that are storage settings."""
-    return (IMPL_PREFIX, *(prefix for store in _stores(settings) for prefix in store.prefixes))
+    found = (prefix for store in _stores(settings) for prefix in store.prefixes)
+    return tuple(dict.fromkeys((IMPL_PREFIX, *_BUILT_IN_PREFIXES, *found)))
 
 
 def hadoop_settings(settings: Mapping[str, str]) -> dict[str, str]:

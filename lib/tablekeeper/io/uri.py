@@ -13,7 +13,11 @@ Equivalence rules of ``normalize_location`` (and so of ``is_under``):
 
 - a plain absolute path and every local ``file:`` form are the same: ``/a/b``, ``file:/a/b``,
   ``file:///a/b`` and ``file://localhost/a/b``;
-- schemes are case-insensitive; ``equivalent_schemes`` folds aliases (default s3a and s3n to s3);
+- schemes are case-insensitive; ``equivalent_schemes`` folds aliases (by default s3a and s3n to
+  s3, gcs to gs, and abfss, wasb and wasbs to abfs: Hadoop's spellings of one store);
+- an Azure storage account's Blob and Data Lake endpoints serve the same files, so under the Azure
+  schemes (abfs, abfss, wasb, wasbs) ``container@acct.blob.<suffix>`` and
+  ``container@acct.dfs.<suffix>`` are one authority, whichever scheme names them;
 - authorities (host, bucket, ``container@account``) are case-insensitive and folded through
   ``authority_equivalents``; a missing authority is the empty string, so ``hdfs:///a`` and
   ``hdfs://nn/a`` differ unless the caller maps ``""`` to ``"nn"`` (only the cluster's
@@ -50,7 +54,18 @@ __all__ = [
     "strip_trailing_slash",
 ]
 
-DEFAULT_EQUIVALENT_SCHEMES: Mapping[str, str] = {"s3a": "s3", "s3n": "s3"}
+DEFAULT_EQUIVALENT_SCHEMES: Mapping[str, str] = {
+    "s3a": "s3",
+    "s3n": "s3",
+    "gcs": "gs",
+    "abfss": "abfs",
+    "wasb": "abfs",
+    "wasbs": "abfs",
+}
+# Azure's schemes: their authority is container@account-host, on the Blob or the Data Lake endpoint.
+AZURE_SCHEMES = frozenset({"abfs", "abfss", "wasb", "wasbs"})
+# acct.blob.core.windows.net and acct.dfs.core.windows.net (and a sovereign cloud's suffix).
+_AZURE_HOST = re.compile(r"^(?P<account>[^.@]+)\.(?:blob|dfs)\.(?P<suffix>.+)$")
 
 # A URI scheme per RFC 3986, at least two characters long (see the module docstring).
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]+):(.*)$", re.DOTALL)
@@ -104,14 +119,27 @@ class _Key(NamedTuple):
         return f"{self.scheme}:{body}"
 
 
+def _azure_authority(authority: str) -> str:
+    """``container@acct.blob.<suffix>`` spelled as the Data Lake endpoint, which names the same
+    blob (a Hadoop cluster writes wasbs:// paths, Iceberg abfss:// ones, for one file)."""
+    container, at, host = authority.rpartition("@")
+    match = _AZURE_HOST.match(host)
+    if not at or match is None:
+        return authority
+    return f"{container}@{match['account']}.dfs.{match['suffix']}"
+
+
 def _key(
     location: str,
     equivalent_schemes: Mapping[str, str],
     authority_equivalents: Mapping[str, str] | None,
 ) -> _Key:
     scheme, authority, path = location_to_path(location)
+    azure = scheme in AZURE_SCHEMES
     scheme = equivalent_schemes.get(scheme, scheme).lower()
     authority = authority.lower()
+    if azure:
+        authority = _azure_authority(authority)
     if authority_equivalents:
         folded = {k.lower(): v.lower() for k, v in authority_equivalents.items()}
         authority = folded.get(authority, authority)

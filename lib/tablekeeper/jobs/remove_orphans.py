@@ -339,7 +339,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--location", help="scan this directory inside the table location (default: all of it)"
     )
-    parser.add_argument("--equal-schemes", default="s3a=s3,s3n=s3", help="schemes that name one store")
+    parser.add_argument(
+        "--equal-schemes",
+        default=",".join(f"{a}={b}" for a, b in DEFAULT_EQUIVALENT_SCHEMES.items()),
+        help="schemes that name one store",
+    )
     parser.add_argument("--equal-authorities", help="authorities that name one store (a=b,c=d)")
     parser.add_argument("--prefix-mismatch", default="error", choices=["error", "ignore", "delete"])
     parser.add_argument("--force-short-retention", action="store_true", help="allow --older-than under 24h")

@@ -103,6 +103,28 @@ def test_classify_tells_referenced_orphan_and_mismatch() -> None:
     ]
 
 
+def test_classify_takes_gcs_and_azure_spellings_of_a_reference_for_the_file() -> None:
+    rules = PathRules()
+    listed = [
+        "gs://b/t/data/a.parquet",  # referenced as gcs://
+        "abfss://c@acct.dfs.core.windows.net/t/data/b.parquet",  # referenced through the Blob host
+        "abfss://c@acct.dfs.core.windows.net/t/data/c.parquet",  # referenced as abfs://
+        "abfss://c@acct.dfs.core.windows.net/t/data/d.parquet",  # another account's: a mismatch
+        "gs://b/t/data/orphan.parquet",
+    ]
+    referenced = [
+        "gcs://b/t/data/a.parquet",
+        "wasbs://c@acct.blob.core.windows.net/t/data/b.parquet",
+        "abfs://c@acct.dfs.core.windows.net/t/data/c.parquet",
+        "abfss://c@other.dfs.core.windows.net/t/data/d.parquet",
+    ]
+    out = sorted(classify(_pairs(listed, referenced, rules)))
+    assert [(kind, location) for kind, location, _, _ in out] == [
+        (MISMATCH, "abfss://c@acct.dfs.core.windows.net/t/data/d.parquet"),
+        (ORPHAN, "gs://b/t/data/orphan.parquet"),
+    ]
+
+
 def test_classify_with_a_mismatch_spelled_three_ways() -> None:
     rules = PathRules()
     listed = ["s3://mine/t/f"]

@@ -33,6 +33,12 @@ def test_local_spellings_share_one_key(spelling: str) -> None:
         ("S3://Bucket/t/f", "s3://bucket/t/f"),
         ("s3://bucket", "s3://bucket/"),
         ("hdfs://NameNode:8020/a", "hdfs://namenode:8020/a"),
+        ("gcs://bucket/t/f", "gs://bucket/t/f"),
+        ("abfs://c@acct.dfs.core.windows.net/p", "abfss://c@acct.dfs.core.windows.net/p"),
+        # An account's Blob and Data Lake endpoints serve one file, under any of Azure's schemes.
+        ("wasbs://c@acct.blob.core.windows.net/p", "abfss://c@acct.dfs.core.windows.net/p"),
+        ("wasb://c@Acct.Blob.Core.Windows.Net/p", "abfss://c@acct.dfs.core.windows.net/p"),
+        ("abfss://c@acct.blob.core.chinacloudapi.cn/p", "wasbs://c@acct.dfs.core.chinacloudapi.cn/p"),
     ],
 )
 def test_equivalent_locations(left: str, right: str) -> None:
@@ -52,6 +58,11 @@ def test_equivalent_locations(left: str, right: str) -> None:
         ("hdfs:///a/b", "hdfs://nn/a/b"),  # which name node "no authority" means is unknown here
         ("hdfs://nn:8020/a", "hdfs://nn/a"),  # default ports are not assumed
         ("abfss://c1@acct.dfs.core.windows.net/p", "abfss://c2@acct.dfs.core.windows.net/p"),
+        ("abfss://c@acct.dfs.core.windows.net/p", "abfss://c@other.dfs.core.windows.net/p"),
+        # Another cloud's suffix is another account; a Blob host outside Azure's schemes stays itself.
+        ("abfss://c@acct.dfs.core.windows.net/p", "abfss://c@acct.dfs.core.chinacloudapi.cn/p"),
+        ("s3://c@acct.blob.core.windows.net/p", "s3://c@acct.dfs.core.windows.net/p"),
+        ("gs://bucket/p", "abfs://bucket/p"),
     ],
 )
 def test_non_equivalent_locations(left: str, right: str) -> None:
@@ -61,9 +72,16 @@ def test_non_equivalent_locations(left: str, right: str) -> None:
 def test_scheme_equivalences_are_configurable() -> None:
     # Without the default folding, s3a is its own scheme.
     assert normalize_location("s3a://b/k", equivalent_schemes={}) != normalize_location("s3://b/k")
-    assert normalize_location("wasbs://c/k", equivalent_schemes={"wasbs": "abfss"}) == normalize_location(
-        "abfss://c/k"
-    )
+    azure = {"wasbs": "abfss"}
+    assert normalize_location("wasbs://c/k", azure) == normalize_location("abfss://c/k", azure)
+    assert normalize_location("gcs://b/k", equivalent_schemes={}) != normalize_location("gs://b/k")
+
+
+def test_azure_endpoints_fold_even_with_the_scheme_folding_turned_off() -> None:
+    # The host rule is Azure's, not a scheme alias: wasbs stays wasbs, its Blob host becomes dfs.
+    key = normalize_location("wasbs://c@acct.blob.core.windows.net/p", equivalent_schemes={})
+    assert key == "wasbs://c@acct.dfs.core.windows.net/p"
+    assert is_under("wasbs://c@acct.blob.core.windows.net/t/data/f", "abfss://c@acct.dfs.core.windows.net/t")
 
 
 def test_authority_equivalents_fold_hosts_including_a_missing_one() -> None:

@@ -1,0 +1,138 @@
+"""Jobs on tables in Google Cloud Storage and Azure, through the catalogs files their reference
+pages show (run as written): expire-snapshots deletes what it expires from the store, and
+remove-orphans finds an orphan listed under one spelling of the store while the metadata uses
+another."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tablekeeper.catalog import catalog_for
+from tablekeeper.catalog.base import LoadedTable
+from tablekeeper.catalog.config import parse_catalogs
+from tablekeeper.cli import main
+from tablekeeper.commit import Committer, SnapshotChange
+from tablekeeper.iceberg.content import ManifestEntry
+from tablekeeper.iceberg.updates import new_table_metadata
+from tablekeeper.io import FileIO
+from tablekeeper.io.storage import configure_storage
+from tablekeeper.tables.iceberg import live_files
+from tests.support.cloud_stores import AzureEndpoint, GcsEndpoint
+from tests.support.iceberg_writer import write_rows
+from tests.unit.files.test_journal import SCHEMA
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MARKER = "<!-- run as written by tests/interop/test_cloud_catalogs.py -->"
+
+
+def docs_block(page: str) -> str:
+    text = (REPO_ROOT / "docs" / "reference" / page).read_text(encoding="utf-8")
+    assert MARKER in text, f"docs/reference/{page} lost its tested catalogs file"
+    match = re.search(r"```yaml\n(.*?)\n```", text.split(MARKER, 1)[1], re.S)
+    assert match is not None
+    return match.group(1) + "\n"
+
+
+def _run(argv: list[str], conf: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+    code = main([*argv, "--engine", "driver", "--conf-file", str(conf)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    assert result["status"] == "ok", result
+    return result
+
+
+def _jobs_on_the_store(
+    conf: Path,
+    tmp_path: Path,
+    respell: Callable[[str], str],
+    capsys: pytest.CaptureFixture[str],
+    secret: str | None,
+) -> None:
+    """Three appends, expire two snapshots, then remove one orphan. The last append's data files
+    are referenced under the store's other spelling (``respell``), as another engine may write
+    them: remove-orphans lists them in the table location's spelling and must take both for one
+    file, neither an orphan nor a prefix mismatch."""
+    config = parse_catalogs(conf.read_text(), tmp_path).get("lake")
+    configure_storage(config.storage)  # as a job does with its catalog's
+    try:
+        catalog = catalog_for(config)
+        meta = new_table_metadata(
+            schema=SCHEMA, location=catalog.default_table_location("db.t"), timestamp_ms=1, format_version=2
+        )
+        catalog.create_table("db.t", meta)
+        for i in range(3):
+            current = catalog.require("db.t").metadata
+            if i == 2:
+                current = dataclasses.replace(current, location=respell(current.location))
+            files = write_rows(current, [{"id": i, "s": f"r{i}"}])
+            Committer(catalog, "db.t").commit_snapshot(SnapshotChange("append", added_files=tuple(files)))
+        before = catalog.require("db.t")
+        io = FileIO.for_location(before.metadata_location)
+        lists = [s.manifest_list for s in before.metadata.snapshots]
+        assert all(io.exists(m) for m in lists)
+
+        argv = ["expire-snapshots", "--table", "db.t", "--retain-last", "1", "--older-than", "0s"]
+        result = _run(argv, conf, capsys)
+        metrics = result["metrics"]
+        assert isinstance(metrics, dict) and metrics["expired_snapshots_count"] == 2
+        after = catalog.require("db.t")
+        kept = after.metadata.snapshots[0].manifest_list
+        assert [io.exists(m) for m in lists] == [m == kept for m in lists]
+
+        location = after.metadata.location
+        respelled = [f.data_file.file_path for f in _entries(after)]
+        assert sum(p.startswith(respell(location)) for p in respelled) == 1
+        orphan = f"{location}/data/orphan.parquet"
+        io.write(orphan, b"not referenced")
+        argv = ["remove-orphans", "--table", "db.t", "--older-than", "0s", "--force-short-retention"]
+        result = _run(argv, conf, capsys)
+        metrics = result["metrics"]
+        assert isinstance(metrics, dict), result
+        assert (metrics["orphan_file_count"], metrics["prefix_mismatch_count"]) == (1, 0), result
+        assert not io.exists(orphan)
+        live = [f.location for f in io.list(location) if "/data/" in f.location]
+        assert len(live) == 3  # every data file is still referenced (the snapshots only expired)
+        assert secret is None or secret not in json.dumps(result)
+    finally:
+        configure_storage({})
+
+
+def _entries(table: LoadedTable) -> list[ManifestEntry]:
+    snapshot = table.metadata.current_snapshot()
+    return list(live_files(table.io, table.metadata, snapshot).data)
+
+
+def test_jobs_on_a_gcs_table_through_the_documented_catalog(
+    gcs_server: GcsEndpoint,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("GCS_ENDPOINT", gcs_server.url)
+    conf = tmp_path / "catalogs.yaml"
+    conf.write_text(docs_block("gcs.md"))
+    _jobs_on_the_store(conf, tmp_path, lambda loc: "gcs://" + loc.removeprefix("gs://"), capsys, None)
+
+
+def test_jobs_on_an_azure_table_through_the_documented_catalog(
+    azure_server: AzureEndpoint,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert azure_server.account == "analytics"  # the page's account
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azure_server.connection_string())
+    conf = tmp_path / "catalogs.yaml"
+    conf.write_text(docs_block("azure.md"))
+
+    def blob(location: str) -> str:  # abfss://c@acct.dfs.<suffix>/p -> wasbs://c@acct.blob.<suffix>/p
+        return "wasbs://" + location.removeprefix("abfss://").replace(".dfs.", ".blob.", 1)
+
+    _jobs_on_the_store(conf, tmp_path, blob, capsys, azure_server.key)

@@ -1,0 +1,163 @@
+"""FileIO on Google Cloud Storage and Azure Blob emulators: every spelling of a location reaches
+the same object, deletes report what they did, secrets stay out of errors, and a store answering
+503 to one request in ten slows the work down without losing any of it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tablekeeper.errors import AlreadyExists, FileNotFound, StorageError, TablekeeperError
+from tablekeeper.io import FileIO
+from tests.support.cloud_stores import (
+    AZURE_CONTAINER,
+    GCS_BUCKET,
+    AzureEndpoint,
+    GcsEndpoint,
+    throttling_proxy,
+)
+
+MANY = 1_100  # more than one listing page of either service (1,000 names a page by default)
+
+
+def _round_trip(io: FileIO, base: str, other_spellings: tuple[str, ...], many: int = MANY) -> None:
+    io.write(f"{base}/rt/a.txt", b"hello")
+    for other in other_spellings:
+        assert io.read(f"{other}/rt/a.txt") == b"hello"
+    assert io.size(f"{base}/rt/a.txt") == 5 and io.exists(f"{base}/rt/a.txt")
+    with pytest.raises(AlreadyExists):
+        io.create_if_absent(f"{other_spellings[0]}/rt/a.txt", b"other")
+    io.create_if_absent(f"{base}/rt/b.txt", b"bee")
+    with io.open_input(f"{base}/rt/b.txt") as stream:
+        assert stream.read_at(2, 1) == b"ee"
+    with pytest.raises(FileNotFound):
+        io.read(f"{base}/rt/missing.txt")
+
+    def put(i: int) -> None:
+        io.write(f"{base}/rt/many/{i:05d}.bin", b"x")
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(put, range(many)))
+    listed = list(io.list(f"{other_spellings[0]}/rt/many"))
+    assert len(listed) == many
+    assert all(f.location.startswith(f"{other_spellings[0]}/rt/many/") for f in listed)
+    assert all(f.size == 1 and f.mtime_ms > 0 for f in listed)
+    files, dirs = io.list_dir(f"{base}/rt")
+    assert sorted(f.location for f in files) == [f"{base}/rt/a.txt", f"{base}/rt/b.txt"]
+    assert dirs == (f"{base}/rt/many",)
+
+    # Deletes carry on past what is already gone; every file listed goes.
+    report = io.delete_many([f.location for f in listed] + [f"{base}/rt/never-there.bin"], max_workers=16)
+    assert (report.deleted, report.missing, report.failures) == (many, 1, ())
+    assert list(io.list(f"{base}/rt/many")) == []
+    assert io.delete(f"{base}/rt/a.txt") and not io.delete(f"{base}/rt/a.txt", missing_ok=True)
+
+
+def test_gcs_fileio_round_trip_under_gs_and_gcs(gcs_server: GcsEndpoint) -> None:
+    io = FileIO.for_location(f"gs://{GCS_BUCKET}/", gcs_server.properties())
+    assert repr(io) == "FileIO(gcs)" and not io.atomic_create
+    _round_trip(io, f"gs://{GCS_BUCKET}/fileio", (f"gcs://{GCS_BUCKET}/fileio",))
+    io.mkdirs(f"gs://{GCS_BUCKET}/fileio/empty")  # object stores: no marker object is made
+    assert not io.exists(f"gs://{GCS_BUCKET}/fileio/empty")
+
+
+def test_azure_fileio_round_trip_under_every_scheme_and_endpoint(azure_server: AzureEndpoint) -> None:
+    account = azure_server.account
+    dfs = f"abfss://{AZURE_CONTAINER}@{account}.dfs.core.windows.net/fileio"
+    io = FileIO.for_location(dfs, azure_server.properties())
+    assert repr(io) == "FileIO(abfs)" and not io.atomic_create
+    others = (
+        f"wasbs://{AZURE_CONTAINER}@{account}.blob.core.windows.net/fileio",
+        f"abfs://{AZURE_CONTAINER}@{account}.dfs.core.windows.net/fileio",
+        f"wasb://{AZURE_CONTAINER}@{account}.blob.core.windows.net/fileio",
+    )
+    _round_trip(io, dfs, others)
+    # One filesystem is bound to its account: another account's location is refused by name.
+    with pytest.raises(StorageError, match="not on"):
+        io.read(f"abfss://{AZURE_CONTAINER}@someoneelse.dfs.core.windows.net/x")
+
+
+def _no_secret(err: BaseException, secrets: tuple[str, ...]) -> str:
+    text = f"{err} {err!r} {getattr(err, 'message', '')}"
+    for secret in secrets:
+        assert secret not in text
+    return text
+
+
+def test_azure_keys_and_sas_tokens_stay_out_of_errors_and_logs(
+    azure_server: AzureEndpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    account = azure_server.account
+    location = f"abfss://{AZURE_CONTAINER}@{account}.dfs.core.windows.net/secrets/a.txt"
+    wrong_key = azure_server.key[:-8] + "AAAAAAA="
+    sig = "c2lnbmF0dXJlLW5vdC12YWxpZA%3D%3D"
+    sas = f"sv=2023-11-03&ss=b&srt=sco&sp=rwdl&se=2099-01-01T00:00:00Z&sig={sig}"
+    with caplog.at_level(logging.DEBUG):
+        wrong: Mapping[str, str] = {
+            f"adls.connection-string.{account}": azure_server.connection_string().replace(
+                azure_server.key, wrong_key
+            )
+        }
+        with pytest.raises(TablekeeperError) as refused:
+            FileIO.for_location(location, wrong).write(location, b"x")
+        said = _no_secret(refused.value, (wrong_key, azure_server.key))
+        assert "403" in said or "authenticat" in said.lower() or "signature" in said.lower()
+        url = azure_server.url
+        with_sas = {
+            f"adls.sas-token.{account}": sas,
+            "adls.blob-storage-authority": url.partition("://")[2],
+            "adls.blob-storage-scheme": "http",
+            "adls.dfs-storage-authority": url.partition("://")[2],
+            "adls.dfs-storage-scheme": "http",
+        }
+        with pytest.raises(TablekeeperError) as refused:
+            FileIO.for_location(location, with_sas).read(location)
+        _no_secret(refused.value, (sas, sig))
+    assert wrong_key not in caplog.text and sig not in caplog.text and sas not in caplog.text
+
+
+def test_a_gcs_token_stays_out_of_errors(gcs_server: GcsEndpoint) -> None:
+    token = "ya29.test-token-" + "s3cr3t" * 4
+    props = {"gcs.service.host": gcs_server.url, "gcs.oauth2.token": token, "gcs.user-project": "p"}
+    with pytest.raises(TablekeeperError, match=r"unsupported GCS properties gcs\.user-project") as refused:
+        FileIO.for_location(f"gs://{GCS_BUCKET}/x", props)
+    _no_secret(refused.value, (token,))
+    del props["gcs.user-project"]
+    io = FileIO.for_location(f"gs://{GCS_BUCKET}/x", props)  # the emulator takes any token
+    with pytest.raises(FileNotFound) as missing:
+        io.read(f"gs://{GCS_BUCKET}/secrets/none")
+    _no_secret(missing.value, (token,))
+
+
+def _survives_throttling(io: FileIO, base: str, counter: list[int]) -> None:
+    count = 60
+
+    def put(i: int) -> None:
+        io.write(f"{base}/throttled/{i:03d}.bin", str(i).encode())
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(put, range(count)))
+    listed = sorted(f.location for f in io.list(f"{base}/throttled"))
+    assert listed == [f"{base}/throttled/{i:03d}.bin" for i in range(count)]
+    assert [io.read(loc) for loc in listed] == [str(i).encode() for i in range(count)]
+    report = io.delete_many(listed, max_workers=8)
+    assert (report.deleted + report.missing, report.failures) == (count, ())
+    assert list(io.list(f"{base}/throttled")) == []
+    assert counter[1] >= count // 10  # the store really refused some: the clients retried them
+
+
+def test_gcs_answering_503_to_one_request_in_ten_loses_nothing(gcs_server: GcsEndpoint) -> None:
+    with throttling_proxy(gcs_server.url) as (url, counter):
+        props = {**gcs_server.properties(), "gcs.service.host": url}
+        io = FileIO.for_location(f"gs://{GCS_BUCKET}/", props)
+        _survives_throttling(io, f"gs://{GCS_BUCKET}/slow", counter)
+
+
+def test_azure_answering_503_to_one_request_in_ten_loses_nothing(azure_server: AzureEndpoint) -> None:
+    with throttling_proxy(azure_server.url) as (url, counter):
+        base = f"abfss://{AZURE_CONTAINER}@{azure_server.host}/slow"
+        io = FileIO.for_location(base, azure_server.properties(url))
+        _survives_throttling(io, base, counter)

@@ -1,0 +1,66 @@
+"""Google Cloud Storage settings: Iceberg's property names, what each sets, Hadoop's twin."""
+
+from __future__ import annotations
+
+import pyarrow.fs as pafs
+import pytest
+
+from tablekeeper.errors import ConfigError
+from tablekeeper.io import FileIO
+from tablekeeper.io.gcs import GcsSettings, gcs_filesystem
+from tablekeeper.io.storage import storage_subset
+from tablekeeper.io.stores import hadoop_settings
+from tablekeeper.redact import redact
+
+
+def test_iceberg_property_names_set_the_emulator_endpoint_project_and_anonymity() -> None:
+    settings = GcsSettings.from_properties(
+        {"gcs.service.host": "http://127.0.0.1:4443", "gcs.project-id": "p1", "gcs.no-auth": "TRUE"}
+    )
+    assert settings == GcsSettings(project_id="p1", scheme="http", endpoint="127.0.0.1:4443", anonymous=True)
+    assert GcsSettings.from_properties({"gcs.service.host": "storage.example.com"}).service_url == (
+        "https://storage.example.com"
+    )
+    assert isinstance(gcs_filesystem(settings), pafs.GcsFileSystem)
+
+
+@pytest.mark.parametrize(
+    ("properties", "said"),
+    [
+        ({"gcs.user-project": "p"}, "unsupported GCS properties gcs.user-project"),
+        ({"gcs.credentials-json": "{}"}, "GOOGLE_APPLICATION_CREDENTIALS"),
+        ({"gcs.no-auth": "yes"}, "must be true or false"),
+        ({"gcs.service.host": "ftp://h"}, "use http://host:port"),
+        ({"gcs.service.host": "http://h/storage/v1"}, "use http://host:port"),
+        ({"gcs.oauth2.token-expires-at": "soon"}, "epoch milliseconds"),
+        ({"gcs.no-auth": "true", "gcs.oauth2.token": "tok-en"}, "set one"),
+    ],
+)
+def test_settings_that_would_be_ignored_or_misread_are_refused(properties: dict[str, str], said: str) -> None:
+    with pytest.raises(ConfigError, match=said):
+        GcsSettings.from_properties(properties)
+
+
+def test_a_token_is_kept_out_of_repr_and_masked_once_seen() -> None:
+    token = "ya29.unit-" + "t0k3n" * 5
+    settings = GcsSettings.from_properties({"gcs.oauth2.token": token, "gcs.oauth2.token-expires-at": "1"})
+    assert token not in repr(settings) and settings.token_expires_ms == 1
+    assert redact(f"GET /b?access_token={token} failed") == "GET /b?access_token=*** failed"
+    assert redact(f"bearer {token}") == "bearer ***"
+
+
+def test_gs_and_gcs_are_served_by_the_built_in_store_and_its_settings_travel() -> None:
+    props = {"gcs.service.host": "http://127.0.0.1:9", "gcs.no-auth": "true", "gcs.project-id": "p"}
+    io = FileIO.for_location("gcs://bucket/t", props)
+    assert repr(io) == "FileIO(gcs)" and not io.atomic_create and not io.batches_deletes
+    assert io.fs_path("gs://bucket/t/f") == io.fs_path("gcs://bucket/t/f") == "bucket/t/f"
+    with pytest.raises(ConfigError, match="names no bucket"):
+        io.fs_path("gs:///t/f")
+    assert storage_subset({**props, "uri": "thrift://h:9083"}) == props
+    assert hadoop_settings(props) == {
+        "fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
+        "fs.AbstractFileSystem.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS",
+        "fs.gs.project.id": "p",
+        "fs.gs.storage.root.url": "http://127.0.0.1:9/",
+        "fs.gs.auth.type": "UNAUTHENTICATED",
+    }
