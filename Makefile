@@ -47,14 +47,14 @@ PYTEST_ARGS ?=
 
 TIERS := corpus interop kill airflow cluster
 
-.PHONY: help setup setup-compat jars servers package test test-compat test-unit $(addprefix test-,$(TIERS)) lint docs format demo bench bench-scale soak clean
+.PHONY: help setup setup-compat jars servers tools package test test-compat test-unit $(addprefix test-,$(TIERS)) lint docs format demo bench bench-scale soak clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@printf '  make %-10s %s\n' "test-TIER" "one tier of the suite, TIER one of: $(TIERS) (tests/tiers.py)"
 
 # Airflow (the DAG tier) runs on the default line only.
-setup: $(VENV)/.installed $(if $(filter $(DEFAULT_SPARK),$(SPARK)),$(AIRFLOW_VENV)/.installed) jars servers ## create .venv and .airflow-venv with the pinned deps, fetch the jars, install the database servers (idempotent); SPARK=3.5 or 4.0: that line's .lines/<line>/venv and jars
+setup: $(VENV)/.installed $(if $(filter $(DEFAULT_SPARK),$(SPARK)),$(AIRFLOW_VENV)/.installed) jars servers tools ## create .venv and .airflow-venv with the pinned deps, fetch the jars, install the database servers (idempotent); SPARK=3.5 or 4.0: that line's .lines/<line>/venv and jars
 
 # The database servers the sql catalog's tests start on loopback (Debian's packages; the tests run
 # them from throwaway data directories, never as a system service). Checked on every run, so a
@@ -64,6 +64,26 @@ servers:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v mariadb-install-db >/dev/null; then \
 	  command -v apt-get >/dev/null || { echo "install PostgreSQL's and MariaDB's servers (Debian: postgresql, mariadb-server)" >&2; exit 2; }; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql mariadb-server >/dev/null; \
+	fi
+
+# The GCS and Azure emulators the storage tests start on loopback (pins: conf/tools.txt), into
+# .tools/: fake-gcs-server built from the Go module proxy, Azurite from npm. Checked on every run
+# (a version stamp per tool), so a fresh machine or a new pin gets them.
+TOOLS := .tools
+FAKE_GCS_VERSION := $(shell awk '$$1 == "fake-gcs-server" {print $$2}' conf/tools.txt)
+AZURITE_VERSION := $(shell awk '$$1 == "azurite" {print $$2}' conf/tools.txt)
+tools:
+	@if [ "$$(cat $(TOOLS)/bin/.fake-gcs-server.version 2>/dev/null)" != "$(FAKE_GCS_VERSION)" ]; then \
+	  command -v go >/dev/null || { echo "go not found: install Go (apt-get install golang)" >&2; exit 2; }; \
+	  echo "building fake-gcs-server $(FAKE_GCS_VERSION)"; \
+	  GOBIN="$$(pwd)/$(TOOLS)/bin" go install github.com/fsouza/fake-gcs-server@$(FAKE_GCS_VERSION) \
+	    && echo "$(FAKE_GCS_VERSION)" > $(TOOLS)/bin/.fake-gcs-server.version; \
+	fi
+	@if [ "$$(cat $(TOOLS)/azurite/.version 2>/dev/null)" != "$(AZURITE_VERSION)" ]; then \
+	  command -v npm >/dev/null || { echo "npm not found: install Node.js 20+ (apt-get install nodejs npm)" >&2; exit 2; }; \
+	  echo "installing Azurite $(AZURITE_VERSION)"; \
+	  mkdir -p $(TOOLS)/azurite && npm install --prefix $(TOOLS)/azurite --no-audit --no-fund --silent \
+	    azurite@$(AZURITE_VERSION) && echo "$(AZURITE_VERSION)" > $(TOOLS)/azurite/.version; \
 	fi
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
@@ -195,4 +215,4 @@ soak: setup ## kill destructive jobs 200 times at random phases while Iceberg Sp
 	$(PY) -m bench.soak $(SOAK_ARGS)
 
 clean: ## remove the venvs, the jars, local warehouses and dist/
-	rm -rf $(VENV) $(AIRFLOW_VENV) $(DOCS_VENV) $(JARS) .lines warehouse dist build site
+	rm -rf $(VENV) $(AIRFLOW_VENV) $(DOCS_VENV) $(JARS) $(TOOLS) .lines warehouse dist build site

@@ -4,7 +4,9 @@ the same object, deletes report what they did, secrets stay out of errors, and a
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,6 +19,7 @@ from tests.support.cloud_stores import (
     GCS_BUCKET,
     AzureEndpoint,
     GcsEndpoint,
+    service_account,
     throttling_proxy,
 )
 
@@ -161,3 +164,30 @@ def test_azure_answering_503_to_one_request_in_ten_loses_nothing(azure_server: A
         base = f"abfss://{AZURE_CONTAINER}@{azure_server.host}/slow"
         io = FileIO.for_location(base, azure_server.properties(url))
         _survives_throttling(io, base, counter)
+
+
+def test_a_gcs_service_account_key_mints_tokens_and_renews_them_before_they_expire(
+    gcs_server: GcsEndpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Tokens good for 301 s are renewed 300 s before they expire: each use a second apart renews.
+    with service_account(lifetime_s=301) as (key, minted):
+        seen: list[str] = []
+        with throttling_proxy(gcs_server.url, every=0, authorizations=seen) as (url, _):
+            props = {"gcs.service.host": url, "gcs.credentials-json": key}
+            io = FileIO.for_location(f"gs://{GCS_BUCKET}/sa", props)
+            io.write(f"gs://{GCS_BUCKET}/sa/a.txt", b"signed")
+            assert minted == ["minted-1"] and set(seen) == {"Bearer minted-1"}
+            time.sleep(1.1)
+            assert io.read(f"gs://{GCS_BUCKET}/sa/a.txt") == b"signed"  # the same FileIO, a new token
+            assert minted == ["minted-1", "minted-2"] and seen[-1] == "Bearer minted-2"
+            assert io.delete(f"gs://{GCS_BUCKET}/sa/a.txt")
+        private_key = json.loads(key)["private_key"]
+        # Another account's key is refused by the endpoint: the error names the account, not the key.
+        other = json.loads(key) | {"client_email": "x@test.iam.gserviceaccount.com"}
+        forged = other | {"private_key": private_key.replace(private_key[100:140], private_key[140:180])}
+        with caplog.at_level(logging.DEBUG), pytest.raises(TablekeeperError) as refused:
+            bad = {"gcs.service.host": gcs_server.url, "gcs.credentials-json": json.dumps(forged)}
+            FileIO.for_location(f"gs://{GCS_BUCKET}/sa", bad).read(f"gs://{GCS_BUCKET}/sa/a.txt")
+        said = _no_secret(refused.value, (private_key[40:120], forged["private_key"][40:120], "minted-"))
+        assert "x@test.iam.gserviceaccount.com" in said or "private_key" in said
+        assert private_key[40:120] not in caplog.text

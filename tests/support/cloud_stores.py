@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import http.client
 import http.server
+import json
 import os
 import secrets
 import subprocess
@@ -22,7 +23,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
+from urllib.parse import parse_qsl
 
 import pyarrow.fs as pafs
 
@@ -208,8 +210,9 @@ class _Throttler(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     upstream = ""
-    every = 10
+    every = 10  # 0: never refuse (a recording proxy)
     counter: ClassVar[list[int]] = [0, 0]  # requests seen, requests refused
+    authorizations: ClassVar[list[str]] = []  # each request's Authorization header
     lock: ClassVar[threading.Lock] = threading.Lock()
 
     def _body(self) -> bytes:
@@ -228,7 +231,8 @@ class _Throttler(http.server.BaseHTTPRequestHandler):
         body = self._body()
         with self.lock:
             self.counter[0] += 1
-            refuse = self.counter[0] % self.every == 0
+            self.authorizations.append(self.headers.get("Authorization", ""))
+            refuse = self.every > 0 and self.counter[0] % self.every == 0
             if refuse:
                 self.counter[1] += 1
         if refuse:
@@ -267,15 +271,98 @@ class _Throttler(http.server.BaseHTTPRequestHandler):
 
 
 @contextmanager
-def throttling_proxy(upstream: str, every: int = 10) -> Iterator[tuple[str, list[int]]]:
-    """(the proxy's url, [requests seen, requests refused with 503])."""
+def throttling_proxy(
+    upstream: str, every: int = 10, authorizations: list[str] | None = None
+) -> Iterator[tuple[str, list[int]]]:
+    """(the proxy's url, [requests seen, requests refused with 503]); ``authorizations`` collects
+    the Authorization header of every request."""
     counter = [0, 0]
-    handler = type("Handler", (_Throttler,), {"upstream": upstream, "every": every, "counter": counter})
+    fields = {
+        "upstream": upstream,
+        "every": every,
+        "counter": counter,
+        "authorizations": authorizations or [],
+    }
+    handler = type("Handler", (_Throttler,), fields)
     server = http.server.ThreadingHTTPServer((LOOPBACK, 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield f"http://{LOOPBACK}:{server.server_address[1]}", counter
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _TokenEndpoint(http.server.BaseHTTPRequestHandler):
+    """Google's OAuth2 token endpoint for one service account: a JWT-bearer grant whose assertion
+    that account's key signed (checked with its public key) gets ``minted-<n>``, good for
+    ``lifetime_s``; anything else gets 400, as Google answers a bad signature."""
+
+    public_key: Any = None
+    audience = ""
+    lifetime_s = 3600
+    minted: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        form = dict(parse_qsl(self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()))
+        status, answer = 400, {"error": "invalid_grant", "error_description": "Invalid JWT Signature."}
+        head, _, signature = form.get("assertion", "").rpartition(".")
+        try:
+            pad = "=" * (-len(signature) % 4)
+            self.public_key.verify(
+                base64.urlsafe_b64decode(signature + pad), head.encode(), padding.PKCS1v15(), hashes.SHA256()
+            )
+            claims_part = head.partition(".")[2]
+            claims = json.loads(base64.urlsafe_b64decode(claims_part + "=" * (-len(claims_part) % 4)))
+            if claims["aud"] == self.audience and "devstorage" in claims["scope"]:
+                self.minted.append(f"minted-{len(self.minted) + 1}")
+                status, answer = 200, {"access_token": self.minted[-1], "expires_in": self.lifetime_s}
+        except (InvalidSignature, ValueError, KeyError):
+            pass
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def service_account(lifetime_s: int = 3600) -> Iterator[tuple[str, list[str]]]:
+    """(a service-account key's JSON, whose token_uri is a loopback token endpoint for it; the
+    tokens that endpoint minted so far)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    minted: list[str] = []
+    fields = {"public_key": key.public_key(), "lifetime_s": lifetime_s, "minted": minted}
+    handler = type("Handler", (_TokenEndpoint,), fields)
+    server = http.server.ThreadingHTTPServer((LOOPBACK, 0), handler)
+    handler.audience = f"http://{LOOPBACK}:{server.server_address[1]}/token"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    info = {
+        "type": "service_account",
+        "project_id": "test",
+        "private_key_id": secrets.token_hex(20),
+        "private_key": pem,
+        "client_email": "tablekeeper@test.iam.gserviceaccount.com",
+        "token_uri": handler.audience,
+    }
+    try:
+        yield json.dumps(info), minted
     finally:
         server.shutdown()
         server.server_close()

@@ -6,6 +6,12 @@ Java's GCSFileIO and PyIceberg alike. With no credentials configured, pyarrow's 
 Google's default chain (``GOOGLE_APPLICATION_CREDENTIALS`` naming a service-account JSON file, the
 gcloud user's, then the metadata server).
 
+A service-account key given inline (``gcs.credentials-json``) is turned into access tokens here:
+pyarrow takes a key only as a file named by an environment variable, which is one per process and
+read lazily, so two catalogs with two keys could not coexist. A token is minted (the OAuth2
+JWT-bearer grant, RFC 7523, signed with the key) on first use and again before it expires, and the
+filesystem under a FileIO is swapped for one with the new token, so a job outlives its tokens.
+
 Reads, writes, paged listing and deletes go through pyarrow's GCS filesystem (google-cloud-cpp),
 which retries 408, 429 and 5xx answers with exponential backoff on its own. Deletes are one request
 per object, sent concurrently by ``FileIO.delete_many``: GCS has no multi-object delete, only the
@@ -14,17 +20,28 @@ generic JSON batch endpoint, which pyarrow does not speak and the emulators impl
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import functools
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
-from tablekeeper.errors import ConfigError
+from tablekeeper.errors import ConfigError, StorageError
 from tablekeeper.io.stores import Store, register_store
-from tablekeeper.redact import register_secret
+from tablekeeper.redact import redact, register_secret
+
+log = logging.getLogger(__name__)
 
 PREFIX = "gcs."
 # Iceberg FileIO property -> what it sets. Anything else under gcs. is refused: ignoring, say, an
@@ -35,9 +52,14 @@ SUPPORTED_PROPERTIES: tuple[str, ...] = (
     "gcs.oauth2.token",
     "gcs.oauth2.token-expires-at",
     "gcs.no-auth",
+    "gcs.credentials-json",
 )
 # A token given without its expiry is taken as good for this long (Google's tokens last an hour).
 _TOKEN_LIFETIME = dt.timedelta(hours=1)
+# What a minted token may do: read, write and delete objects (the scope of Iceberg's GCSFileIO).
+SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
+_REFRESH_MARGIN_S = 300.0  # a token is renewed this long before it expires
+_MINT_ATTEMPTS = 5
 
 
 def _flag(key: str, value: str) -> bool:
@@ -57,6 +79,7 @@ class GcsSettings:
     token: str | None = field(default=None, repr=False)
     token_expires_ms: int | None = None
     anonymous: bool = False
+    credentials_json: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str], source: str = "storage") -> GcsSettings:
@@ -65,14 +88,19 @@ class GcsSettings:
         if unknown:
             raise ConfigError(
                 f"unsupported GCS properties {', '.join(unknown)} in {source}: "
-                f"supported are {', '.join(SUPPORTED_PROPERTIES)} (a service-account JSON key: "
-                "point GOOGLE_APPLICATION_CREDENTIALS at its file)"
+                f"supported are {', '.join(SUPPORTED_PROPERTIES)}"
             )
         token = given.get("gcs.oauth2.token") or None
         register_secret(token)
+        key = given.get("gcs.credentials-json") or None
+        if key is not None:
+            _service_account(key, source)  # refused now, with the setting named, if malformed
         anonymous = _flag("gcs.no-auth", given["gcs.no-auth"]) if "gcs.no-auth" in given else False
-        if anonymous and token:
-            raise ConfigError(f"{source} sets both gcs.no-auth and gcs.oauth2.token: set one")
+        if sum((anonymous, token is not None, key is not None)) > 1:
+            raise ConfigError(
+                f"{source} sets more than one of gcs.no-auth, gcs.oauth2.token and "
+                "gcs.credentials-json: set one"
+            )
         expires: int | None = None
         if "gcs.oauth2.token-expires-at" in given:
             try:
@@ -97,6 +125,7 @@ class GcsSettings:
             token=token,
             token_expires_ms=expires,
             anonymous=anonymous,
+            credentials_json=key,
         )
 
     @property
@@ -123,10 +152,179 @@ def gcs_filesystem(settings: GcsSettings) -> pafs.GcsFileSystem:
     )
 
 
+def _service_account(text: str, source: str) -> dict[str, Any]:
+    """The parsed key, its secrets learnt first; refused unless it is a service account's."""
+    register_secret(text)
+    try:
+        info = json.loads(text)
+    except ValueError:
+        raise ConfigError(
+            f"gcs.credentials-json in {source} is not JSON: paste the key file's text"
+        ) from None
+    if not isinstance(info, dict):
+        raise ConfigError(f"gcs.credentials-json in {source} is not a JSON object")
+    register_secret(str(info.get("private_key") or ""))
+    register_secret(str(info.get("private_key_id") or ""))
+    missing = [k for k in ("client_email", "private_key") if not info.get(k)]
+    if info.get("type") != "service_account" or missing:
+        raise ConfigError(
+            f"gcs.credentials-json in {source} is not a service-account key "
+            f"(type {info.get('type')!r}{', missing ' + ', '.join(missing) if missing else ''})"
+        )
+    return info
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def signed_assertion(info: Mapping[str, Any], now: float) -> str:
+    """The JWT a service account presents for a token: RS256-signed with its private key."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+    token_uri = str(info.get("token_uri") or "https://oauth2.googleapis.com/token")
+    header = {"alg": "RS256", "typ": "JWT", "kid": str(info.get("private_key_id") or "")}
+    claims = {
+        "iss": info["client_email"],
+        "scope": SCOPE,
+        "aud": token_uri,
+        "iat": int(now),
+        "exp": int(now) + 3600,
+    }
+    signing_input = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
+    try:
+        key = serialization.load_pem_private_key(str(info["private_key"]).encode(), password=None)
+    except (ValueError, TypeError):
+        raise ConfigError("gcs.credentials-json: its private_key is not a PEM RSA key") from None
+    if not isinstance(key, rsa.RSAPrivateKey):
+        raise ConfigError("gcs.credentials-json: its private_key is not an RSA key")
+    signature = key.sign(signing_input.encode("ascii"), padding.PKCS1v15(), hashes.SHA256())
+    return f"{signing_input}.{_b64(signature)}"
+
+
+def mint_token(info: Mapping[str, Any]) -> tuple[str, float]:
+    """(access token, expiry as epoch seconds) from the key's token endpoint, retrying throttling
+    and 5xx answers with backoff."""
+    token_uri = str(info.get("token_uri") or "https://oauth2.googleapis.com/token")
+    reason = ""
+    for attempt in range(_MINT_ATTEMPTS):
+        now = time.time()
+        body = urllib.parse.urlencode(
+            {
+                "grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+                "assertion": signed_assertion(info, now),
+            }
+        ).encode()
+        request = urllib.request.Request(
+            token_uri, data=body, headers={"Content-Type": "application/x-www-form-urlencoded"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                answer = json.loads(reply.read())
+            token = str(answer["access_token"])
+            register_secret(token)
+            return token, now + float(answer.get("expires_in", 3600))
+        except urllib.error.HTTPError as err:
+            reason = f"HTTP {err.code}: {err.read()[:200].decode('utf-8', 'replace')}"
+            if err.code != 429 and err.code < 500:
+                break
+        except (OSError, ValueError, KeyError) as err:
+            reason = f"{type(err).__name__}: {err}"
+        log.info("token endpoint %s: %s (attempt %d)", token_uri, redact(reason), attempt + 1)
+        time.sleep(min(8.0, 0.25 * 2**attempt))
+    raise StorageError(
+        f"cannot get a GCS access token for {info.get('client_email')} from {token_uri} "
+        f"({redact(reason)}): check gcs.credentials-json and the account's roles"
+    )
+
+
+class _ServiceAccountHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # pyarrow ships no stubs
+    """pyarrow's GCS filesystem with a token minted from a service-account key, replaced by one
+    with a fresh token before the token expires (a FileIO lives as long as its job)."""
+
+    def __init__(self, settings: GcsSettings) -> None:
+        assert settings.credentials_json is not None
+        self._settings = settings
+        self._info = _service_account(settings.credentials_json, "the storage settings")
+        self._lock = threading.Lock()
+        self._current: tuple[pafs.FileSystem, float] | None = None
+
+    def fs(self) -> pafs.FileSystem:
+        with self._lock:
+            if self._current is None or self._current[1] - time.time() < _REFRESH_MARGIN_S:
+                token, expires = mint_token(self._info)
+                bare = replace(
+                    self._settings, credentials_json=None, token=token, token_expires_ms=int(expires * 1000)
+                )
+                self._current = (gcs_filesystem(bare), expires)
+            return self._current[0]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ServiceAccountHandler) and other._settings == self._settings
+
+    def __hash__(self) -> int:
+        return hash(self._settings)
+
+    def get_type_name(self) -> str:
+        return "gcs"
+
+    def normalize_path(self, path: str) -> str:
+        return str(self.fs().normalize_path(path))
+
+    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
+        return list(self.fs().get_file_info(paths))
+
+    def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
+        return list(self.fs().get_file_info(selector))
+
+    def create_dir(self, path: str, recursive: bool) -> None:
+        self.fs().create_dir(path, recursive=recursive)
+
+    def delete_dir(self, path: str) -> None:
+        self.fs().delete_dir(path)
+
+    def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
+        self.fs().delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+
+    def delete_root_dir_contents(self) -> None:
+        raise StorageError("deleting a whole GCS account's contents is refused")
+
+    def delete_file(self, path: str) -> None:
+        self.fs().delete_file(path)
+
+    def move(self, src: str, dest: str) -> None:
+        self.fs().move(src, dest)
+
+    def copy_file(self, src: str, dest: str) -> None:
+        self.fs().copy_file(src, dest)
+
+    def open_input_stream(self, path: str) -> Any:
+        return self.fs().open_input_stream(path)
+
+    def open_input_file(self, path: str) -> Any:
+        return self.fs().open_input_file(path)
+
+    def open_output_stream(self, path: str, metadata: Any) -> Any:
+        return self.fs().open_output_stream(path, compression=None, metadata=metadata)
+
+    def open_append_stream(self, path: str, metadata: Any) -> Any:
+        return self.fs().open_append_stream(path, compression=None, metadata=metadata)
+
+
+@functools.lru_cache(maxsize=32)
+def _service_account_filesystem(settings: GcsSettings) -> pafs.FileSystem:
+    """One refreshing filesystem per key and settings: its tokens are shared by every FileIO."""
+    return pafs.PyFileSystem(_ServiceAccountHandler(settings))
+
+
 def _open(authority: str, settings: Mapping[str, str]) -> pafs.FileSystem:
     if not authority:
         raise ConfigError("a gs:// location names no bucket: expected gs://bucket/path")
-    return gcs_filesystem(GcsSettings.from_properties(settings))
+    gcs = GcsSettings.from_properties(settings)
+    if gcs.credentials_json is not None:
+        return _service_account_filesystem(gcs)
+    return gcs_filesystem(gcs)
 
 
 def hadoop_settings(settings: Mapping[str, str]) -> dict[str, str]:

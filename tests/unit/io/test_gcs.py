@@ -28,12 +28,15 @@ def test_iceberg_property_names_set_the_emulator_endpoint_project_and_anonymity(
     ("properties", "said"),
     [
         ({"gcs.user-project": "p"}, "unsupported GCS properties gcs.user-project"),
-        ({"gcs.credentials-json": "{}"}, "GOOGLE_APPLICATION_CREDENTIALS"),
+        ({"gcs.credentials-json": "{}"}, "not a service-account key"),
+        ({"gcs.credentials-json": "{not json"}, "is not JSON"),
+        ({"gcs.credentials-json": '{"type": "service_account", "private_key": "k"}'}, "missing client_email"),
         ({"gcs.no-auth": "yes"}, "must be true or false"),
         ({"gcs.service.host": "ftp://h"}, "use http://host:port"),
         ({"gcs.service.host": "http://h/storage/v1"}, "use http://host:port"),
         ({"gcs.oauth2.token-expires-at": "soon"}, "epoch milliseconds"),
         ({"gcs.no-auth": "true", "gcs.oauth2.token": "tok-en"}, "set one"),
+        ({"gcs.oauth2.token": "tok-en", "gcs.credentials-json": '{"type": "service_account"}'}, "missing"),
     ],
 )
 def test_settings_that_would_be_ignored_or_misread_are_refused(properties: dict[str, str], said: str) -> None:
