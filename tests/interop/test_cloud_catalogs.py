@@ -22,6 +22,7 @@ from tablekeeper.iceberg.content import ManifestEntry
 from tablekeeper.iceberg.updates import new_table_metadata
 from tablekeeper.io import FileIO
 from tablekeeper.io.storage import configure_storage
+from tablekeeper.settings import WAREHOUSE_ENV
 from tablekeeper.tables.iceberg import live_files
 from tests.support.cloud_stores import AzureEndpoint, GcsEndpoint
 from tests.support.iceberg_writer import write_rows
@@ -115,6 +116,7 @@ def test_jobs_on_a_gcs_table_through_the_documented_catalog(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    monkeypatch.setenv(WAREHOUSE_ENV, str(tmp_path))  # the ${warehouse} the command line reads
     monkeypatch.setenv("GCS_ENDPOINT", gcs_server.url)
     conf = tmp_path / "catalogs.yaml"
     conf.write_text(docs_block("gcs.md"))
@@ -128,6 +130,7 @@ def test_jobs_on_an_azure_table_through_the_documented_catalog(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert azure_server.account == "analytics"  # the page's account
+    monkeypatch.setenv(WAREHOUSE_ENV, str(tmp_path))
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azure_server.connection_string())
     conf = tmp_path / "catalogs.yaml"
     conf.write_text(docs_block("azure.md"))

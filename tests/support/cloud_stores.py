@@ -67,7 +67,20 @@ class GcsEndpoint:
         )
 
     def create_bucket(self, name: str) -> None:
-        self.filesystem().create_dir(name)
+        host, _, port = self.url.partition("://")[2].partition(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            body = json.dumps({"name": name})
+            connection.request(
+                "POST", "/storage/v1/b?project=test", body, {"Content-Type": "application/json"}
+            )
+            reply = connection.getresponse()
+            if reply.status != 200:
+                raise RuntimeError(
+                    f"fake-gcs-server refused bucket {name}: {reply.status} {reply.read()[:200]!r}"
+                )
+        finally:
+            connection.close()
 
 
 @dataclass(frozen=True)
@@ -123,9 +136,13 @@ def _wait(proc: subprocess.Popen[bytes], ready: Callable[[], bool], log: Path, w
         time.sleep(0.1)
 
 
-def _start(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def _start(
+    args: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
-        return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
+        return subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd
+        )
 
 
 def _answers(url: str, path: str) -> bool:
@@ -190,12 +207,11 @@ def run_azurite(workdir: Path) -> Iterator[AzureEndpoint]:
             str(port),
             "--inMemoryPersistence",
             "--skipApiVersionCheck",
-            "--location",
-            str(workdir),
             "--silent",
         ],
         log,
         env,
+        cwd=workdir,  # anything it writes besides the objects (kept in memory) stays there
     )
     try:
         _wait(proc, lambda: _answers(url, f"/{endpoint.account}?comp=list"), log, "Azurite")
@@ -254,10 +270,15 @@ class _Throttler(http.server.BaseHTTPRequestHandler):
             reply = connection.getresponse()
             data = reply.read()
             self.send_response(reply.status, reply.reason)
+            head = self.command == "HEAD"  # its Content-Length is the object's size: kept as sent
             for key, value in reply.getheaders():
-                if key.lower() not in ("content-length", "transfer-encoding", "connection"):
-                    self.send_header(key, value)
-            self.send_header("Content-Length", str(len(data)))
+                if key.lower() in ("transfer-encoding", "connection") or (
+                    key.lower() == "content-length" and not head
+                ):
+                    continue
+                self.send_header(key, value)
+            if not head:
+                self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)

@@ -232,6 +232,7 @@ class FileIO:
         self._kind = kind
         self._authority = authority
         self._flat = self._type in _NO_DIRECTORIES if store is None else not store.directories
+        self._one_level = store is None or store.lists_prefixes
 
     @classmethod
     def for_location(cls, location: str, properties: Mapping[str, str] | None = None) -> FileIO:
@@ -568,7 +569,9 @@ class FileIO:
         files: builtins.list[FileInfo] = []
         dirs: builtins.list[str] = []
         with _translate(location, "list"):
-            infos = entries(self._fs, base, False, local=self._kind == "local")
+            infos = entries(self._fs, base, not self._one_level, local=self._kind == "local")
+        if not self._one_level:
+            infos = _one_level(infos, root)
         for path, directory, size, mtime_ns in infos:
             if not path.startswith(root):
                 raise StorageError(f"listing {location} returned {path}, outside it")
@@ -580,6 +583,26 @@ class FileIO:
                     raise StorageError(f"storage reports no modification time for {child}")
                 files.append(FileInfo(child, int(size), int(mtime_ns) // 1_000_000))
         return tuple(files), tuple(dirs)
+
+
+def _one_level(
+    infos: Sequence[tuple[str, bool, int, int | None]], root: str
+) -> list[tuple[str, bool, int, int | None]]:
+    """A recursive listing under ``root`` folded to one level: the files directly in it, and each
+    first path segment deeper files sit under as a directory."""
+    out: list[tuple[str, bool, int, int | None]] = []
+    seen: set[str] = set()
+    for path, directory, size, mtime_ns in infos:
+        if not path.startswith(root):  # kept, for the caller to refuse
+            out.append((path, directory, size, mtime_ns))
+            continue
+        head, slash, _ = path[len(root) :].partition("/")
+        if not slash and not directory:
+            out.append((path, False, size, mtime_ns))
+        elif head and head not in seen:
+            seen.add(head)
+            out.append((root + head, True, 0, None))
+    return out
 
 
 @contextlib.contextmanager

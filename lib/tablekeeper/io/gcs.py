@@ -357,5 +357,8 @@ STORE = register_store(
         prefixes=(PREFIX,),
         hadoop=hadoop_settings,
         directories=False,
+        # pyarrow lists GCS without its prefixes: only "dir/" marker objects come back as
+        # directories, and writers other than pyarrow make none.
+        lists_prefixes=False,
     )
 )

@@ -45,7 +45,9 @@ class Store:
     authority and takes ``container/path`` (Azure). ``prefixes``: the setting names that are this
     store's (kept with the storage settings and handed to executors). ``hadoop``: the Hadoop
     settings Spark's own reads and writes need for the same store. ``directories``: False for
-    object stores (no markers made).
+    object stores (no markers made). ``lists_prefixes``: False when the filesystem's one-level
+    listing reports only marker objects as directories (pyarrow's GCS), so a directory's
+    subdirectories are found from a recursive listing instead.
     """
 
     name: str
@@ -55,6 +57,7 @@ class Store:
     prefixes: tuple[str, ...] = ()
     hadoop: Callable[[Mapping[str, str]], Mapping[str, str]] = field(default=_no_hadoop)
     directories: bool = False
+    lists_prefixes: bool = True
 
 
 _lock = threading.Lock()
