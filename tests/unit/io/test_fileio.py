@@ -477,3 +477,22 @@ def test_local_listings_never_follow_a_linked_directory(tmp_path: Path) -> None:
     files, dirs = io.list_dir(f"{root}/d")
     assert [f.location for f in files] == [f"{root}/d/own"] and dirs == ()
     assert io.list_dir(str(root))[1] == (f"{root}/d",)
+
+
+def test_a_store_without_prefix_listing_finds_subdirectories_from_a_recursive_listing(tmp_path: Path) -> None:
+    from tablekeeper.io.stores import Store
+
+    root = tmp_path / "root"
+    for name in ("b/t/a.txt", "b/t/data/x/1.parquet", "b/t/data/2.parquet", "b/t/metadata/v1.json"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"1")
+    store = Store(
+        "flatlist",
+        frozenset({"flatlist"}),
+        lambda authority, settings: pafs.SubTreeFileSystem(str(root), pafs.LocalFileSystem()),
+        lists_prefixes=False,
+    )
+    io = FileIO(store.open("b", {}), store=store)
+    files, dirs = io.list_dir("flatlist://b/t")
+    assert [f.location for f in files] == ["flatlist://b/t/a.txt"]
+    assert sorted(dirs) == ["flatlist://b/t/data", "flatlist://b/t/metadata"]
