@@ -25,7 +25,12 @@ from tests.support.db_servers import DbServer, run_mariadb, run_postgres
 from tests.support.glue_server import GlueEndpoint, run_glue_server
 from tests.support.hive_metastore import MetastoreServer, run_metastore
 from tests.support.object_store import S3_BUCKET, S3Endpoint, run_s3proxy
-from tests.support.rest_catalog_server import REST_WAREHOUSE, RestCatalogServer, run_rest_catalog
+from tests.support.rest_catalog_server import (
+    REST_WAREHOUSE,
+    RestCatalogServer,
+    run_hadoop_rest_catalog,
+    run_rest_catalog,
+)
 
 
 # pytest attaches each test's log capture handler to every logger that does not propagate, and
@@ -188,6 +193,38 @@ def rest_server(
 ) -> Iterator[RestCatalogServer]:
     """Iceberg's REST catalog server, its warehouse at s3://warehouse/rest in ``s3_server``."""
     with run_rest_catalog(tmp_path_factory.mktemp("rest-catalog"), s3_server, REST_WAREHOUSE) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def gcs_rest_server(
+    tmp_path_factory: pytest.TempPathFactory, gcs_server: GcsEndpoint
+) -> Iterator[RestCatalogServer]:
+    """Iceberg's REST catalog server, its tables at gs://warehouse/rest in ``gcs_server``, written
+    through Google's Hadoop connector with the settings tablekeeper derives for Spark."""
+    from tablekeeper.io.gcs import hadoop_settings
+
+    hadoop = hadoop_settings(gcs_server.properties())
+    workdir = tmp_path_factory.mktemp("gcs-rest-catalog")
+    with run_hadoop_rest_catalog(workdir, f"gs://{GCS_BUCKET}/rest", hadoop, ("gcs",)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def azure_rest_server(
+    tmp_path_factory: pytest.TempPathFactory, azure_server: AzureEndpoint
+) -> Iterator[RestCatalogServer]:
+    """Iceberg's REST catalog server, its tables in Azurite's container ``warehouse`` (abfs://:
+    the emulator speaks plain HTTP), written through Hadoop's ABFS driver with the settings
+    tablekeeper derives for Spark."""
+    from tablekeeper.io.azure import hadoop_settings
+
+    hadoop = hadoop_settings(azure_server.properties())
+    warehouse = f"abfs://{AZURE_CONTAINER}@{azure_server.host}/rest"
+    workdir = tmp_path_factory.mktemp("azure-rest-catalog")
+    # ABFS builds its requests with Apache's HTTP client, which Spark ships and the server lacks.
+    borrowed = ("httpclient-", "httpcore-")
+    with run_hadoop_rest_catalog(workdir, warehouse, hadoop, ("azure",), pyspark_jars=borrowed) as server:
         yield server
 
 

@@ -1,13 +1,12 @@
-"""Jobs on tables in Google Cloud Storage and Azure, through the catalogs files their reference
-pages show (run as written): expire-snapshots deletes what it expires from the store, and
-remove-orphans finds an orphan listed under one spelling of the store while the metadata uses
-another."""
+"""Jobs on tables in Google Cloud Storage and Azure through a sql catalog (no Spark): expire-snapshots
+deletes what it expires from the store, and remove-orphans finds an orphan listed under one
+spelling of the store while the metadata uses another. (Every job behind a REST catalog, with the
+reference pages' catalogs files: test_cloud_rest_catalogs.py.)"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,16 +27,28 @@ from tests.support.cloud_stores import AzureEndpoint, GcsEndpoint
 from tests.support.iceberg_writer import write_rows
 from tests.unit.files.test_journal import SCHEMA
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MARKER = "<!-- run as written by tests/interop/test_cloud_catalogs.py -->"
-
-
-def docs_block(page: str) -> str:
-    text = (REPO_ROOT / "docs" / "reference" / page).read_text(encoding="utf-8")
-    assert MARKER in text, f"docs/reference/{page} lost its tested catalogs file"
-    match = re.search(r"```yaml\n(.*?)\n```", text.split(MARKER, 1)[1], re.S)
-    assert match is not None
-    return match.group(1) + "\n"
+# A sql catalog on sqlite beside each store's settings (the emulator's endpoint, no credentials
+# for GCS; the account's connection string for Azure).
+GCS_CATALOGS = """\
+default: lake
+catalogs:
+  lake:
+    type: sql
+    uri: sqlite:///${warehouse}/gcs-catalog.db
+    warehouse: gs://warehouse/lake
+    gcs.project-id: analytics
+    gcs.service.host: ${GCS_ENDPOINT}
+    gcs.no-auth: "true"
+"""
+AZURE_CATALOGS = """\
+default: lake
+catalogs:
+  lake:
+    type: sql
+    uri: sqlite:///${warehouse}/azure-catalog.db
+    warehouse: abfss://warehouse@analytics.dfs.core.windows.net/lake
+    adls.connection-string.analytics: ${AZURE_STORAGE_CONNECTION_STRING}
+"""
 
 
 def _run(argv: list[str], conf: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
@@ -119,7 +130,7 @@ def test_jobs_on_a_gcs_table_through_the_documented_catalog(
     monkeypatch.setenv(WAREHOUSE_ENV, str(tmp_path))  # the ${warehouse} the command line reads
     monkeypatch.setenv("GCS_ENDPOINT", gcs_server.url)
     conf = tmp_path / "catalogs.yaml"
-    conf.write_text(docs_block("gcs.md"))
+    conf.write_text(GCS_CATALOGS)
     _jobs_on_the_store(conf, tmp_path, lambda loc: "gcs://" + loc.removeprefix("gs://"), capsys, None)
 
 
@@ -129,11 +140,11 @@ def test_jobs_on_an_azure_table_through_the_documented_catalog(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert azure_server.account == "analytics"  # the page's account
+    assert azure_server.account == "analytics"  # the catalogs file's account
     monkeypatch.setenv(WAREHOUSE_ENV, str(tmp_path))
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azure_server.connection_string())
     conf = tmp_path / "catalogs.yaml"
-    conf.write_text(docs_block("azure.md"))
+    conf.write_text(AZURE_CATALOGS)
 
     def blob(location: str) -> str:  # abfss://c@acct.dfs.<suffix>/p -> wasbs://c@acct.blob.<suffix>/p
         return "wasbs://" + location.removeprefix("abfss://").replace(".dfs.", ".blob.", 1)

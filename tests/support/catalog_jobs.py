@@ -20,6 +20,7 @@ import pytest
 
 from tablekeeper.catalog import Catalog
 from tablekeeper.cli import main
+from tablekeeper.io import FileIO
 from tests.interop.test_concurrent_commits import collect, start_workers
 
 
@@ -80,6 +81,34 @@ def rows(spark: Any, table: str) -> list[tuple[Any, ...]]:
     return sorted(tuple(r) for r in spark.sql(f"SELECT id, cat FROM {table}").collect())
 
 
+def _local(location: str) -> bool:
+    return "://" not in location or location.startswith("file:")
+
+
+def _plant_orphan(location: str) -> tuple[Callable[[], bool], tuple[str, ...]]:
+    """An unreferenced file in the table's data directory, old enough for remove-orphans'
+    default retention on a local disk; an object store keeps no settable mtime, so there it is
+    written through tablekeeper's FileIO and the job is told to take files older than a second.
+    (whether it is gone now, the retention arguments)."""
+    if _local(location):
+        orphan = Path(location.removeprefix("file:")) / "data" / "lost-task-00001.parquet"
+        orphan.write_bytes(b"orphan")
+        os.utime(orphan, (time.time() - 10 * 86_400,) * 2)
+        return (lambda: not orphan.exists()), ()
+    where = f"{location}/data/lost-task-00001.parquet"
+    io = FileIO.for_location(where)
+    io.write(where, b"orphan")
+    time.sleep(1.1)
+    return (lambda: not io.exists(where)), ("--older-than", "1s", "--force-short-retention")
+
+
+def _beside(location: str, name: str) -> str:
+    """``name`` two levels above a table's location (beside its namespace), in the same store."""
+    if _local(location):
+        return str(Path(location.removeprefix("file:")).parent.parent / name)
+    return f"{location.rstrip('/').rsplit('/', 2)[0]}/{name}"
+
+
 def every_job(spark: Any, cat: CatalogUnderTest, capfd: pytest.CaptureFixture[str], prefix: str) -> None:
     """Each job on tables Iceberg Spark created and wrote through ``cat``; names start with ``prefix``
     so several catalogs may share one server and namespace."""
@@ -119,11 +148,9 @@ def every_job(spark: Any, cat: CatalogUnderTest, capfd: pytest.CaptureFixture[st
     assert rows(spark, table) == expected
     assert spark.sql(f"SELECT count(*) FROM {table}.snapshots").collect()[0][0] == 1
     location = cat.catalog.load_table(f"{ns}.{events}").metadata.location
-    orphan = Path(location.removeprefix("file:")) / "data" / "lost-task-00001.parquet"
-    orphan.write_bytes(b"orphan")
-    os.utime(orphan, (time.time() - 10 * 86_400,) * 2)
-    result = cat.tk(capfd, "remove-orphans", *base)
-    assert result["metrics"]["deleted_files_count"] == 1 and not orphan.exists()
+    gone, retention = _plant_orphan(location)
+    result = cat.tk(capfd, "remove-orphans", *base, *retention)
+    assert result["metrics"]["deleted_files_count"] == 1 and gone(), result
     assert rows(spark, table) == expected
 
     # A second table, upgraded to format version 3 with row ids for every row.
@@ -141,10 +168,10 @@ def every_job(spark: Any, cat: CatalogUnderTest, capfd: pytest.CaptureFixture[st
     assert ids[0] == ids[1] == 40
 
     # A Delta table converted into the catalog (named as the catalog knows it where it can).
-    delta = Path(location.removeprefix("file:")).parent.parent / "delta" / f"{prefix}_orders_delta"
+    delta = _beside(location, f"delta/{prefix}_orders_delta")
     spark.sql(f"CREATE TABLE delta.`{delta}` (id BIGINT, cat STRING) USING delta")
     spark.sql(f"INSERT INTO delta.`{delta}` SELECT id, CAST(id % 2 AS STRING) FROM range(0, 30)")
-    source = cat.delta_source(delta) if cat.delta_source is not None else str(delta)
+    source = cat.delta_source(Path(delta)) if cat.delta_source is not None else str(delta)
     cat.tk(capfd, "convert-delta", "--source", source, "--target", f"{ns}.{converted}")
     assert rows(spark, f"{cat.name}.{ns}.{converted}") == rows(spark, f"delta.`{delta}`")
 

@@ -207,6 +207,7 @@ def run_azurite(workdir: Path) -> Iterator[AzureEndpoint]:
             str(port),
             "--inMemoryPersistence",
             "--skipApiVersionCheck",
+            "--disableTelemetry",  # it would call out to Microsoft (no network here, and none wanted)
             "--silent",
         ],
         log,

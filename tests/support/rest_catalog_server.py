@@ -1,5 +1,7 @@
 """Iceberg's own REST catalog test server on a loopback port: a JDBC catalog on a sqlite file,
-tables stored through S3FileIO in a test S3 store (see object_store.run_s3proxy)."""
+tables stored through S3FileIO in a test S3 store (see object_store.run_s3proxy), or through
+HadoopFileIO in any store a Hadoop connector on its classpath reaches (``run_hadoop_rest_catalog``:
+the GCS and Azure emulators, configured by a core-site.xml of the settings tablekeeper gives Spark)."""
 
 from __future__ import annotations
 
@@ -7,10 +9,11 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from xml.sax.saxutils import escape
 
 from tablekeeper.settings import role_jar_paths
 from tests.support.object_store import (
@@ -81,6 +84,31 @@ def _server_env(workdir: Path, s3: S3Endpoint, warehouse: str, port: int) -> dic
     return env
 
 
+def _hadoop_env(workdir: Path, warehouse: str, port: int, vended: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CATALOG_", "AWS_"))}
+    env.update(
+        CATALOG_REST_PORT=str(port),
+        CATALOG_URI=f"jdbc:sqlite:{workdir / 'rest-catalog.db'}",
+        CATALOG_JDBC_SCHEMA__VERSION="V1",
+        CATALOG_WAREHOUSE=warehouse,
+        CATALOG_IO__IMPL="org.apache.iceberg.hadoop.HadoopFileIO",
+    )
+    if vended:  # gcs.oauth2.token, adls.sas-token.<host>: handed out with every loaded table
+        env["CATALOG_INCLUDE__CREDENTIALS"] = "true"
+        for key, value in vended.items():
+            env["CATALOG_" + key.replace("-", "__").replace(".", "_").upper()] = value
+    return env
+
+
+def _core_site(directory: Path, hadoop: Mapping[str, str]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    body = "".join(
+        f"<property><name>{escape(k)}</name><value>{escape(v)}</value></property>"
+        for k, v in sorted(hadoop.items())
+    )
+    (directory / "core-site.xml").write_text(f"<configuration>{body}</configuration>\n", encoding="utf-8")
+
+
 def _config_answers(uri: str) -> bool:
     try:
         with urllib.request.urlopen(f"{uri}/v1/config", timeout=2) as resp:
@@ -96,12 +124,49 @@ def run_rest_catalog(workdir: Path, s3: S3Endpoint, warehouse: str) -> Iterator[
     Its log (rest-catalog.log in ``workdir``) holds the S3 secret: the server prints its catalog
     properties at start.
     """
-    classpath = ":".join(str(p) for p in rest_server_classpath())
     port = free_loopback_port()
     workdir.mkdir(parents=True, exist_ok=True)
+    with _serving(
+        rest_server_classpath(), workdir, port, warehouse, _server_env(workdir, s3, warehouse, port)
+    ) as server:
+        yield server
+
+
+@contextmanager
+def run_hadoop_rest_catalog(
+    workdir: Path,
+    warehouse: str,
+    hadoop: Mapping[str, str],
+    connector_roles: tuple[str, ...],
+    vended: Mapping[str, str] | None = None,
+    pyspark_jars: tuple[str, ...] = (),
+) -> Iterator[RestCatalogServer]:
+    """The same server writing ``warehouse`` through HadoopFileIO: the jars of ``connector_roles``
+    (conf/jars.txt), those of pyspark's jars named by ``pyspark_jars`` prefixes (what a connector
+    takes from Spark's classpath) and a core-site.xml holding ``hadoop`` on its classpath.
+    ``vended``: storage settings it hands out with every loaded table, as a catalog vends
+    credentials."""
+    import pyspark
+
+    port = free_loopback_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    _core_site(workdir / "conf", hadoop)
+    connectors = require_jars([p for role in connector_roles for p in role_jar_paths(role)])
+    spark_jars = Path(pyspark.__file__).parent / "jars"
+    borrowed = [p for prefix in pyspark_jars for p in sorted(spark_jars.glob(f"{prefix}*.jar"))]
+    classpath = [workdir / "conf", *rest_server_classpath(), *connectors, *borrowed]
+    env = _hadoop_env(workdir, warehouse, port, vended or {})
+    with _serving(classpath, workdir, port, warehouse, env) as server:
+        yield server
+
+
+@contextmanager
+def _serving(
+    classpath: Sequence[Path], workdir: Path, port: int, warehouse: str, env: dict[str, str]
+) -> Iterator[RestCatalogServer]:
     server = RestCatalogServer(uri=f"http://{LOOPBACK}:{port}", warehouse=warehouse)
     log = workdir / "rest-catalog.log"
-    proc = start_java(["-cp", classpath, MAIN_CLASS], log, env=_server_env(workdir, s3, warehouse, port))
+    proc = start_java(["-cp", ":".join(str(p) for p in classpath), MAIN_CLASS], log, env=env)
     try:
         deadline = time.monotonic() + REST_START_TIMEOUT_S
         while not _config_answers(server.uri):

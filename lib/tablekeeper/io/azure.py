@@ -203,10 +203,17 @@ def _accounts(settings: Mapping[str, str]) -> set[str]:
 
 
 def hadoop_settings(settings: Mapping[str, str]) -> dict[str, str]:
-    """What Hadoop's ABFS and WASB drivers (hadoop-azure) need for every account configured: its
-    shared key (``fs.azure.account.key.<host>``) or its fixed SAS token. Nothing when no account
-    is configured here (the drivers register their schemes themselves; the cluster's own settings,
-    a managed identity say, then stand)."""
+    """What Hadoop's ABFS and WASB drivers (hadoop-azure) need for every account configured, from
+    the same ``adls.*`` settings: its shared key (``fs.azure.account.key.<host>``, both hosts) or
+    its fixed SAS token (ABFS's ``fs.azure.sas.fixed.token.<host>``). Nothing when no account is
+    configured here (the drivers register their schemes themselves; the cluster's own settings,
+    a managed identity say, then stand).
+
+    An account behind an endpoint of its own (an emulator: a connection string's
+    ``BlobEndpoint``, ``adls.blob-storage-authority``) is reached the way ABFS reaches one:
+    ``fs.azure.abfs.endpoint`` (host:port, the account then served under ``/<account>``), over
+    plain HTTP when the endpoint is, and through its Blob endpoint as a flat-namespace account,
+    since an emulator serves the Blob API only (Azurite has no Data Lake endpoint)."""
     out: dict[str, str] = {}
     for host in sorted(_accounts(settings)):
         account = account_settings(host, settings)
@@ -217,6 +224,12 @@ def hadoop_settings(settings: Mapping[str, str]) -> dict[str, str]:
         elif account.sas_token:
             out[f"fs.azure.account.auth.type.{account.dfs_host}"] = "SAS"
             out[f"fs.azure.sas.fixed.token.{account.dfs_host}"] = account.sas_token
+        if account.blob_authority:
+            out["fs.azure.abfs.endpoint"] = account.blob_authority
+            if (account.blob_scheme or "https") == "http":
+                out["fs.azure.always.use.https"] = "false"
+            out[f"fs.azure.account.hns.enabled.{account.dfs_host}"] = "false"
+            out[f"fs.azure.fns.account.service.type.{account.dfs_host}"] = "BLOB"
     return out
 
 

@@ -540,10 +540,14 @@ class FileIO:
             top = self._fs.get_file_info(base)
             if top.type == pafs.FileType.NotFound:
                 return
-            if top.type == pafs.FileType.File:
+            local = self._kind == "local"
+            infos = [] if top.type == pafs.FileType.File else entries(self._fs, base, recursive, local=local)
+            if top.type == pafs.FileType.File and not local and top.size == 0:
+                # An empty blob named like a directory that holds files: Hadoop's Azure drivers'
+                # directory marker (io.walk), not the file the prefix names.
+                infos = entries(self._fs, base, recursive, local=False)
+            if top.type == pafs.FileType.File and not infos:
                 infos = [(str(top.path), False, top.size, top.mtime_ns)]
-            else:
-                infos = entries(self._fs, base, recursive, local=self._kind == "local")
         root = base if base.endswith("/") else base + "/"
         stem = strip_trailing_slash(prefix_location)
         for path, directory, size, mtime_ns in infos:

@@ -327,11 +327,25 @@ def _open(authority: str, settings: Mapping[str, str]) -> pafs.FileSystem:
     return gcs_filesystem(gcs)
 
 
+# Google's own endpoints; any other gcs.service.host is an emulator, a proxy or a private gateway.
+_GOOGLE_DOMAIN = "googleapis.com"
+# The connector's custom request headers: a vended or configured token rides as one of them.
+HADOOP_HEADERS = "fs.gs.storage.http.headers."
+
+
 def hadoop_settings(settings: Mapping[str, str]) -> dict[str, str]:
-    """What Google's Hadoop connector (gcs-connector) needs for the same store. An OAuth2 token has
-    no plain Hadoop setting (the connector takes a token provider class): Iceberg's GCSFileIO reads
-    ``gcs.oauth2.token`` itself from the catalog's properties. Nothing without settings of ours:
-    the cluster's own (Dataproc's, say) then stand."""
+    """What Google's Hadoop connector (gcs-connector 3.x) needs for the same store, from the same
+    ``gcs.*`` settings: the endpoint, the project, and the credentials it can take from settings.
+
+    An OAuth2 token (``gcs.oauth2.token``, given or vended by a REST catalog) has no plain
+    connector setting (the connector takes a token provider class), so it is sent as the
+    ``Authorization`` header of every request, with the connector's own authentication off. A
+    service-account key (``gcs.credentials-json``) reaches the connector only as a key file on
+    every host, which tablekeeper cannot place: the cluster's own credentials (Dataproc's service
+    account, ``fs.gs.auth.*``) then stand, as they do with no ``gcs.*`` settings at all.
+
+    An endpoint other than Google's (an emulator, a proxy) gets renames by copy and delete: the
+    connector's default, the objects.moveTo call, is newer than what such servers implement."""
     if not any(key.startswith(PREFIX) for key in settings):
         return {}
     gcs = GcsSettings.from_properties(settings)
@@ -343,8 +357,14 @@ def hadoop_settings(settings: Mapping[str, str]) -> dict[str, str]:
         out["fs.gs.project.id"] = gcs.project_id
     if gcs.service_url:
         out["fs.gs.storage.root.url"] = gcs.service_url + "/"
+        host = (gcs.endpoint or "").rpartition(":")[0] or (gcs.endpoint or "")
+        if host != _GOOGLE_DOMAIN and not host.endswith("." + _GOOGLE_DOMAIN):
+            out["fs.gs.operation.move.enable"] = "false"
     if gcs.anonymous:
         out["fs.gs.auth.type"] = "UNAUTHENTICATED"
+    elif gcs.token:
+        out["fs.gs.auth.type"] = "UNAUTHENTICATED"
+        out[HADOOP_HEADERS + "Authorization"] = f"Bearer {gcs.token}"
     return out
 
 

@@ -63,8 +63,29 @@ def entries(
     if local:
         return [(e.path, e.directory, e.size, e.mtime_ns) for e in local_entries(base, recursive)]
     selector = pafs.FileSelector(base, recursive=recursive, allow_not_found=True)
-    return [
+    found = [
         (str(i.path), i.type == pafs.FileType.Directory, int(i.size or 0), i.mtime_ns)
         for i in filesystem.get_file_info(selector)
         if i.type in (pafs.FileType.File, pafs.FileType.Directory)
     ]
+    return _without_folder_markers(found)
+
+
+def _without_folder_markers(
+    found: list[tuple[str, bool, int, int | None]],
+) -> list[tuple[str, bool, int, int | None]]:
+    """Hadoop's Azure drivers (WASB, and ABFS on a flat-namespace account) mark a directory with
+    an empty blob of the directory's own name, no trailing slash, which a flat listing reports as
+    a file beside the directory it marks. Such an entry is the directory: reported as one, once."""
+    parents = {path.rpartition("/")[0] for path, _, _, _ in found}
+    directories = {path for path, directory, _, _ in found if directory}
+    out: list[tuple[str, bool, int, int | None]] = []
+    for path, directory, size, mtime_ns in found:
+        if not directory and size == 0 and path in parents:
+            if path in directories:
+                continue  # listed as the directory too
+            directories.add(path)
+            out.append((path, True, 0, None))
+        else:
+            out.append((path, directory, size, mtime_ns))
+    return out

@@ -40,9 +40,12 @@ _S3A_STORE_KEYS = frozenset(
         "fs.s3a.aws.credentials.provider",
     }
 )
-# Spark's own list plus "credential" (an OAuth2 client secret in a REST catalog's properties) and
-# Azure's account keys (adls.connection-string.<account>, adls.auth.shared-key.account.key).
-SPARK_REDACTION = r"(?i)secret|password|token|access[.]?key|credential|connection-string|account[.]key"
+# Spark's own list plus "credential" (an OAuth2 client secret in a REST catalog's properties),
+# Azure's account keys (adls.connection-string.<account>, adls.auth.shared-key.account.key) and
+# the GCS connector's Authorization header (fs.gs.storage.http.headers.Authorization: a token).
+SPARK_REDACTION = (
+    r"(?i)secret|password|token|access[.]?key|credential|connection-string|account[.]key|authorization"
+)
 # Classes whose absence means a runtime jar is missing from the session's classpath.
 REQUIRED_CLASSES: Mapping[str, str] = {
     "delta": "io.delta.tables.DeltaTable",

@@ -97,4 +97,10 @@ def test_keys_travel_as_storage_settings_are_masked_and_reach_hadoop() -> None:
     assert conf["fs.azure.account.auth.type.other.dfs.core.windows.net"] == "SAS"
     assert conf["fs.azure.sas.fixed.token.other.dfs.core.windows.net"] == "sv=1&sig=b3RoZXItc2ln"
     assert conf["fs.azure.account.key.third.dfs.core.windows.net"] == KEY[::-1]
-    assert len(conf) == 8 and hadoop_settings({}) == {}  # no account of ours: the cluster's stand
+    # The emulator's account: ABFS reaches it at its endpoint, over HTTP, on its Blob API only.
+    assert conf["fs.azure.abfs.endpoint"] == "127.0.0.1:10000"
+    assert conf["fs.azure.always.use.https"] == "false"
+    assert conf["fs.azure.account.hns.enabled.acct.dfs.core.windows.net"] == "false"
+    assert conf["fs.azure.fns.account.service.type.acct.dfs.core.windows.net"] == "BLOB"
+    assert not any(k.endswith("other.dfs.core.windows.net") and "hns" in k for k in conf)
+    assert len(conf) == 12 and hadoop_settings({}) == {}  # no account of ours: the cluster's stand

@@ -65,5 +65,19 @@ def test_gs_and_gcs_are_served_by_the_built_in_store_and_its_settings_travel() -
         "fs.AbstractFileSystem.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS",
         "fs.gs.project.id": "p",
         "fs.gs.storage.root.url": "http://127.0.0.1:9/",
+        "fs.gs.operation.move.enable": "false",  # not Google's endpoint: renames copy and delete
         "fs.gs.auth.type": "UNAUTHENTICATED",
     }
+
+
+def test_a_token_reaches_the_hadoop_connector_as_its_authorization_header() -> None:
+    token = "ya29.vended-" + "t0k3n" * 4
+    google = {"gcs.service.host": "https://storage.googleapis.com", "gcs.oauth2.token": token}
+    conf = hadoop_settings(google)
+    assert conf["fs.gs.auth.type"] == "UNAUTHENTICATED"  # the connector's own credentials off
+    assert conf["fs.gs.storage.http.headers.Authorization"] == f"Bearer {token}"
+    assert "fs.gs.operation.move.enable" not in conf  # Google's endpoint keeps its atomic moves
+    # A key file is per host: the cluster's own credentials stand (nothing of the key is copied).
+    key = '{"type": "service_account", "client_email": "a@p.iam.gserviceaccount.com", "private_key": "k"}'
+    keyed = hadoop_settings({"gcs.credentials-json": key})
+    assert not any(k.startswith("fs.gs.auth") or "Authorization" in k for k in keyed)
