@@ -4,7 +4,7 @@ fake-gcs-server (a Go program, built from the Go module proxy by ``make setup``)
 API, which pyarrow's GCS client (google-cloud-cpp) speaks; Azurite (Microsoft's emulator, from
 npm) serves the Blob API, which pyarrow's Azure client speaks. Both keep objects in memory.
 
-``ThrottlingProxy`` sits in front of either and answers 503 to one request in ``every``, without
+``throttling_proxy`` sits in front of either and answers 503 to one request in ``every``, without
 forwarding it: the clients must retry, and nothing may be lost.
 """
 
@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ import pyarrow.fs as pafs
 
 from tablekeeper.settings import project_home
 from tests.support.object_store import LOOPBACK, free_loopback_port, log_tail, stop_process
+from tests.support.store_proxy import STATS_PATH
 
 TOOLS_ENV = "TABLEKEEPER_TOOLS_DIR"
 START_TIMEOUT_S = 60.0
@@ -221,99 +223,46 @@ def run_azurite(workdir: Path) -> Iterator[AzureEndpoint]:
         stop_process(proc)
 
 
-class _Throttler(http.server.BaseHTTPRequestHandler):
-    """Forwards each request to ``upstream`` as it came (signatures stay valid), except one in
-    ``every``, which gets 503 without reaching it, as a service under load answers."""
+@dataclass(frozen=True)
+class Proxy:
+    """A store proxy running in its own process (tests/support/store_proxy.py)."""
 
-    protocol_version = "HTTP/1.1"
-    upstream = ""
-    every = 10  # 0: never refuse (a recording proxy)
-    counter: ClassVar[list[int]] = [0, 0]  # requests seen, requests refused
-    authorizations: ClassVar[list[str]] = []  # each request's Authorization header
-    lock: ClassVar[threading.Lock] = threading.Lock()
+    url: str
 
-    def _body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    self.rfile.readline()
-                    return b"".join(chunks)
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-    def _handle(self) -> None:
-        body = self._body()
-        with self.lock:
-            self.counter[0] += 1
-            self.authorizations.append(self.headers.get("Authorization", ""))
-            refuse = self.every > 0 and self.counter[0] % self.every == 0
-            if refuse:
-                self.counter[1] += 1
-        if refuse:
-            self.send_response(503)
-            self.send_header("Content-Length", "0")
-            self.send_header("Retry-After", "0")
-            self.end_headers()
-            return
-        host, _, port = self.upstream.partition("://")[2].partition(":")
-        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    def stats(self) -> dict[str, Any]:
+        host, _, port = self.url.partition("://")[2].partition(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
         try:
-            headers = {
-                k: v
-                for k, v in self.headers.items()
-                if k.lower() not in ("content-length", "transfer-encoding")
-            }
-            headers["Content-Length"] = str(len(body))
-            connection.request(self.command, self.path, body=body, headers=headers)
-            reply = connection.getresponse()
-            data = reply.read()
-            self.send_response(reply.status, reply.reason)
-            head = self.command == "HEAD"  # its Content-Length is the object's size: kept as sent
-            for key, value in reply.getheaders():
-                if key.lower() in ("transfer-encoding", "connection") or (
-                    key.lower() == "content-length" and not head
-                ):
-                    continue
-                self.send_header(key, value)
-            if not head:
-                self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(data)
+            connection.request("GET", STATS_PATH)
+            stats: dict[str, Any] = json.loads(connection.getresponse().read())
+            return stats
         finally:
             connection.close()
 
-    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_PATCH = _handle  # noqa: N815
-
-    def log_message(self, *args: object) -> None:  # keep the test output to failures
-        pass
+    def counts(self) -> tuple[int, int]:
+        """(requests seen, requests refused with 503)."""
+        stats = self.stats()
+        return len(stats["seen"]), int(stats["refused"])
 
 
 @contextmanager
-def throttling_proxy(
-    upstream: str, every: int = 10, authorizations: list[str] | None = None
-) -> Iterator[tuple[str, list[int]]]:
-    """(the proxy's url, [requests seen, requests refused with 503]); ``authorizations`` collects
-    the Authorization header of every request."""
-    counter = [0, 0]
-    fields = {
-        "upstream": upstream,
-        "every": every,
-        "counter": counter,
-        "authorizations": authorizations or [],
-    }
-    handler = type("Handler", (_Throttler,), fields)
-    server = http.server.ThreadingHTTPServer((LOOPBACK, 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+def throttling_proxy(upstream: str, every: int = 10) -> Iterator[Proxy]:
+    """A proxy in front of ``upstream`` answering 503 to every ``every``-th request (0: none, a
+    recording proxy), in a process of its own (store_proxy says why)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.store_proxy", upstream, str(every)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     try:
-        yield f"http://{LOOPBACK}:{server.server_address[1]}", counter
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline() or b"0")
+        if not port:
+            raise RuntimeError(f"the store proxy exited with {proc.wait()} at start")
+        yield Proxy(f"http://{LOOPBACK}:{port}")
     finally:
-        server.shutdown()
-        server.server_close()
+        stop_process(proc)
 
 
 class _TokenEndpoint(http.server.BaseHTTPRequestHandler):
