@@ -201,12 +201,14 @@ def gcs_rest_server(
     tmp_path_factory: pytest.TempPathFactory, gcs_server: GcsEndpoint
 ) -> Iterator[RestCatalogServer]:
     """Iceberg's REST catalog server, its tables at gs://warehouse/rest in ``gcs_server``, written
-    through Google's Hadoop connector with the settings tablekeeper derives for Spark."""
+    through Google's Hadoop connector with the settings tablekeeper derives for Spark. It vends an
+    OAuth2 token with every table (the emulator takes any), as a production catalog does."""
     from tablekeeper.io.gcs import hadoop_settings
 
     hadoop = hadoop_settings(gcs_server.properties())
     workdir = tmp_path_factory.mktemp("gcs-rest-catalog")
-    with run_hadoop_rest_catalog(workdir, f"gs://{GCS_BUCKET}/rest", hadoop, ("gcs",)) as server:
+    vended = {"gcs.oauth2.token": "ya29.tk-vended-" + os.urandom(12).hex()}
+    with run_hadoop_rest_catalog(workdir, f"gs://{GCS_BUCKET}/rest", hadoop, ("gcs",), vended) as server:
         yield server
 
 
@@ -216,7 +218,7 @@ def azure_rest_server(
 ) -> Iterator[RestCatalogServer]:
     """Iceberg's REST catalog server, its tables in Azurite's container ``warehouse`` (abfs://:
     the emulator speaks plain HTTP), written through Hadoop's ABFS driver with the settings
-    tablekeeper derives for Spark."""
+    tablekeeper derives for Spark. It vends an account SAS token with every table."""
     from tablekeeper.io.azure import hadoop_settings
 
     hadoop = hadoop_settings(azure_server.properties())
@@ -224,7 +226,8 @@ def azure_rest_server(
     workdir = tmp_path_factory.mktemp("azure-rest-catalog")
     # ABFS builds its requests with Apache's HTTP client, which Spark ships and the server lacks.
     borrowed = ("httpclient-", "httpcore-")
-    with run_hadoop_rest_catalog(workdir, warehouse, hadoop, ("azure",), pyspark_jars=borrowed) as server:
+    vended = {f"adls.sas-token.{azure_server.host}": azure_server.account_sas()}
+    with run_hadoop_rest_catalog(workdir, warehouse, hadoop, ("azure",), vended, borrowed) as server:
         yield server
 
 

@@ -11,7 +11,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from xml.sax.saxutils import escape
 
@@ -37,6 +37,7 @@ REST_WAREHOUSE = f"s3://{S3_BUCKET}/rest"
 class RestCatalogServer:
     uri: str  # "http://127.0.0.1:PORT"
     warehouse: str  # "s3://bucket/prefix"
+    vended: Mapping[str, str] = field(default_factory=dict)  # storage settings it vends with tables
 
 
 def rest_server_classpath() -> list[Path]:
@@ -156,15 +157,22 @@ def run_hadoop_rest_catalog(
     borrowed = [p for prefix in pyspark_jars for p in sorted(spark_jars.glob(f"{prefix}*.jar"))]
     classpath = [workdir / "conf", *rest_server_classpath(), *connectors, *borrowed]
     env = _hadoop_env(workdir, warehouse, port, vended or {})
-    with _serving(classpath, workdir, port, warehouse, env) as server:
+    with _serving(classpath, workdir, port, warehouse, env, vended or {}) as server:
         yield server
 
 
 @contextmanager
 def _serving(
-    classpath: Sequence[Path], workdir: Path, port: int, warehouse: str, env: dict[str, str]
+    classpath: Sequence[Path],
+    workdir: Path,
+    port: int,
+    warehouse: str,
+    env: dict[str, str],
+    vended: Mapping[str, str] | None = None,
 ) -> Iterator[RestCatalogServer]:
-    server = RestCatalogServer(uri=f"http://{LOOPBACK}:{port}", warehouse=warehouse)
+    server = RestCatalogServer(
+        uri=f"http://{LOOPBACK}:{port}", warehouse=warehouse, vended=dict(vended or {})
+    )
     log = workdir / "rest-catalog.log"
     proc = start_java(["-cp", ":".join(str(p) for p in classpath), MAIN_CLASS], log, env=env)
     try:

@@ -40,6 +40,7 @@ from tablekeeper.iceberg.table_changes import TableChange, creation_change, tabl
 from tablekeeper.iceberg.types import schema_to_json
 from tablekeeper.io import FileIO
 from tablekeeper.io.storage import configure_storage, storage_subset
+from tablekeeper.io.stores import with_vended
 from tablekeeper.redact import redact, register_secret, register_secrets
 
 log = logging.getLogger(__name__)
@@ -250,7 +251,7 @@ class RestCatalog(Catalog):
         # Credentials the server vends for this table (and any storage settings it sends) take
         # precedence, and become the process's: executors and other FileIOs must use them too.
         vended = self._vended(reply, meta.location, identifier)
-        io_props = {**storage_subset(self.properties), **vended}
+        io_props = with_vended(storage_subset(self.properties), vended)
         if vended:
             log.info("catalog %s vended storage settings for %s", self.name, identifier)
             configure_storage(io_props)
@@ -367,7 +368,7 @@ class RestCatalog(Catalog):
             ) from None
         vended = self._vended(reply, location, identifier)
         if vended:  # the files staged before the create go there with these
-            configure_storage({**storage_subset(self.properties), **vended})
+            configure_storage(with_vended(storage_subset(self.properties), vended))
         return location
 
     def create_table(self, identifier: str, metadata: TableMetadata) -> LoadedTable:

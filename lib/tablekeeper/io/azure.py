@@ -176,7 +176,8 @@ def azure_filesystem(account: AzureAccount) -> pafs.AzureFileSystem:
     return pafs.AzureFileSystem(
         account.name,
         account_key=account.key,
-        sas_token=account.sas_token,
+        # pyarrow appends the token to its URLs as given: without its "?" it became a path segment.
+        sas_token=None if not account.sas_token else "?" + account.sas_token,
         blob_storage_authority=account.blob_authority or f".blob.{account.suffix}",
         dfs_storage_authority=account.dfs_authority or f".dfs.{account.suffix}",
         blob_storage_scheme=account.blob_scheme,

@@ -54,6 +54,8 @@ SUPPORTED_PROPERTIES: tuple[str, ...] = (
     "gcs.no-auth",
     "gcs.credentials-json",
 )
+# Each a way of authenticating; set at most one (a vended token replaces the entry's: io.stores).
+CREDENTIALS = ("gcs.oauth2.token", "gcs.oauth2.token-expires-at", "gcs.credentials-json", "gcs.no-auth")
 # A token given without its expiry is taken as good for this long (Google's tokens last an hour).
 _TOKEN_LIFETIME = dt.timedelta(hours=1)
 # What a minted token may do: read, write and delete objects (the scope of Iceberg's GCSFileIO).
@@ -377,6 +379,8 @@ STORE = register_store(
         prefixes=(PREFIX,),
         hadoop=hadoop_settings,
         directories=False,
+        # A token a catalog vends replaces the entry's key, or its gcs.no-auth (one of them only).
+        credentials=CREDENTIALS,
         # pyarrow lists GCS without its prefixes: only "dir/" marker objects come back as
         # directories, and writers other than pyarrow make none.
         lists_prefixes=False,

@@ -47,7 +47,9 @@ class Store:
     settings Spark's own reads and writes need for the same store. ``directories``: False for
     object stores (no markers made). ``lists_prefixes``: False when the filesystem's one-level
     listing reports only marker objects as directories (pyarrow's GCS), so a directory's
-    subdirectories are found from a recursive listing instead.
+    subdirectories are found from a recursive listing instead. ``credentials``: the setting
+    names that are one way of authenticating each (a token, a key, "none"): credentials a catalog
+    vends replace every one of them the entry set, rather than clash with it.
     """
 
     name: str
@@ -58,6 +60,7 @@ class Store:
     hadoop: Callable[[Mapping[str, str]], Mapping[str, str]] = field(default=_no_hadoop)
     directories: bool = False
     lists_prefixes: bool = True
+    credentials: tuple[str, ...] = ()
 
 
 _lock = threading.Lock()
@@ -147,3 +150,16 @@ def hadoop_settings(settings: Mapping[str, str]) -> dict[str, str]:
     for store in sorted(_stores(settings), key=lambda s: s.name):
         out.update(store.hadoop(settings))
     return out
+
+
+def with_vended(own: Mapping[str, str], vended: Mapping[str, str]) -> dict[str, str]:
+    """An entry's storage settings with what a catalog vended for a table on top: where the
+    vended settings hold any of a store's credentials, the entry's credentials for that store
+    give way (a vended GCS token replaces the entry's key, or its ``gcs.no-auth``)."""
+    merged = dict(own)
+    for store in _stores({**own, **vended}):
+        if store.credentials and any(k in store.credentials for k in vended):
+            for key in store.credentials:
+                merged.pop(key, None)
+    merged.update(vended)
+    return merged

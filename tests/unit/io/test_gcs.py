@@ -9,7 +9,7 @@ from tablekeeper.errors import ConfigError
 from tablekeeper.io import FileIO
 from tablekeeper.io.gcs import GcsSettings, gcs_filesystem
 from tablekeeper.io.storage import storage_subset
-from tablekeeper.io.stores import hadoop_settings
+from tablekeeper.io.stores import hadoop_settings, with_vended
 from tablekeeper.redact import redact
 
 
@@ -81,3 +81,15 @@ def test_a_token_reaches_the_hadoop_connector_as_its_authorization_header() -> N
     key = '{"type": "service_account", "client_email": "a@p.iam.gserviceaccount.com", "private_key": "k"}'
     keyed = hadoop_settings({"gcs.credentials-json": key})
     assert not any(k.startswith("fs.gs.auth") or "Authorization" in k for k in keyed)
+
+
+def test_a_vended_token_replaces_the_entrys_own_gcs_credentials() -> None:
+    own = {"gcs.service.host": "http://127.0.0.1:9", "gcs.no-auth": "true", "s3.endpoint": "http://s3"}
+    merged = with_vended(own, {"gcs.oauth2.token": "ya29.v"})
+    assert merged == {
+        "gcs.service.host": "http://127.0.0.1:9",
+        "s3.endpoint": "http://s3",
+        "gcs.oauth2.token": "ya29.v",
+    }
+    assert GcsSettings.from_properties(merged).token == "ya29.v"  # no clash with gcs.no-auth
+    assert with_vended(own, {"s3.access-key-id": "k"}) == {**own, "s3.access-key-id": "k"}  # GCS's stand
