@@ -103,4 +103,7 @@ def test_keys_travel_as_storage_settings_are_masked_and_reach_hadoop() -> None:
     assert conf["fs.azure.account.hns.enabled.acct.dfs.core.windows.net"] == "false"
     assert conf["fs.azure.fns.account.service.type.acct.dfs.core.windows.net"] == "BLOB"
     assert not any(k.endswith("other.dfs.core.windows.net") and "hns" in k for k in conf)
-    assert len(conf) == 12 and hadoop_settings({}) == {}  # no account of ours: the cluster's stand
+    # No account of ours: the cluster's settings stand. (A store another test registered for the
+    # process, toy://, may add its own.)
+    assert len([k for k in conf if k.startswith("fs.azure.")]) == 12
+    assert not [k for k in hadoop_settings({}) if k.startswith("fs.azure.")]

@@ -60,7 +60,8 @@ def test_gs_and_gcs_are_served_by_the_built_in_store_and_its_settings_travel() -
     with pytest.raises(ConfigError, match="names no bucket"):
         io.fs_path("gs:///t/f")
     assert storage_subset({**props, "uri": "thrift://h:9083"}) == props
-    assert hadoop_settings(props) == {
+    # (a store another test registered for the process, toy://, may add its own settings)
+    assert {k: v for k, v in hadoop_settings(props).items() if ".gs." in k} == {
         "fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
         "fs.AbstractFileSystem.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS",
         "fs.gs.project.id": "p",
