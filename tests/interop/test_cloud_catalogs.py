@@ -121,7 +121,7 @@ def _entries(table: LoadedTable) -> list[ManifestEntry]:
     return list(live_files(table.io, table.metadata, snapshot).data)
 
 
-def test_jobs_on_a_gcs_table_through_the_documented_catalog(
+def test_jobs_on_a_gcs_table_through_a_sql_catalog(
     gcs_server: GcsEndpoint,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -134,7 +134,7 @@ def test_jobs_on_a_gcs_table_through_the_documented_catalog(
     _jobs_on_the_store(conf, tmp_path, lambda loc: "gcs://" + loc.removeprefix("gs://"), capsys, None)
 
 
-def test_jobs_on_an_azure_table_through_the_documented_catalog(
+def test_jobs_on_an_azure_table_through_a_sql_catalog(
     azure_server: AzureEndpoint,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
