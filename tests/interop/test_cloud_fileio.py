@@ -159,6 +159,10 @@ def test_gcs_answering_503_to_one_request_in_ten_loses_nothing(gcs_server: GcsEn
         io = FileIO.for_location(base, {**gcs_server.properties(), "gcs.service.host": proxy.url})
         # google-cloud-cpp waits a second or more before each retry: fewer files keep this short.
         _survives_throttling(io, base, proxy, 10)
+        # Deletes went through the JSON batch endpoint (tablekeeper's retries), none one by one.
+        methods = [(s["method"], s["path"].partition("?")[0]) for s in proxy.stats()["seen"]]
+        assert ("POST", "/batch/storage/v1") in methods
+        assert not [m for m in methods if m[0] == "DELETE"]
 
 
 def test_azure_answering_503_to_one_request_in_ten_loses_nothing(azure_server: AzureEndpoint) -> None:

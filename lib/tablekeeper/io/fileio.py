@@ -36,7 +36,7 @@ import pyarrow.fs as pafs
 from tablekeeper.errors import AlreadyExists, ConfigError, FileNotFound, StorageError, TablekeeperError
 from tablekeeper.io.s3 import S3Settings, bucket_filesystem, delete_keys, s3_filesystem
 from tablekeeper.io.storage import storage_properties
-from tablekeeper.io.stores import Store, store_for
+from tablekeeper.io.stores import Store, StoreDeletes, store_for
 from tablekeeper.io.uri import location_to_path, strip_trailing_slash
 from tablekeeper.io.walk import entries
 from tablekeeper.redact import redact
@@ -112,6 +112,11 @@ class InputStream(Protocol):
 
 class _NoAtomicPrimitive(Exception):
     """The filesystem offers neither hard links nor rename-without-replace."""
+
+
+def _reason_text(text: str) -> str:
+    first = (redact(text).strip().splitlines() or ["failed"])[0]
+    return first if len(first) <= 200 else first[:197] + "..."
 
 
 def _reason(err: BaseException) -> str:
@@ -217,13 +222,16 @@ class FileIO:
         authority: str | None = None,
         s3: S3Settings | None = None,
         store: Store | None = None,
+        settings: Mapping[str, str] | None = None,
     ) -> None:
         """``authority``: the name node (HDFS) or ``container@account`` (ABFS) the filesystem is
         bound to; locations elsewhere are then refused. ``s3``: the settings an S3 filesystem was
         made with, so deletes reach the same store in batches. ``store``: a registered store
-        (``io.stores``) the filesystem serves. ``for_location`` sets them."""
+        (``io.stores``) the filesystem serves, made with ``settings``. ``for_location`` sets them."""
         self._fs = filesystem
         self._s3 = s3
+        self._store = store
+        self._settings = dict(settings or {})
         self._type = str(filesystem.type_name)
         schemes, kind = _KINDS.get(self._type, (None, "generic"))
         if store is not None:
@@ -251,7 +259,7 @@ class FileIO:
         with _connect(location, scheme):
             if (store := store_for(scheme, props)) is not None:  # a registered store goes first
                 node = authority if store.layout in ("path", "container") else None
-                return cls(store.open(authority, props), authority=node, store=store)
+                return cls(store.open(authority, props), authority=node, store=store, settings=props)
             if scheme in _S3_SCHEMES:
                 settings = S3Settings.from_properties(props, f"the storage settings for {location}")
                 if not settings.is_default:
@@ -473,8 +481,9 @@ class FileIO:
 
     @property
     def batches_deletes(self) -> bool:
-        """Whether ``delete_many`` sends batches (S3), so a caller should hand it many at once."""
-        return self._s3 is not None
+        """Whether ``delete_many`` sends batches (S3, a store's batch API), so a caller should hand
+        it many at once."""
+        return self._s3 is not None or (self._store is not None and self._store.batch_delete is not None)
 
     def delete_many(self, locations: Iterable[str], max_workers: int = 8) -> DeleteReport:
         """Delete files concurrently, carrying on past failures and reporting each one.
@@ -488,6 +497,10 @@ class FileIO:
             return DeleteReport(0, 0)
         if self._s3 is not None:
             return self._delete_batched(targets, max_workers)
+        if self._store is not None and self._store.batch_delete is not None:
+            batched = self._store_batches(self._store, targets, max_workers)
+            if batched is not None:
+                return batched
 
         def one(location: str) -> str | None:
             # None: deleted; "": already missing; otherwise the failure reason.
@@ -502,6 +515,37 @@ class FileIO:
         missing = sum(1 for o in outcomes if o == "")
         failures = tuple((loc, o) for loc, o in zip(targets, outcomes, strict=True) if o)
         logger.info("deleted %d files (%d already missing, %d failed)", deleted, missing, len(failures))
+        return DeleteReport(deleted, missing, failures)
+
+    def _store_batches(self, store: Store, targets: tuple[str, ...], max_workers: int) -> DeleteReport | None:
+        """Deletes through the store's batch API (``Store.batch_delete``); None when the store
+        cannot batch with these settings."""
+        assert store.batch_delete is not None
+        batch = store.batch_delete
+        by_path: dict[str, str] = {}
+        for location in targets:
+            by_path.setdefault(self.fs_path(location), location)
+        paths = list(by_path)
+        chunks = [paths[i : i + store.batch_size] for i in range(0, len(paths), store.batch_size)]
+        first = batch(self._settings, chunks[0])
+        if first is None:
+            return None
+        with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(chunks) - 1))) as pool:
+            rest = list(pool.map(lambda chunk: batch(self._settings, chunk), chunks[1:]))
+        outcomes = [
+            o if o is not None else StoreDeletes(failures=tuple((p, "no batch") for p in c))
+            for o, c in zip([first, *rest], chunks, strict=True)
+        ]
+        deleted = sum(len(o.deleted) for o in outcomes)
+        missing = sum(len(o.missing) for o in outcomes)
+        failures = tuple((by_path.get(p, p), _reason_text(why)) for o in outcomes for p, why in o.failures)
+        logger.info(
+            "deleted %d files in %d requests (%d already missing, %d failed)",
+            deleted,
+            len(chunks),
+            missing,
+            len(failures),
+        )
         return DeleteReport(deleted, missing, failures)
 
     def _delete_batched(self, targets: tuple[str, ...], max_workers: int) -> DeleteReport:

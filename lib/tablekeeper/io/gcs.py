@@ -12,10 +12,11 @@ read lazily, so two catalogs with two keys could not coexist. A token is minted 
 JWT-bearer grant, RFC 7523, signed with the key) on first use and again before it expires, and the
 filesystem under a FileIO is swapped for one with the new token, so a job outlives its tokens.
 
-Reads, writes, paged listing and deletes go through pyarrow's GCS filesystem (google-cloud-cpp),
-which retries 408, 429 and 5xx answers with exponential backoff on its own. Deletes are one request
-per object, sent concurrently by ``FileIO.delete_many``: GCS has no multi-object delete, only the
-generic JSON batch endpoint, which pyarrow does not speak and the emulators implement unevenly.
+Reads, writes and paged listing go through pyarrow's GCS filesystem (google-cloud-cpp), which
+retries 408, 429 and 5xx answers with exponential backoff on its own. Deletes of many objects go
+through GCS's JSON batch endpoint (up to 100 per request, ``batch_delete``), which pyarrow does not
+speak, so retrying what it throttles (the whole batch, or single answers inside it) is done here.
+With Google's default credentials (known only to the C++ client) deletes stay one request each.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ import datetime as dt
 import functools
 import json
 import logging
+import re
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,7 +41,7 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from tablekeeper.errors import ConfigError, StorageError
-from tablekeeper.io.stores import Store, register_store
+from tablekeeper.io.stores import Store, StoreDeletes, register_store
 from tablekeeper.redact import redact, register_secret
 
 log = logging.getLogger(__name__)
@@ -251,11 +254,20 @@ class _ServiceAccountHandler(pafs.FileSystemHandler):  # type: ignore[misc]  # p
         self._info = _service_account(settings.credentials_json, "the storage settings")
         self._lock = threading.Lock()
         self._current: tuple[pafs.FileSystem, float] | None = None
+        self._token: str | None = None
+
+    def token(self) -> str:
+        """A current access token (for the requests pyarrow does not make: batch deletes)."""
+        self.fs()
+        with self._lock:
+            assert self._token is not None
+            return self._token
 
     def fs(self) -> pafs.FileSystem:
         with self._lock:
             if self._current is None or self._current[1] - time.time() < _REFRESH_MARGIN_S:
                 token, expires = mint_token(self._info)
+                self._token = token
                 bare = replace(
                     self._settings, credentials_json=None, token=token, token_expires_ms=int(expires * 1000)
                 )
@@ -320,6 +332,108 @@ def _service_account_filesystem(settings: GcsSettings) -> pafs.FileSystem:
     return pafs.PyFileSystem(_ServiceAccountHandler(settings))
 
 
+BATCH_LIMIT = 100  # GCS takes at most 100 calls in one batch request
+_BATCH_ATTEMPTS = 6
+_RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def _bearer(gcs: GcsSettings) -> str | None:
+    """The Authorization header a batch request carries: "" for none (an emulator), None when
+    the credentials are Google's default chain, which only pyarrow's client can use."""
+    if gcs.anonymous:
+        return ""
+    if gcs.token:
+        return f"Bearer {gcs.token}"
+    if gcs.credentials_json is not None:
+        handler = _service_account_filesystem(gcs).handler
+        assert isinstance(handler, _ServiceAccountHandler)
+        return f"Bearer {handler.token()}"
+    return None
+
+
+def _batch_body(boundary: str, paths: Sequence[str], host: str) -> bytes:
+    parts = []
+    for i, path in enumerate(paths):
+        bucket, _, key = path.partition("/")
+        target = f"/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o/{urllib.parse.quote(key, safe='')}"
+        parts.append(
+            f"--{boundary}\r\nContent-Type: application/http\r\nContent-ID: <{i}>\r\n\r\n"
+            f"DELETE {target} HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n\r\n"
+        )
+    return ("".join(parts) + f"--{boundary}--\r\n").encode()
+
+
+def _batch_answers(content_type: str, data: bytes) -> dict[int, tuple[int, str]]:
+    """Content-ID number -> (status, first line of the answer's body) of a batch reply."""
+    boundary = content_type.partition("boundary=")[2].strip().strip('"')
+    answers: dict[int, tuple[int, str]] = {}
+    for part in data.decode("utf-8", "replace").split(f"--{boundary}")[1:]:
+        head, _, inner = part.partition("\r\n\r\n")
+        cid = re.search(r"(?im)^content-id:\s*<response-(\d+)>", head)
+        status = re.match(r"HTTP/\d(?:\.\d)?\s+(\d{3})", inner.lstrip())
+        if cid and status:
+            body = inner.partition("\r\n\r\n")[2].strip().splitlines()
+            answers[int(cid.group(1))] = (int(status.group(1)), body[0][:200] if body else "")
+    return answers
+
+
+def batch_delete(settings: Mapping[str, str], paths: Sequence[str]) -> StoreDeletes | None:
+    """Delete up to ``BATCH_LIMIT`` objects (``bucket/key``) in one batch request, retrying the
+    request, or the calls inside it, that GCS throttles or fails on its side, with backoff."""
+    gcs = GcsSettings.from_properties(settings)
+    auth = _bearer(gcs)
+    if auth is None:
+        return None
+    base = gcs.service_url or "https://storage.googleapis.com"
+    host = urlsplit(base).netloc
+    pending = list(paths)
+    deleted: list[str] = []
+    missing: list[str] = []
+    failures: list[tuple[str, str]] = []
+    reason = ""
+    for attempt in range(_BATCH_ATTEMPTS):
+        if attempt:
+            time.sleep(min(8.0, 0.2 * 2**attempt))
+        boundary = "tablekeeper-" + uuid.uuid4().hex
+        headers = {"Content-Type": f"multipart/mixed; boundary={boundary}"}
+        if auth:
+            headers["Authorization"] = auth
+        request = urllib.request.Request(
+            f"{base}/batch/storage/v1",
+            data=_batch_body(boundary, pending, host),
+            headers=headers,
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as reply:
+                answers = _batch_answers(reply.headers.get("Content-Type", ""), reply.read())
+        except urllib.error.HTTPError as err:
+            reason = f"batch request answered {err.code}"
+            if err.code in _RETRYABLE:
+                continue
+            break
+        except OSError as err:
+            reason = f"batch request failed: {redact(str(err))}"
+            continue
+        retry: list[str] = []
+        for i, path in enumerate(pending):
+            status, text = answers.get(i, (0, "no answer for this call"))
+            if 200 <= status < 300:
+                deleted.append(path)
+            elif status == 404:
+                missing.append(path)
+            elif status in _RETRYABLE or status == 0:
+                retry.append(path)
+                reason = f"{status or 'no answer'}: {text}"
+            else:
+                failures.append((path, f"{status}: {redact(text)}"))
+        pending = retry
+        if not pending:
+            break
+    failures += [(path, f"still failing after {_BATCH_ATTEMPTS} attempts ({reason})") for path in pending]
+    return StoreDeletes(tuple(deleted), tuple(missing), tuple(failures))
+
+
 def _open(authority: str, settings: Mapping[str, str]) -> pafs.FileSystem:
     if not authority:
         raise ConfigError("a gs:// location names no bucket: expected gs://bucket/path")
@@ -381,6 +495,8 @@ STORE = register_store(
         directories=False,
         # A token a catalog vends replaces the entry's key, or its gcs.no-auth (one of them only).
         credentials=CREDENTIALS,
+        batch_delete=batch_delete,
+        batch_size=BATCH_LIMIT,
         # pyarrow lists GCS without its prefixes: only "dir/" marker objects come back as
         # directories, and writers other than pyarrow make none.
         lists_prefixes=False,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -32,6 +32,15 @@ IMPL_PREFIX = "io-impl."
 
 def _no_hadoop(_: Mapping[str, str]) -> Mapping[str, str]:
     return {}
+
+
+@dataclass(frozen=True)
+class StoreDeletes:
+    """What one of a store's batch deletes did, by filesystem path (``bucket/key``)."""
+
+    deleted: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    failures: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -49,7 +58,10 @@ class Store:
     listing reports only marker objects as directories (pyarrow's GCS), so a directory's
     subdirectories are found from a recursive listing instead. ``credentials``: the setting
     names that are one way of authenticating each (a token, a key, "none"): credentials a catalog
-    vends replace every one of them the entry set, rather than clash with it.
+    vends replace every one of them the entry set, rather than clash with it. ``batch_delete``:
+    deletes up to ``batch_size`` filesystem paths in one request of the service's batch API,
+    retrying what it throttles; None from it (credentials only the filesystem's own client can
+    use) leaves the deletes to the filesystem, one request each.
     """
 
     name: str
@@ -61,6 +73,8 @@ class Store:
     directories: bool = False
     lists_prefixes: bool = True
     credentials: tuple[str, ...] = ()
+    batch_delete: Callable[[Mapping[str, str], Sequence[str]], StoreDeletes | None] | None = None
+    batch_size: int = 100
 
 
 _lock = threading.Lock()

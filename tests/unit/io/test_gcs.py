@@ -7,7 +7,7 @@ import pytest
 
 from tablekeeper.errors import ConfigError
 from tablekeeper.io import FileIO
-from tablekeeper.io.gcs import GcsSettings, gcs_filesystem
+from tablekeeper.io.gcs import GcsSettings, batch_delete, gcs_filesystem
 from tablekeeper.io.storage import storage_subset
 from tablekeeper.io.stores import hadoop_settings, with_vended
 from tablekeeper.redact import redact
@@ -55,7 +55,7 @@ def test_a_token_is_kept_out_of_repr_and_masked_once_seen() -> None:
 def test_gs_and_gcs_are_served_by_the_built_in_store_and_its_settings_travel() -> None:
     props = {"gcs.service.host": "http://127.0.0.1:9", "gcs.no-auth": "true", "gcs.project-id": "p"}
     io = FileIO.for_location("gcs://bucket/t", props)
-    assert repr(io) == "FileIO(gcs)" and not io.atomic_create and not io.batches_deletes
+    assert repr(io) == "FileIO(gcs)" and not io.atomic_create and io.batches_deletes  # JSON batches
     assert io.fs_path("gs://bucket/t/f") == io.fs_path("gcs://bucket/t/f") == "bucket/t/f"
     with pytest.raises(ConfigError, match="names no bucket"):
         io.fs_path("gs:///t/f")
@@ -94,3 +94,8 @@ def test_a_vended_token_replaces_the_entrys_own_gcs_credentials() -> None:
     }
     assert GcsSettings.from_properties(merged).token == "ya29.v"  # no clash with gcs.no-auth
     assert with_vended(own, {"s3.access-key-id": "k"}) == {**own, "s3.access-key-id": "k"}  # GCS's stand
+
+
+def test_deletes_with_googles_default_credentials_stay_one_request_each() -> None:
+    """Only the C++ client knows the default chain's token: no batch (and no request) then."""
+    assert batch_delete({"gcs.service.host": "http://127.0.0.1:9"}, ["b/k"]) is None
