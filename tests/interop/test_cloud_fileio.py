@@ -170,6 +170,10 @@ def test_azure_answering_503_to_one_request_in_ten_loses_nothing(azure_server: A
         base = f"abfss://{AZURE_CONTAINER}@{azure_server.host}/slow"
         io = FileIO.for_location(base, azure_server.properties(proxy.url))
         _survives_throttling(io, base, proxy, 60)
+        # Deletes went through the Blob Batch API (tablekeeper's retries), none one by one.
+        methods = [(s["method"], s["path"]) for s in proxy.stats()["seen"]]
+        assert any(m == "POST" and "comp=batch" in p for m, p in methods)
+        assert not [m for m in methods if m[0] == "DELETE"]
 
 
 def test_a_gcs_service_account_key_mints_tokens_and_renews_them_before_they_expire(

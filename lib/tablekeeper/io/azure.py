@@ -18,14 +18,16 @@ every sub-request signed on its own, which pyarrow does not offer.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+import ipaddress
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from urllib.parse import unquote, urlsplit
 
 import pyarrow.fs as pafs
 
 from tablekeeper.errors import ConfigError
-from tablekeeper.io.stores import Store, register_store
+from tablekeeper.io.azure_batch import BATCH_LIMIT, delete_blobs
+from tablekeeper.io.stores import Store, StoreDeletes, register_store
 from tablekeeper.redact import register_secret
 
 PREFIX = "adls."
@@ -194,6 +196,47 @@ def _open(authority: str, settings: Mapping[str, str]) -> pafs.FileSystem:
     return azure_filesystem(account_settings(host, settings))
 
 
+def _blob_base(account: AzureAccount) -> str:
+    """The account's Blob endpoint URL: an emulator at an IP address or localhost serves it under
+    ``/<account>`` (as pyarrow reaches it), any other host is the account's own."""
+    scheme = account.blob_scheme or "https"
+    authority = account.blob_authority or account.blob_host
+    host = authority.rpartition(":")[0] if authority.count(":") == 1 else authority
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        path_style = True
+    except ValueError:
+        path_style = host == "localhost"
+    return f"{scheme}://{authority}/{account.name}" if path_style else f"{scheme}://{authority}"
+
+
+def batch_delete(
+    authority: str | None, settings: Mapping[str, str], paths: Sequence[str]
+) -> StoreDeletes | None:
+    """Delete blobs (``container/blob`` of the account ``authority`` names) with the Blob Batch
+    API, one request per container (``azure_batch``); None for an account reached through Azure's
+    default credential chain, which only pyarrow's client holds."""
+    host = (authority or "").partition("@")[2]
+    if not host:
+        return None
+    account = account_settings(host, settings)
+    if not account.key and not account.sas_token:
+        return None
+    by_container: dict[str, list[str]] = {}
+    for path in paths:
+        container, _, blob = path.partition("/")
+        by_container.setdefault(container, []).append(blob)
+    outcomes = [
+        delete_blobs(account.name, _blob_base(account), c, blobs, key=account.key, sas=account.sas_token)
+        for c, blobs in by_container.items()
+    ]
+    return StoreDeletes(
+        tuple(p for o in outcomes for p in o.deleted),
+        tuple(p for o in outcomes for p in o.missing),
+        tuple(f for o in outcomes for f in o.failures),
+    )
+
+
 def _accounts(settings: Mapping[str, str]) -> set[str]:
     names = {SHARED_KEY_NAME: settings.get(SHARED_KEY_NAME, "")}
     for key in settings:
@@ -243,5 +286,7 @@ STORE = register_store(
         prefixes=(PREFIX,),
         hadoop=hadoop_settings,
         directories=False,
+        batch_delete=batch_delete,
+        batch_size=BATCH_LIMIT,
     )
 )

@@ -527,11 +527,11 @@ class FileIO:
             by_path.setdefault(self.fs_path(location), location)
         paths = list(by_path)
         chunks = [paths[i : i + store.batch_size] for i in range(0, len(paths), store.batch_size)]
-        first = batch(self._settings, chunks[0])
+        first = batch(self._authority, self._settings, chunks[0])
         if first is None:
             return None
         with ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(chunks) - 1))) as pool:
-            rest = list(pool.map(lambda chunk: batch(self._settings, chunk), chunks[1:]))
+            rest = list(pool.map(lambda chunk: batch(self._authority, self._settings, chunk), chunks[1:]))
         outcomes = [
             o if o is not None else StoreDeletes(failures=tuple((p, "no batch") for p in c))
             for o, c in zip([first, *rest], chunks, strict=True)

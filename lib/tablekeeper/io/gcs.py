@@ -377,7 +377,7 @@ def _batch_answers(content_type: str, data: bytes) -> dict[int, tuple[int, str]]
     return answers
 
 
-def batch_delete(settings: Mapping[str, str], paths: Sequence[str]) -> StoreDeletes | None:
+def batch_delete(_: str | None, settings: Mapping[str, str], paths: Sequence[str]) -> StoreDeletes | None:
     """Delete up to ``BATCH_LIMIT`` objects (``bucket/key``) in one batch request, retrying the
     request, or the calls inside it, that GCS throttles or fails on its side, with backoff."""
     gcs = GcsSettings.from_properties(settings)

@@ -73,7 +73,7 @@ class Store:
     directories: bool = False
     lists_prefixes: bool = True
     credentials: tuple[str, ...] = ()
-    batch_delete: Callable[[Mapping[str, str], Sequence[str]], StoreDeletes | None] | None = None
+    batch_delete: Callable[[str | None, Mapping[str, str], Sequence[str]], StoreDeletes | None] | None = None
     batch_size: int = 100
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from tablekeeper.errors import ConfigError
 from tablekeeper.io import FileIO
-from tablekeeper.io.azure import AzureAccount, account_settings
+from tablekeeper.io.azure import AzureAccount, _blob_base, account_settings, batch_delete
 from tablekeeper.io.storage import storage_subset
 from tablekeeper.io.stores import hadoop_settings
 from tablekeeper.redact import redact, redacted_properties
@@ -67,7 +67,7 @@ def test_settings_that_would_be_ignored_or_misread_are_refused(properties: dict[
 def test_every_azure_scheme_is_served_by_one_account_bound_store() -> None:
     props = {"adls.connection-string.acct": EMULATOR}
     io = FileIO.for_location("abfss://c@acct.dfs.core.windows.net/t", props)
-    assert repr(io) == "FileIO(abfs)" and not io.batches_deletes
+    assert repr(io) == "FileIO(abfs)" and io.batches_deletes  # the Blob Batch API
     for spelling in (
         "abfs://c@acct.dfs.core.windows.net/t/f",
         "wasbs://c@acct.blob.core.windows.net/t/f",
@@ -107,3 +107,12 @@ def test_keys_travel_as_storage_settings_are_masked_and_reach_hadoop() -> None:
     # process, toy://, may add its own.)
     assert len([k for k in conf if k.startswith("fs.azure.")]) == 12
     assert not [k for k in hadoop_settings({}) if k.startswith("fs.azure.")]
+
+
+def test_batch_deletes_need_a_key_or_a_sas_and_find_the_accounts_blob_endpoint() -> None:
+    """The default credential chain lives in pyarrow's client only: no batch (and no request).
+    An emulator at an IP address serves the account under /<account>; a real host is the account's."""
+    assert batch_delete("c@acct.dfs.core.windows.net", {}, ["c/k"]) is None
+    emulator = account_settings("acct", {"adls.connection-string.acct": EMULATOR})
+    assert _blob_base(emulator) == "http://127.0.0.1:10000/acct"
+    assert _blob_base(AzureAccount("acct")) == "https://acct.blob.core.windows.net"

@@ -98,4 +98,4 @@ def test_a_vended_token_replaces_the_entrys_own_gcs_credentials() -> None:
 
 def test_deletes_with_googles_default_credentials_stay_one_request_each() -> None:
     """Only the C++ client knows the default chain's token: no batch (and no request) then."""
-    assert batch_delete({"gcs.service.host": "http://127.0.0.1:9"}, ["b/k"]) is None
+    assert batch_delete(None, {"gcs.service.host": "http://127.0.0.1:9"}, ["b/k"]) is None
