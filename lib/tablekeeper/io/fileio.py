@@ -18,13 +18,9 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import ctypes
 import errno
-import functools
 import logging
-import os
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +30,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from tablekeeper.errors import AlreadyExists, ConfigError, FileNotFound, StorageError, TablekeeperError
+from tablekeeper.io.local_atomic import NoAtomicPrimitive, fsync_dir, link_noreplace, write_temp
 from tablekeeper.io.s3 import S3Settings, bucket_filesystem, delete_keys, s3_filesystem
 from tablekeeper.io.storage import storage_properties
 from tablekeeper.io.stores import Store, StoreDeletes, store_for
@@ -60,12 +57,6 @@ _KINDS: Mapping[str, tuple[frozenset[str], str]] = {
 }
 # Object stores have no directories; creating "directory" marker objects only clutters listings.
 _NO_DIRECTORIES = frozenset({"s3", "gcs"})
-
-# errno values meaning "this filesystem cannot hard-link", as opposed to a real failure.
-_LINK_UNSUPPORTED = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EXDEV})
-_RENAME_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP})
-_AT_FDCWD = -100
-_RENAME_NOREPLACE = 1
 
 
 @dataclass(frozen=True)
@@ -110,10 +101,6 @@ class InputStream(Protocol):
     def __exit__(self, *exc_info: object) -> Any: ...
 
 
-class _NoAtomicPrimitive(Exception):
-    """The filesystem offers neither hard links nor rename-without-replace."""
-
-
 def _reason_text(text: str) -> str:
     first = (redact(text).strip().splitlines() or ["failed"])[0]
     return first if len(first) <= 200 else first[:197] + "..."
@@ -139,73 +126,6 @@ def _translate(location: str, action: str) -> Iterator[None]:
         raise StorageError(
             f"cannot {action} {location}: {_reason(err)} (check access to the storage and retry)"
         ) from err
-
-
-@functools.lru_cache(maxsize=1)
-def _renameat2() -> Callable[..., int] | None:
-    try:
-        func = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return None
-    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    func.restype = ctypes.c_int
-    return func
-
-
-def _rename_noreplace(src: str, dst: str) -> None:
-    func = _renameat2()
-    if func is None:
-        raise _NoAtomicPrimitive("renameat2 is not available")
-    if func(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE) != 0:
-        code = ctypes.get_errno()
-        if code in _RENAME_UNSUPPORTED:
-            raise _NoAtomicPrimitive(os.strerror(code))
-        raise OSError(code, os.strerror(code), dst)  # EEXIST becomes FileExistsError
-
-
-def _link_noreplace(src: str, dst: str) -> None:
-    """Make ``dst`` name ``src``'s file, failing with FileExistsError if ``dst`` exists.
-
-    ``src`` may or may not still exist afterwards; callers remove it with ``missing_ok``.
-    """
-    try:
-        Path(dst).hardlink_to(src)
-        return
-    except FileExistsError:
-        raise
-    except OSError as err:
-        if err.errno not in _LINK_UNSUPPORTED:
-            raise
-        logger.debug("hard link %s -> %s unsupported (%s); trying renameat2", src, dst, err)
-    _rename_noreplace(src, dst)
-
-
-def _write_temp(directory: Path, name: str, data: bytes) -> Path:
-    # The leading dot hides a temp file left by a crash from Spark/Hadoop readers; the uuid keeps
-    # concurrent writers apart. Mode 0o666 lets the umask decide, as for any new file (mkstemp's
-    # 0o600 would make committed metadata unreadable to other users).
-    tmp = directory / f".{name}.{uuid.uuid4().hex}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return tmp
-
-
-def _fsync_dir(directory: Path) -> None:
-    # Makes the new name durable. Some filesystems refuse fsync on directories; the name change
-    # itself is still atomic there, so that is not an error.
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 class FileIO:
@@ -375,13 +295,13 @@ class FileIO:
             if self._kind == "local":
                 target = Path(path)
                 target.parent.mkdir(parents=True, exist_ok=True)
-                tmp = _write_temp(target.parent, target.name, data)
+                tmp = write_temp(target.parent, target.name, data)
                 try:
                     tmp.replace(target)
                 except BaseException:
                     tmp.unlink(missing_ok=True)
                     raise
-                _fsync_dir(target.parent)
+                fsync_dir(target.parent)
             else:
                 self._make_parent(path)
                 with self._fs.open_output_stream(path, compression=None) as out:
@@ -405,16 +325,16 @@ class FileIO:
         with _translate(location, "create"):
             target = Path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = _write_temp(target.parent, target.name, data)
+            tmp = write_temp(target.parent, target.name, data)
             try:
-                _link_noreplace(str(tmp), path)
+                link_noreplace(str(tmp), path)
             except FileExistsError as err:
                 raise _already_exists(location) from err
-            except _NoAtomicPrimitive as err:
+            except NoAtomicPrimitive as err:
                 raise _not_atomic(location) from err
             finally:
                 tmp.unlink(missing_ok=True)
-            _fsync_dir(target.parent)
+            fsync_dir(target.parent)
 
     def rename_if_absent(self, src: str, dst: str) -> None:
         """Give ``src``'s file the location ``dst`` unless ``dst`` exists (``AlreadyExists``).
@@ -435,14 +355,14 @@ class FileIO:
                 raise FileNotFoundError(errno.ENOENT, "no such file", src_path)
             Path(dst_path).parent.mkdir(parents=True, exist_ok=True)
             try:
-                _link_noreplace(src_path, dst_path)
+                link_noreplace(src_path, dst_path)
             except FileExistsError as err:
                 raise _already_exists(dst) from err
-            except _NoAtomicPrimitive as err:
+            except NoAtomicPrimitive as err:
                 raise _not_atomic(dst) from err
             Path(src_path).unlink(missing_ok=True)
-            _fsync_dir(Path(dst_path).parent)
-            _fsync_dir(Path(src_path).parent)
+            fsync_dir(Path(dst_path).parent)
+            fsync_dir(Path(src_path).parent)
 
     def mkdirs(self, location: str) -> None:
         """Create a directory and its parents; a no-op on object stores, which have none."""

@@ -21,8 +21,7 @@ from tablekeeper.errors import (
     StorageError,
     exit_code,
 )
-from tablekeeper.io import DeleteReport, FileInfo, FileIO, join_location
-from tablekeeper.io import fileio as fileio_module
+from tablekeeper.io import DeleteReport, FileInfo, FileIO, join_location, local_atomic
 
 # The four spellings of one local directory; FileIO must accept each and answer in kind.
 SPELLINGS = ("{p}", "file:{p}", "file://{p}", "file://localhost{p}")
@@ -326,7 +325,7 @@ def _no_hard_links(self: Path, target: object) -> None:
     raise OSError(errno.EPERM, "Operation not permitted")
 
 
-@pytest.mark.skipif(fileio_module._renameat2() is None, reason="renameat2 needs Linux glibc")
+@pytest.mark.skipif(local_atomic._renameat2() is None, reason="renameat2 needs Linux glibc")
 def test_without_hard_links_renameat2_keeps_create_atomic(
     io: FileIO, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -343,7 +342,7 @@ def test_without_any_atomic_primitive_create_refuses(
     io: FileIO, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(Path, "hardlink_to", _no_hard_links)
-    monkeypatch.setattr(fileio_module, "_renameat2", lambda: None)
+    monkeypatch.setattr(local_atomic, "_renameat2", lambda: None)
     with pytest.raises(StorageError, match=r"cannot create .* atomically"):
         io.create_if_absent(str(tmp_path / "v1.json"), b"one")
     assert list(tmp_path.iterdir()) == []
