@@ -1,11 +1,13 @@
 """The local spark-submit line of docs/deploy/cluster.md, run as written (bash, from the
 checkout, with .venv's bin first on PATH as `source .venv/bin/activate` leaves it): compact exactly
-as shown, and every other job with its script and options in place of the last line. It submits
+as shown, and every other job with its script and options in place of the last line (those in one
+application, each script run as spark-submit runs it alone). It submits
 dist/tablekeeper.zip (make package) with --packages resolved from conf/jars.txt, so this is the
 cluster path on local Spark: the session is spark-submit's, the code the zip's."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -74,35 +76,41 @@ def test_readme_spark_submit_line_runs_every_job(tmp_path: Path) -> None:
     assert awk is not None
     assert run(["bash", "-c", awk.group(1)], env=dict(os.environ)).stdout == packages_arg()
 
-    def job(script: str, *args: str) -> str:
-        return "\n".join([*block[:-1], f"  jobs/{script} {shlex.join(args)}"])
-
     warehouse = tmp_path / "warehouse"
     catalog = sql_catalog(warehouse)
-
     delta = tmp_path / "delta" / "orders"
     delta_table_in_versions(delta, 2)
-    converted, _ = submit(job("convert_delta.py", "--source", str(delta), "--target", "db.orders"), warehouse)
-    assert converted["metrics"]["delta_version"] == 1
-    assert len(catalog.load_table("db.orders").scan().to_arrow()) == 2 * ROWS_PER_FILE
-
     events = iceberg_table_of_small_files(warehouse, "db.events", files=FILES)
     orphan = orphan_path(events)
+
     compacted, log = submit("\n".join(block), warehouse)  # the README's own line
     # Spark names the driver code that started each job: tablekeeper ran from the zip.
     assert f"{REPO_ROOT}/dist/tablekeeper.zip/tablekeeper/" in log
     assert compacted["metrics"]["rewritten_data_files_count"] == FILES
     assert len(live_data_files(catalog.load_table("db.events"))) == 1
 
-    expired, _ = submit(job("expire_snapshots.py", "--table", "db.events", "--older-than", "0s"), warehouse)
+    # Every other job with its script and options in place of the last line, one application for
+    # them all (each script run as spark-submit runs it alone: tests/support/submit_jobs.py), so
+    # the test pays for one more driver, not four.
+    plan = [
+        ["convert_delta.py", ["--source", str(delta), "--target", "db.orders"]],
+        ["expire_snapshots.py", ["--table", "db.events", "--older-than", "0s"]],
+        ["remove_orphans.py", ["--table", "db.events"]],
+        ["backfill_row_lineage.py", ["--table", "db.events"]],
+    ]
+    driver = REPO_ROOT / "tests" / "support" / "submit_jobs.py"
+    others, _ = submit(
+        "\n".join([*block[:-1], f"  {driver} jobs {shlex.quote(json.dumps(plan))}"]), warehouse
+    )
+    runs = others["runs"]
+    assert [[r["script"], r["args"]] for r in runs] == plan
+    assert all(r["code"] == 0 for r in runs), runs
+    converted, expired, removed, backfilled = (r["result"] for r in runs)
+    assert converted["metrics"]["delta_version"] == 1
+    assert len(catalog.load_table("db.orders").scan().to_arrow()) == 2 * ROWS_PER_FILE
     assert len(expired["metrics"]["expired_snapshot_ids"]) == FILES
-    assert len(catalog.load_table("db.events").snapshots()) == 1
-
-    removed, _ = submit(job("remove_orphans.py", "--table", "db.events"), warehouse)
     assert removed["metrics"]["orphan_file_count"] == 1
     assert not orphan.exists()
-
-    backfilled, _ = submit(job("backfill_row_lineage.py", "--table", "db.events"), warehouse)
     assert backfilled["job"] == "backfill-row-lineage"
     after = catalog.load_table("db.events")
     assert after.metadata.format_version == 3
