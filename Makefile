@@ -47,14 +47,20 @@ PYTEST_ARGS ?=
 
 TIERS := corpus interop kill airflow cluster
 
-.PHONY: help setup setup-compat jars servers tools package test test-compat test-unit $(addprefix test-,$(TIERS)) lint docs format demo bench bench-scale soak clean
+.PHONY: help setup setup-compat jars classes servers tools package test test-compat test-unit $(addprefix test-,$(TIERS)) lint docs format demo bench bench-scale soak clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@printf '  make %-10s %s\n' "test-TIER" "one tier of the suite, TIER one of: $(TIERS) (tests/tiers.py)"
 
 # Airflow (the DAG tier) runs on the default line only.
-setup: $(VENV)/.installed $(if $(filter $(DEFAULT_SPARK),$(SPARK)),$(AIRFLOW_VENV)/.installed) jars servers tools ## create .venv and .airflow-venv with the pinned deps, fetch the jars, install the database servers (idempotent); SPARK=3.5 or 4.0: that line's .lines/<line>/venv and jars
+setup: $(VENV)/.installed $(if $(filter $(DEFAULT_SPARK),$(SPARK)),$(AIRFLOW_VENV)/.installed) jars classes servers tools ## create .venv and .airflow-venv with the pinned deps, fetch the jars, install the database servers (idempotent); SPARK=3.5 or 4.0: that line's .lines/<line>/venv and jars
+
+# The line's class-data-sharing archive (lib/tablekeeper/spark/class_archive.py): local sessions
+# start in about half the time with it. Built once per Spark and Java (about a minute), kept in
+# $(JARS)/classes/; a no-op when it exists.
+classes: $(VENV)/.installed jars
+	@$(PY) -c 'from tablekeeper.spark.class_archive import main; main()'
 
 # The database servers the sql catalog's tests start on loopback (Debian's packages; the tests run
 # them from throwaway data directories, never as a system service). Checked on every run, so a

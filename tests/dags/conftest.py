@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tablekeeper.spark import class_archive
 from tablekeeper.spark.session import local_jar_paths
 from tests.support.spark_submit import REPO_ROOT, VENV_BIN, build_package, submit_env
 
@@ -35,8 +36,11 @@ LOCAL_SUBMIT: dict[str, Any] = {
         "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.log.level": "WARN",
-        # Jobs of seconds on tiny tables: the optimizing JIT would cost more CPU than it saves.
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        # Jobs of seconds on tiny tables: the optimizing JIT would cost more CPU than it saves, and
+        # the line's class archive (make setup) spares the JVM loading Spark's classes.
+        "spark.driver.extraJavaOptions": class_archive.java_options(
+            "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+        ),
     },
 }
 

@@ -143,3 +143,14 @@ def test_doctor_json_reports_versions_and_exits_zero() -> None:
     assert int(report["java"].split(".")[0]) >= 17
     assert all(j["present"] and Path(j["path"]).is_file() for j in report["jars"])
     assert "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13" in report["packages"]
+
+
+def test_the_local_session_maps_the_lines_class_archive_in(spark) -> None:  # type: ignore[no-untyped-def]
+    from tablekeeper.spark.class_archive import archive_path
+
+    # make setup built it, and the session's JVM mapped it in: a JVM that cannot use an archive
+    # runs on without it (quietly), so the option alone would prove nothing.
+    archive = archive_path()
+    assert archive is not None and archive.is_file(), "make setup builds the class archive"
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    assert str(archive) in Path(f"/proc/{pid}/maps").read_text()

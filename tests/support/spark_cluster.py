@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tablekeeper.spark import class_archive
 from tests.support.spark_submit import spark_home
 
 HOST = "127.0.0.1"
 # Daemons and executors of seconds-long jobs on a small machine: the C1 JIT and the serial
-# collector cost less CPU than the optimizing JIT and the parallel collectors save.
-LEAN_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# collector cost less CPU than the optimizing JIT and the parallel collectors save; the line's
+# class archive (make setup), where built, spares each JVM loading Spark's classes.
+LEAN_JVM = class_archive.java_options("-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 def free_port() -> int:

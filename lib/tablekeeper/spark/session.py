@@ -23,6 +23,7 @@ from tablekeeper.errors import ConfigError
 from tablekeeper.io.storage import STORAGE_ENV, on_storage_change
 from tablekeeper.io.stores import hadoop_settings
 from tablekeeper.settings import PACKAGE_ROLES, JarSpec, jar_specs, jars_dir, spark_defaults
+from tablekeeper.spark.class_archive import JAVA_OPTIONS_KEY, java_options
 from tablekeeper.spark.compat import check_session_line
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,10 @@ def get_spark(
     catalogs = catalogs or load_catalogs()
     settings = session_conf(catalogs, local_jar_paths(), conf, used=catalog)
     settings.setdefault(DAEMON_MODULE, "tablekeeper.spark.daemon")
+    # The line's class archive (make setup), where built, halves the JVM's start.
+    options = java_options(settings.get(JAVA_OPTIONS_KEY, ""))
+    if options:
+        settings[JAVA_OPTIONS_KEY] = options
     if logging.getLogger("tablekeeper").getEffectiveLevel() <= logging.DEBUG:
         settings.setdefault(f"spark.executorEnv.{WORKER_TRACEBACKS}", "1")
     _prepare_local_dirs(catalogs)
