@@ -31,7 +31,6 @@ from tablekeeper.iceberg.arrow_project import (
     kept,
     positions,
     projector,
-    storage,
     unsupported,
     write_schema,
     written_fields,
@@ -44,11 +43,12 @@ from tablekeeper.iceberg.position_delete_merge import read_position_deletes
 from tablekeeper.iceberg.puffin import deserialize_dv
 from tablekeeper.iceberg.rewrite_plan import FileTask
 from tablekeeper.iceberg.transforms import parse_transform
-from tablekeeper.iceberg.types import IcebergType, NestedField, StructType
+from tablekeeper.iceberg.types import IcebergType
 from tablekeeper.io import FileIO
 from tablekeeper.spark.arrow_output import NO_ROW_LIMIT, Job, Output
 from tablekeeper.spark.concurrent import no_cycle_collection
 from tablekeeper.spark.data_read import SCHEME_AUTHORITY, path_key
+from tablekeeper.spark.equality import batches, equality_mask, equality_rows, path_of
 from tablekeeper.spark.schema import LAST_UPDATED, ROW_ID
 from tablekeeper.spark.settle import Sized, settle, sizes_of
 
@@ -195,7 +195,7 @@ def make_input(meta: TableMetadata, job: Job, t: FileTask) -> _Input:
         if not ids:
             raise CorruptMetadataError(f"equality delete file {e.data_file.file_path} has no equality ids")
         for fid in ids:
-            if _path_of(job.fields, fid) is None:
+            if path_of(job.fields, fid) is None:
                 raise CorruptMetadataError(
                     f"equality delete file {e.data_file.file_path} deletes by field id {fid}, which is not "
                     "a primitive column of the current schema outside lists and maps"
@@ -212,26 +212,6 @@ def make_input(meta: TableMetadata, job: Job, t: FileTask) -> _Input:
         fills,
         tuple(equalities),
     )
-
-
-def _path_of(fields: Sequence[NestedField], fid: int) -> tuple[int, ...] | None:
-    """Child indexes leading to field ``fid`` through structs, or None."""
-    for i, f in enumerate(fields):
-        if f.id == fid:
-            return (i,)
-        if isinstance(f.type, StructType):
-            inner = _path_of(written_fields(f.type.fields), fid)
-            if inner is not None:
-                return (i, *inner)
-    return None
-
-
-def _column_at(arrays: Sequence[pa.Array], path: Sequence[int]) -> pa.Array:
-    column = arrays[path[0]]
-    for i in path[1:]:
-        assert isinstance(column, pa.StructArray)
-        column = column.flatten()[i]
-    return column
 
 
 def rewrite_with_arrow(
@@ -299,7 +279,7 @@ def keep_reported(directory: str, written: Sequence[DataFile]) -> tuple[DataFile
     return tuple(sorted(written, key=lambda f: f.file_path))
 
 
-def _dv_positions(location: str, offset: int, length: int, cardinality: int) -> pa.Array:
+def dv_positions(location: str, offset: int, length: int, cardinality: int) -> pa.Array:
     with FileIO.for_location(location).open_input(location) as stream:
         blob = stream.read_at(length, offset)
     try:
@@ -314,7 +294,7 @@ def _dv_positions(location: str, offset: int, length: int, cardinality: int) -> 
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
-def _position_file(location: str, file_format: str, wanted: frozenset[str]) -> dict[str, pa.Array]:
+def position_file_positions(location: str, file_format: str, wanted: frozenset[str]) -> dict[str, pa.Array]:
     """A position delete file's positions (Parquet, ORC or Avro) by the path key of the data file
     they delete from, for the ``wanted`` data files only (a delete file may cover many more)."""
     with FileIO.for_location(location).open_input(location) as stream:
@@ -330,24 +310,15 @@ def _position_file(location: str, file_format: str, wanted: frozenset[str]) -> d
 def _deleted(item: _Input, wanted: frozenset[str], cache: dict[str, dict[str, pa.Array]]) -> Deleted:
     parts: list[pa.Array] = []
     if item.dv is not None:
-        parts.append(_dv_positions(*item.dv))
+        parts.append(dv_positions(*item.dv))
     key = path_key(item.location)
     for location, file_format in item.position_files:
         if location not in cache:
-            cache[location] = _position_file(location, file_format, wanted)
+            cache[location] = position_file_positions(location, file_format, wanted)
         found = cache[location].get(key)
         if found is not None:
             parts.append(found)
     return Deleted.of(parts)
-
-
-def _batches(f: pq.ParquetFile, columns: list[str]) -> Iterator[tuple[int, pa.RecordBatch | None]]:
-    if columns:
-        for b in f.iter_batches(batch_size=_BATCH_ROWS, columns=columns, use_threads=False):
-            yield b.num_rows, b
-    else:  # none of the table's columns is in the file: only its row count matters
-        for i in range(f.metadata.num_row_groups):
-            yield f.metadata.row_group(i).num_rows, None
 
 
 def task_name(index: int) -> str:
@@ -399,14 +370,15 @@ def _read(
     row_id, updated = len(job.fields) - 2, len(job.fields) - 1
     schema = write_schema(job.fields)
     equalities = [
-        (ids, _equality_rows(job, location, ids, equality_cache)) for location, ids in item.equalities
+        (ids, equality_rows(job.fields, job.mapping, location, ids, equality_cache))
+        for location, ids in item.equalities
     ]
     io = FileIO.for_location(item.location)
     with io.open_input(item.location) as stream:
         f = pq.ParquetFile(stream, coerce_int96_timestamp_unit="us")
         columns, project = projector(f.schema_arrow, job.fields, job.mapping, item.location)
         offset = 0
-        for n, batch in _batches(f, columns):
+        for n, batch in batches(f, columns):
             arrays = project(batch if batch is not None else pa.record_batch([], names=[]), n)
             for i, t, value in item.fills:
                 arrays[i] = fill(arrays[i], t, value)
@@ -417,7 +389,7 @@ def _read(
             rows = pa.RecordBatch.from_arrays(arrays, schema=schema)
             mask = kept(offset, n, deleted)
             for ids, deletes in equalities:
-                gone = _equality_mask(job, arrays, ids, deletes)
+                gone = equality_mask(job.fields, arrays, ids, deletes)
                 if gone is not None:
                     live = pc.invert(gone)
                     mask = live if mask is None else pc.and_(mask, live)
@@ -427,79 +399,3 @@ def _read(
             raise CorruptMetadataError(
                 f"{item.location} yielded {offset} rows but its footer says {f.metadata.num_rows}"
             )
-
-
-def _equality_rows(job: Job, location: str, ids: tuple[int, ...], cache: dict[str, pa.Table]) -> pa.Table:
-    """An equality delete file's rows, its columns resolved by field id and read as the current
-    schema's types, deduplicated."""
-    key = f"{location}#{ids}"
-    if key not in cache:
-        # The delete file keeps the table's nesting: read the top-level fields holding the
-        # equality columns, then take each column by its path.
-        paths = [p for p in (_path_of(job.fields, fid) for fid in ids) if p is not None]
-        tops = sorted({p[0] for p in paths})
-        fields = [job.fields[i] for i in tops]
-        names = [f"c{i}" for i in range(len(paths))]
-        with FileIO.for_location(location).open_input(location) as stream:
-            f = pq.ParquetFile(stream, coerce_int96_timestamp_unit="us")
-            columns, project = projector(f.schema_arrow, fields, job.mapping, location)
-            if not columns:
-                raise CorruptMetadataError(
-                    f"equality delete file {location} holds none of the columns of field ids {list(ids)}"
-                )
-            parts = []
-            for n, b in _batches(f, columns):
-                arrays = project(b if b is not None else pa.record_batch([], names=[]), n)
-                by_top = dict(zip(tops, arrays, strict=True))
-                picked = [_column_at([by_top[p[0]]], (0, *p[1:])) for p in paths]
-                parts.append(pa.record_batch([storage(c) for c in picked], names=names))
-        table = pa.Table.from_batches(parts) if parts else None
-        if table is None or not len(table):
-            table = pa.table({name: pa.array([], pa.null()) for name in names})
-        else:
-            table = table.group_by(names).aggregate([])
-        cache[key] = table
-    return cache[key]
-
-
-def _equality_mask(
-    job: Job, arrays: Sequence[pa.Array], ids: tuple[int, ...], deletes: pa.Table
-) -> pa.Array | None:
-    """True for the rows an equality delete removes: every equality column equal to a delete
-    row's value, nulls equal to nulls (Iceberg's rule)."""
-    if not len(deletes):
-        return None
-    columns = [_column_at(arrays, p) for p in (_path_of(job.fields, fid) for fid in ids) if p is not None]
-    columns = [storage(c) for c in columns]
-    if len(columns) == 1:
-        wanted = storage(deletes.column(0).combine_chunks())
-        if pa.types.is_floating(columns[0].type):
-            column, wanted = _float_bits(columns[0]), _float_bits(wanted)
-        else:
-            column = columns[0]
-        return pc.fill_null(pc.is_in(column, value_set=wanted, skip_nulls=False), False)
-    # Several columns: rare and small (keys of deleted rows), so a set of Python tuples, with
-    # floats compared as Java's StructLikeSet compares them (all NaNs equal, -0.0 != 0.0).
-    gone = set(
-        zip(
-            *(_java_equal(storage(deletes.column(i).combine_chunks())) for i in range(len(columns))),
-            strict=True,
-        )
-    )
-    hits = [row in gone for row in zip(*(_java_equal(c) for c in columns), strict=True)]
-    return pa.array(hits, pa.bool_())
-
-
-def _java_equal(column: pa.Array) -> list[Any]:
-    """Values as Python objects whose equality is Java's for the type."""
-    values: list[Any] = (_float_bits(column) if pa.types.is_floating(column.type) else column).to_pylist()
-    return values
-
-
-def _float_bits(column: pa.Array) -> pa.Array:
-    """Floats as int64 bits, every NaN the same: Java's equality (-0.0 is not 0.0)."""
-    if pa.types.is_null(column.type):
-        return column.cast(pa.int64())
-    wide = column.cast(pa.float64())
-    canonical = pc.if_else(pc.is_nan(wide), pa.scalar(float("nan")), wide)
-    return canonical.view(pa.int64())

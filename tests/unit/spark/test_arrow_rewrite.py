@@ -15,7 +15,7 @@ from tablekeeper.iceberg.metrics import MetricsConfig
 from tablekeeper.iceberg.position_delete_merge import write_position_delete_file
 from tablekeeper.iceberg.types import NestedField, PrimitiveType, Schema
 from tablekeeper.spark.arrow_output import Job, Output
-from tablekeeper.spark.arrow_rewrite import _bins, _position_file
+from tablekeeper.spark.arrow_rewrite import _bins, position_file_positions
 from tests.support.delete_files import avro_deletes, orc_deletes
 
 
@@ -126,7 +126,7 @@ def _eq_job(tmp_path: Path) -> Job:
 def test_equality_deletes_on_struct_fields_and_uuids(tmp_path: Path) -> None:
     """Equality delete files keep the table's nesting; uuid keys compare by their bytes."""
     from tablekeeper.iceberg.arrow_project import write_schema
-    from tablekeeper.spark.arrow_rewrite import _equality_mask, _equality_rows
+    from tablekeeper.spark.equality import equality_mask, equality_rows
 
     job = _eq_job(tmp_path)
     schema = write_schema(job.fields)
@@ -148,14 +148,14 @@ def test_equality_deletes_on_struct_fields_and_uuids(tmp_path: Path) -> None:
         ((4,), [True, False, False]),
         ((3, 4), [True, False, False]),
     ):
-        deletes = _equality_rows(job, str(path), ids, {})
+        deletes = equality_rows(job.fields, job.mapping, str(path), ids, {})
         assert len(deletes) == 1
-        assert _equality_mask(job, rows.columns, ids, deletes).to_pylist() == want, ids  # type: ignore[union-attr]
+        assert equality_mask(job.fields, rows.columns, ids, deletes).to_pylist() == want, ids  # type: ignore[union-attr]
 
 
 def test_equality_deletes_compare_floats_as_java() -> None:
     """All NaNs are equal and -0.0 is not 0.0, in one column or several."""
-    from tablekeeper.spark.arrow_rewrite import _equality_mask
+    from tablekeeper.spark.equality import equality_mask
 
     job = _eq_job(Path("/nonexistent"))
     d = pa.array([float("nan"), -0.0, 0.0, None])
@@ -163,9 +163,9 @@ def test_equality_deletes_compare_floats_as_java() -> None:
     s = pa.nulls(4, pa.struct([pa.field("x", pa.int64()), pa.field("u", pa.uuid())]))
     arrays = [ids, s, d]
     one = pa.table({"c0": pa.array([float("nan"), -0.0])})
-    assert _equality_mask(job, arrays, (5,), one).to_pylist() == [True, True, False, False]  # type: ignore[union-attr]
+    assert equality_mask(job.fields, arrays, (5,), one).to_pylist() == [True, True, False, False]  # type: ignore[union-attr]
     two = pa.table({"c0": pa.array([float("nan"), -0.0]), "c1": pa.array([1, 1], pa.int64())})
-    assert _equality_mask(job, arrays, (5, 1), two).to_pylist() == [True, True, False, False]  # type: ignore[union-attr]
+    assert equality_mask(job.fields, arrays, (5, 1), two).to_pylist() == [True, True, False, False]  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("fmt", ["PARQUET", "ORC", "AVRO"])
@@ -186,7 +186,7 @@ def test_position_delete_files_are_read_in_every_format(tmp_path: Path, fmt: str
         data = orc_deletes(rows) if fmt == "ORC" else avro_deletes(rows)
     location = tmp_path / f"deletes.{fmt.lower()}"
     location.write_bytes(data)
-    found = _position_file(str(location), fmt, frozenset({"/t/data/a.parquet"}))
+    found = position_file_positions(str(location), fmt, frozenset({"/t/data/a.parquet"}))
     assert {k: sorted(v.to_pylist()) for k, v in found.items()} == {"/t/data/a.parquet": [0, 3]}
 
 

@@ -10,7 +10,7 @@ import pytest
 from tablekeeper.errors import CorruptMetadataError
 from tablekeeper.iceberg.puffin import serialize_dv
 from tablekeeper.iceberg.roaring import RoaringBitmap64
-from tablekeeper.spark.arrow_rewrite import _dv_positions
+from tablekeeper.spark.arrow_rewrite import dv_positions
 
 
 def test_a_dv_with_a_bad_crc_names_its_file(tmp_path: Path) -> None:
@@ -19,4 +19,4 @@ def test_a_dv_with_a_bad_crc_names_its_file(tmp_path: Path) -> None:
     path = tmp_path / "dv.puffin"
     path.write_bytes(b"PFA1" + bytes(blob))
     with pytest.raises(CorruptMetadataError, match=r"deletion vector in .*dv\.puffin: .*CRC-32 mismatch"):
-        _dv_positions(str(path), 4, len(blob), 3)
+        dv_positions(str(path), 4, len(blob), 3)
