@@ -207,6 +207,7 @@ bench: setup ## run the benchmarks (prints tables, writes bench/out/*.json)
 	$(PY) -m bench.backfill $(BACKFILL_ARGS)
 	$(PY) -m bench.rewrite_manifests $(REWRITE_MANIFESTS_ARGS)
 	$(PY) -m bench.rewrite_position_deletes $(REWRITE_POSITION_DELETES_ARGS)
+	$(PY) -m bench.rewrite_equality_deletes $(REWRITE_EQUALITY_DELETES_ARGS)
 	$(PY) -m bench.health $(HEALTH_ARGS)
 
 # The scale benchmark's charts need matplotlib, which nothing else does: the bench extra.

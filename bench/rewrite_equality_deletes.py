@@ -1,0 +1,281 @@
+"""rewrite-equality-deletes against Iceberg's rewrite_data_files with its delete threshold, on
+identical copies of a change-data-capture table.
+
+A v2 table partitioned by an int ``p`` (default 10 values) is built once: Iceberg Spark writes D
+data files (default 200, each inside one partition, R rows in all, default 2,000,000), then
+Iceberg Java writes E equality delete files on ``id`` (default 2,000, each partition-scoped,
+5 ids each, spread over the partition's data files) and commits them in RowDeltas of 100, as a
+streaming upsert sink does checkpoint after checkpoint. Each engine runs in its own process on a
+fresh copy, on a local Spark session of the same size (JVM start-up excluded, reported as setup):
+
+- ``iceberg``: ``CALL system.rewrite_data_files`` with ``delete-file-threshold`` 1: every data file
+  an equality delete applies to is rewritten with the deletes applied;
+- ``tablekeeper``: ``rewrite-equality-deletes`` (positions found on the executors, no data
+  rewritten).
+
+Each child measures, through Iceberg Spark, a point query (``WHERE id = ...``, the median of five
+ids) and a full scan (count and sum of ids) before and after its job, the bytes its job wrote (the
+files live after that were not before) and checks the rows are the ones the table held. Engines
+alternate over ``--repeat`` runs and the median is reported. Goal: tablekeeper at most 0.2x the
+rewrite's time and 0.05x its bytes written, with scans after it within 1.2x of the rewritten
+table's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.child import Run, alternate, bench_catalogs, summarize
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "bench" / "out"
+ENGINES = ("iceberg", "tablekeeper")
+TABLE = "bench.cdc"
+IDS_PER_FILE = 5
+FILES_PER_COMMIT = 100
+EXPECTED = "expected.json"
+POINT_IDS = 5
+
+
+def _spark(work: Path):  # type: ignore[no-untyped-def]
+    from tablekeeper.spark.session import get_spark, local_jar_paths
+
+    return get_spark(
+        "bench-rewrite-equality-deletes",
+        catalogs=bench_catalogs(work),
+        conf={"spark.jars": ",".join(map(str, local_jar_paths()))},
+    )
+
+
+def _rows(spark: Any) -> tuple[int, int]:
+    spark.conf.set("spark.sql.iceberg.aggregate-push-down.enabled", "false")
+    spark.sql(f"REFRESH TABLE b.{TABLE}")
+    row = spark.sql(f"SELECT count(*), coalesce(sum(id), 0) FROM b.{TABLE}").collect()[0]
+    return int(row[0]), int(row[1])
+
+
+def _scans(spark: Any, rows: int) -> tuple[float, float]:
+    """Seconds of a full scan and of a point query (median of POINT_IDS ids), Iceberg Spark."""
+    t = time.perf_counter()
+    _rows(spark)
+    full = time.perf_counter() - t
+    points = []
+    for k in range(POINT_IDS):
+        wanted = (k * 7_919 + 1) * (rows // (POINT_IDS * 7_919 + 1))
+        t = time.perf_counter()
+        spark.sql(f"SELECT * FROM b.{TABLE} WHERE id = {wanted}").collect()
+        points.append(time.perf_counter() - t)
+    return full, statistics.median(points)
+
+
+def _live(work: Path) -> dict[str, int]:
+    """Live files of the current snapshot (data and deletes): path -> bytes."""
+    from tablekeeper.catalog import catalog_for
+    from tablekeeper.tables.iceberg import live_files
+
+    loaded = catalog_for(bench_catalogs(work).get("b")).require(TABLE)
+    meta = loaded.metadata
+    files = live_files(loaded.io, meta, meta.current_snapshot())
+    return {e.data_file.file_path: e.data_file.file_size_in_bytes for e in (*files.data, *files.deletes)}
+
+
+def _deleted_ids(f: int, partitions: int, rows: int, deletes: int) -> tuple[int, list[int]]:
+    """Equality delete file ``f``: its partition and the ids it deletes (never one deleted before),
+    spread over the partition's rows."""
+    per = rows // partitions
+    p = f % partitions
+    slot = f // partitions  # this partition's slot-th delete file
+    step = per // (deletes // partitions * IDS_PER_FILE + 1)
+    return p, [p * per + (slot * IDS_PER_FILE + i) * step + 1 for i in range(IDS_PER_FILE)]
+
+
+def build(work: Path, partitions: int, data_files: int, rows: int, deletes: int) -> dict[str, int]:
+    from tests.support.java_deletes import EqualityDelete, commit_equality_delete_files
+
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    spark = _spark(work)
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS b.bench")
+    spark.sql(
+        f"CREATE TABLE b.{TABLE} (id INT, p INT, s STRING) USING iceberg PARTITIONED BY (p) "
+        "TBLPROPERTIES ('format-version'='2', 'write.distribution-mode'='none')"
+    )
+    # Each write task holds a contiguous range of ids inside one partition: one data file each.
+    spark.range(0, rows, 1, data_files).selectExpr(
+        "CAST(id AS INT) AS id",
+        f"CAST(id * {partitions} DIV {rows} AS INT) AS p",
+        "md5(CAST(id AS STRING)) AS s",
+    ).writeTo(f"b.{TABLE}").append()
+    for start in range(0, deletes, FILES_PER_COMMIT):
+        batch = []
+        for f in range(start, min(deletes, start + FILES_PER_COMMIT)):
+            p, ids = _deleted_ids(f, partitions, rows, deletes)
+            batch.append(EqualityDelete(("id",), tuple((i,) for i in ids), (p,)))
+        commit_equality_delete_files(spark, f"b.{TABLE}", batch)
+    count, id_sum = _rows(spark)
+    spark.stop()
+    live = _live(work)
+    return {"rows": count, "id_sum": id_sum, "files": len(live)}
+
+
+def run_engine(engine: str, work: Path) -> dict[str, object]:
+    """Inside the child: one engine on the saved state."""
+    from tablekeeper.catalog import catalog_for
+
+    catalog = catalog_for(bench_catalogs(work).get("b"))
+    before = _live(work)
+    started = time.perf_counter()
+    spark = _spark(work)
+    setup = time.perf_counter() - started
+    rows_before = _rows(spark)
+    full_before, point_before = _scans(spark, rows_before[0])
+    t0 = time.perf_counter()
+    if engine == "iceberg":
+        spark.sql(
+            f"CALL b.system.rewrite_data_files(table => '{TABLE}', "
+            "options => map('delete-file-threshold', '1'))"
+        ).collect()
+    else:
+        from tablekeeper.jobs.rewrite_equality_deletes import (
+            RewriteEqualityDeletesOptions,
+            run_rewrite_equality_deletes,
+        )
+
+        run_rewrite_equality_deletes(RewriteEqualityDeletesOptions(TABLE), catalog, TABLE, spark)
+    seconds = time.perf_counter() - t0
+    after = _live(work)
+    count, id_sum = _rows(spark)
+    full_after, point_after = _scans(spark, count)
+    return {
+        "engine": engine,
+        "seconds": round(seconds, 3),
+        "setup_seconds": round(setup, 3),
+        "bytes_written": sum(size for path, size in after.items() if path not in before),
+        "files_before": len(before),
+        "files_after": len(after),
+        "full_scan_before": round(full_before, 3),
+        "full_scan_after": round(full_after, 3),
+        "point_query_before": round(point_before, 3),
+        "point_query_after": round(point_after, 3),
+        "rows": count,
+        "id_sum": id_sum,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--partitions", type=int, default=10)
+    parser.add_argument("--data-files", type=int, default=200, help="a multiple of --partitions")
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument(
+        "--deletes", type=int, default=2_000, help="equality delete files (a multiple of --partitions)"
+    )
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--child", nargs=1, help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_engine(args.child[0], Path(args.work))))
+        return
+    if args.data_files % args.partitions or args.deletes % args.partitions or args.rows >= 2**31:
+        parser.error("--data-files and --deletes must be multiples of --partitions, --rows under 2**31")
+    OUT.mkdir(parents=True, exist_ok=True)
+    saved, work = OUT / "rewrite_equality_deletes_saved", OUT / "rewrite_equality_deletes_work"
+    t = time.perf_counter()
+    marker = saved / f"built-{args.partitions}-{args.data_files}-{args.rows}-{args.deletes}"
+    if not marker.exists():
+        expected = build(work, args.partitions, args.data_files, args.rows, args.deletes)
+        shutil.rmtree(saved, ignore_errors=True)
+        shutil.copytree(work, saved)
+        (saved / EXPECTED).write_text(json.dumps(expected))
+        marker.write_text("ok")
+    expected = json.loads((saved / EXPECTED).read_text())
+    shape = (
+        f"v2 table, {args.partitions} partitions, {args.data_files:,} data files, "
+        f"{args.deletes:,} equality delete files, {expected['rows']:,} rows"
+    )
+    print(
+        f"rewrite-equality-deletes: table ready in {time.perf_counter() - t:.1f}s ({shape})", file=sys.stderr
+    )
+
+    def same_rows(r: Run) -> Run:
+        if (r["rows"], r["id_sum"]) != (expected["rows"], expected["id_sum"]):
+            return {**r, "error": f"rows changed: {r['rows']} (sum {r['id_sum']}), expected {expected}"}
+        return r
+
+    runs = alternate("bench.rewrite_equality_deletes", ENGINES, args.repeat, saved, work, same_rows)
+    keep = (
+        "bytes_written",
+        "files_before",
+        "files_after",
+        "full_scan_before",
+        "full_scan_after",
+        "point_query_before",
+        "point_query_after",
+    )
+    results = summarize(runs, ENGINES, keep)
+    print(f"\n(rewrite-equality-deletes) {shape}; median of {args.repeat} alternating runs\n")
+    header = (
+        "engine",
+        "seconds",
+        "setup",
+        "MB written",
+        "files",
+        "scan before",
+        "scan after",
+        "point before",
+        "point after",
+    )
+    print("{:<12} {:>8} {:>6} {:>11} {:>13} {:>12} {:>11} {:>13} {:>12}".format(*header))
+    for r in results:
+        if "error" in r:
+            print(f"{r['engine']!s:<12} failed: {r['error']}")
+            continue
+        files = f"{r['files_before']}->{r['files_after']}"
+        print(
+            f"{r['engine']!s:<12} {float(r['seconds']):>8.2f} {float(r['setup_seconds']):>6.1f} "  # type: ignore[arg-type]
+            f"{int(r['bytes_written']) / 1e6:>11.2f} {files:>13} {float(r['full_scan_before']):>12.2f} "  # type: ignore[call-overload,arg-type]
+            f"{float(r['full_scan_after']):>11.2f} {float(r['point_query_before']):>13.2f} "  # type: ignore[arg-type]
+            f"{float(r['point_query_after']):>12.2f}"  # type: ignore[arg-type]
+        )
+    ok = {str(r["engine"]): r for r in results if "error" not in r}
+    ratios: dict[str, float] = {}
+    if len(ok) == 2:
+        ours, theirs = ok["tablekeeper"], ok["iceberg"]
+        ratios = {
+            "time": float(ours["seconds"]) / float(theirs["seconds"]),  # type: ignore[arg-type]
+            "bytes_written": int(ours["bytes_written"]) / max(1, int(theirs["bytes_written"])),  # type: ignore[call-overload]
+            "full_scan_vs_rewritten": float(ours["full_scan_after"]) / float(theirs["full_scan_after"]),  # type: ignore[arg-type]
+            "point_query_vs_rewritten": float(ours["point_query_after"]) / float(theirs["point_query_after"]),  # type: ignore[arg-type]
+        }
+        goals = {
+            "time": 0.2,
+            "bytes_written": 0.05,
+            "full_scan_vs_rewritten": 1.2,
+            "point_query_vs_rewritten": 1.2,
+        }
+        print()
+        for name, value in ratios.items():
+            met = "met" if value <= goals[name] else "not met"
+            print(f"tablekeeper / iceberg {name}: {value:.3f}x (goal at most {goals[name]}x: {met})")
+    out = OUT / "rewrite_equality_deletes.json"
+    out.write_text(
+        json.dumps(
+            {"shape": shape, "expected": expected, "results": results, "ratios": ratios, "runs": runs},
+            indent=2,
+        )
+    )
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
