@@ -32,6 +32,7 @@ _FACTS: dict[tuple[str, str | None], str] = {
     ("expire-snapshots", "delta"): "{commits_since_checkpoint} commits since the last checkpoint",
     ("rewrite-manifests", None): "{data_manifests} data manifests",
     ("rewrite-position-deletes", None): "{position_delete_files} position delete files",
+    ("rewrite-equality-deletes", None): "{equality_delete_files} equality delete files",
     ("remove-orphans", "iceberg"): "{orphan_files} orphan files past the orphan age",
     ("remove-orphans", "delta"): (
         "{tombstones_past_retention} removed files past the {deleted_file_retention} retention"
@@ -45,6 +46,7 @@ _THRESHOLDS: dict[tuple[str, str | None], str] = {
     ("expire-snapshots", "delta"): "delta.max-commits-since-checkpoint",
     ("rewrite-manifests", None): "rewrite-manifests.min-manifests",
     ("rewrite-position-deletes", None): "rewrite-position-deletes.min-files",
+    ("rewrite-equality-deletes", None): "rewrite-equality-deletes.min-files",
     ("remove-orphans", None): "remove-orphans.min-files",
     ("backfill-row-lineage", None): "v3-readiness",
 }

@@ -44,6 +44,7 @@ EXAMPLE_FILE = "conf/tables.example.yaml"
 # statistics last, for the snapshot the run ends on.
 MAINTENANCE_JOBS = (
     "compact",
+    "rewrite-equality-deletes",
     "rewrite-position-deletes",
     "rewrite-manifests",
     "expire-snapshots",
@@ -52,7 +53,13 @@ MAINTENANCE_JOBS = (
     "compute-stats",
 )
 # Jobs for Iceberg tables only.
-ICEBERG_ONLY_JOBS = ("rewrite-position-deletes", "rewrite-manifests", "backfill-row-lineage", "compute-stats")
+ICEBERG_ONLY_JOBS = (
+    "rewrite-equality-deletes",
+    "rewrite-position-deletes",
+    "rewrite-manifests",
+    "backfill-row-lineage",
+    "compute-stats",
+)
 CONVERT_JOB = "convert-delta"
 HEALTH_JOB = "health"
 # The jobs `tablekeeper health` can recommend (remove-orphans on Iceberg only with --list-files,
@@ -60,6 +67,7 @@ HEALTH_JOB = "health"
 # always runs that and a fleet, which runs only what health recommends, cannot list it.
 HEALTH_ASSESSED_JOBS = (
     "compact",
+    "rewrite-equality-deletes",
     "rewrite-position-deletes",
     "rewrite-manifests",
     "expire-snapshots",

@@ -34,6 +34,7 @@ from tests.compat.tables import (
     written,
 )
 from tests.conftest import SQL_CATALOG
+from tests.support.java_deletes import EqualityDelete, commit_equality_delete_files
 
 pytestmark = pytest.mark.spark
 
@@ -137,6 +138,18 @@ def test_every_job_keeps_the_rows_and_does_what_it_says(
         dvs = one(spark, f"SELECT count(DISTINCT referenced_data_file) FROM {table.name}.delete_files")
         assert table.count("delete_files") == dvs and rewritten["added_dvs_count"] >= 1, rewritten
     table.assert_rows(want, "rewrite-position-deletes")
+
+    # A change-data-capture writer's equality delete (Iceberg Java's, partition a's ids under 6),
+    # then resolved into positions: the rows stay those Iceberg Spark read with the delete.
+    commit_equality_delete_files(
+        spark, table.name, [EqualityDelete(("id",), partition=("a",), matching=("lessThan", "id", 6))]
+    )
+    want = [r for r in want if not (r[0] < 6 and r[1] == "a")]
+    assert spark_rows(spark, table.name) == want, "Iceberg Spark after Iceberg Java's equality delete"
+    resolved = run("rewrite-equality-deletes", *ident)
+    assert resolved["removed_equality_delete_files_count"] == 1, resolved
+    assert table.count("delete_files", "content = 2") == 0
+    table.assert_rows(want, "rewrite-equality-deletes")
 
     compacted = run("compact", *ident, "--rewrite-all")
     assert compacted["rewritten_data_files_count"] == data_files, compacted

@@ -55,6 +55,7 @@ def test_gated_jobs_and_healths_options(gate: ModuleType, tables_module: ModuleT
     assert gate.gated_jobs("iceberg", everything, hg()) == frozenset(
         {
             "compact",
+            "rewrite-equality-deletes",
             "rewrite-position-deletes",
             "rewrite-manifests",
             "expire-snapshots",

@@ -36,7 +36,12 @@ from tablekeeper.jobs.compact import CompactOptions, run_compact
 from tablekeeper.jobs.convert_delta import ConvertDeltaOptions, run_convert
 from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
 from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
+from tablekeeper.jobs.rewrite_equality_deletes import (
+    RewriteEqualityDeletesOptions,
+    run_rewrite_equality_deletes,
+)
 from tests.conftest import FS_CATALOG, SQL_CATALOG
+from tests.support.java_deletes import commit_equality_deletes
 from tests.support.kill import (
     Storage,
     age,
@@ -101,7 +106,8 @@ def _iceberg_table(
     spark: Any, warehouse: Path, catalogs: Any, catalog: str, name: str, version: int
 ) -> Saved:
     """Built by Iceberg Spark: small files in two partitions, merge-on-read deletes (position
-    deletes on v2, DVs on v3), an update, history to expire, and two planted orphans."""
+    deletes on v2, DVs on v3), an update, an equality delete by Iceberg Java, history to expire,
+    and two planted orphans."""
     table = f"{catalog}.db.{name}"
     spark.sql(f"DROP TABLE IF EXISTS {table}")
     spark.sql(
@@ -115,6 +121,7 @@ def _iceberg_table(
     spark.sql(f"UPDATE {table} SET v = 9.0 WHERE id = 12")
     for i in range(3):
         spark.sql(f"INSERT INTO {table} VALUES ({i + 20}, 'a', 2.0), ({i + 30}, 'b', 3.0)")
+    commit_equality_deletes(spark, table, ["v"], [[2.5], [7.0]], partition=["a"])
     location = catalog_for(catalogs.get(catalog)).require(f"db.{name}").metadata.location
     root = Path(location.removeprefix("file:"))
     age(root, 5)
@@ -264,6 +271,20 @@ JOBS: dict[str, Job] = {
             "commit.swapped",
         ),
     ),
+    "eqdel": Job(
+        "rewrite-equality-deletes",
+        lambda s: ["rewrite-equality-deletes"],
+        lambda s, c, spark, engine: run_rewrite_equality_deletes(
+            RewriteEqualityDeletesOptions(table=s.ident), c, s.ident, spark
+        ),
+        (
+            "plan.done",
+            "stage.written",
+            "commit.manifests-written",
+            "commit.metadata-written",
+            "commit.swapped",
+        ),
+    ),
     "backfill": Job(
         "backfill-row-lineage",
         lambda s: ["backfill-row-lineage"],
@@ -286,18 +307,24 @@ COMMIT_KINDS: dict[str, dict[str, tuple[str, ...]]] = {
         "commit.metadata-written": ("delta",),
         "commit.swapped": ("v2", "v3"),
     },
+    "eqdel": {
+        "commit.manifests-written": ("v2",),
+        "commit.metadata-written": ("v3",),
+        "commit.swapped": ("v2", "v3"),
+    },
     "backfill": {
         "commit.manifests-written": ("delta",),
         "commit.metadata-written": ("v2",),
         "commit.swapped": ("v2",),
     },
 }
-# (job, table): the job's own phases on every table kind it applies to (v3 tables need no backfill).
+# (job, table): the job's own phases on every table kind it applies to (v3 tables need no backfill;
+# the converted Delta table has no equality deletes to resolve).
 MATRIX = [
     (job, kind, phase)
-    for job in ("expire", "orphans", "compact", "backfill")
+    for job in ("expire", "orphans", "compact", "eqdel", "backfill")
     for kind in ("v2", "v3", "delta")
-    if not (job == "backfill" and kind == "v3")
+    if not (job == "backfill" and kind == "v3") and not (job == "eqdel" and kind == "delta")
     for phase in JOBS[job].phases
     if phase not in COMMIT_PHASES or kind in COMMIT_KINDS[job][phase]
 ]

@@ -76,6 +76,11 @@ register_job(
     "merge small position delete files; on v3, one deletion vector per data file",
 )
 register_job(
+    "rewrite-equality-deletes",
+    "tablekeeper.jobs.rewrite_equality_deletes",
+    "resolve equality deletes into deletion vectors (v3) or position deletes (v2); no data rewritten",
+)
+register_job(
     "rewrite-manifests",
     "tablekeeper.jobs.rewrite_manifests",
     "regroup manifests by partition into target-size manifests; row ids and sequence numbers kept",

@@ -120,7 +120,8 @@ class RewritePositionDeletesOptions:
         )
 
 
-def _codec(meta: TableMetadata) -> str:
+def delete_codec(meta: TableMetadata) -> str:
+    """The Parquet codec of the table's delete files (write.delete.parquet.compression-codec)."""
     codec = next((meta.properties[p] for p in _CODEC_PROPERTIES if p in meta.properties), "zstd").lower()
     if codec not in _CODECS:
         raise UnsupportedFeatureError(f"compression codec {codec} is not one tablekeeper writes Parquet with")
@@ -376,7 +377,7 @@ def _run_once(
         metrics["snapshot_ids"] = []
         return clock.result(JOB, identifier, dry_run=options.dry_run, metrics=metrics)
     root = meta.data_location
-    codec = _codec(meta)
+    codec = delete_codec(meta)
     plan_options = options.plan_options(dict(meta.properties))
     with staging(
         catalog,

@@ -153,6 +153,7 @@ def iceberg_health(
     _expire(advice, metrics, table, thresholds, now_ms, spark, notes)
     _manifests(advice, table, identifier, thresholds, notes)
     _position_deletes(advice, table, identifier, tally, thresholds, notes)
+    _equality_deletes(advice, metrics, table, identifier, tally, thresholds, notes)
     _statistics(metrics, table, identifier, notes)
     if list_files:
         _orphans(advice, metrics, catalog, identifier, thresholds, spark, notes)
@@ -340,6 +341,50 @@ def _position_deletes(
                 "bytes_rewritten": plan.bytes,
             },
             files_removed=max(0, plan.files - outputs),
+        )
+    )
+
+
+def _equality_deletes(
+    advice: list[Recommendation],
+    metrics: dict[str, Any],
+    table: LoadedTable,
+    identifier: str,
+    tally: Tally,
+    th: Thresholds,
+    notes: list[str],
+) -> None:
+    """Read amplification: the data files and bytes every scan joins against equality deletes."""
+    if not tally.equality_delete_files:
+        return
+    from tablekeeper.jobs import rewrite_equality_deletes as red
+
+    try:
+        plan, _ = red.plan(table, red.RewriteEqualityDeletesOptions(table=identifier), _no_spark)
+    except TablekeeperError as err:
+        notes.append(f"rewrite-equality-deletes not estimated: {err.message}")
+        return
+    metrics["equality_delete_data_files"] = plan.target_files
+    metrics["equality_delete_data_bytes"] = plan.data_bytes
+    applying = len(plan.equality_deletes) - sum(1 for needs in plan.removable.values() if not needs)
+    if len(plan.equality_deletes) < max(1, th.rewrite_equality_deletes_min_files):
+        return
+    advice.append(
+        Recommendation(
+            "rewrite-equality-deletes",
+            f"{len(plan.equality_deletes)} equality delete files ({applying} applying) make every scan "
+            f"join {plan.target_files} data files ({plan.data_bytes} bytes) against them",
+            f"rewrite-equality-deletes.min-files={th.rewrite_equality_deletes_min_files}",
+            {
+                "equality_delete_files_before": len(plan.equality_deletes),
+                "equality_delete_files_after": len(plan.kept),
+                "equality_delete_rows_before": tally.equality_delete_rows,
+                "data_files_joined_before": plan.target_files,
+                "data_files_joined_after": 0,
+                "data_bytes_joined_before": plan.data_bytes,
+                "data_bytes_joined_after": 0,
+            },
+            files_removed=len(plan.removable),
         )
     )
 

@@ -36,6 +36,9 @@ class Thresholds:
     rewrite_manifests_max_share_after: float = 0.5
     # rewrite-position-deletes: the plan rewrites at least this many position delete files.
     rewrite_position_deletes_min_files: int = 5
+    # rewrite-equality-deletes: at least this many live equality delete files apply to data files
+    # (every scan joins each data file against each of them).
+    rewrite_equality_deletes_min_files: int = 1
     # remove-orphans: at least this many files to delete (Iceberg: orphans found by --list-files;
     # Delta: tombstones past delta.deletedFileRetentionDuration).
     remove_orphans_min_files: int = 1
@@ -100,6 +103,7 @@ def _key(name: str) -> str:
         "expire",
         "rewrite_manifests",
         "rewrite_position_deletes",
+        "rewrite_equality_deletes",
         "remove_orphans",
         "delta",
     ):

@@ -19,6 +19,7 @@ DEFAULTS = {
     "rewrite-manifests.min-manifests": None,
     "rewrite-manifests.max-share-after": 0.5,
     "rewrite-position-deletes.min-files": 5,
+    "rewrite-equality-deletes.min-files": 1,
     "remove-orphans.min-files": 1,
     "delta.max-commits-since-checkpoint": 100,
     "v3-readiness": False,

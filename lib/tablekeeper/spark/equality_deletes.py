@@ -1,0 +1,208 @@
+"""rewrite-equality-deletes on the executors: one Spark task per group reads, for each of its data
+files, only the equality columns (by field id, partition values and v3 initial defaults filled as
+a reader fills them), finds the rows the applicable equality deletes remove, and writes their
+positions: one Puffin file of deletion vectors on v3 (each the union of the file's existing DV,
+the position delete files that apply to it and the new positions), or a Parquet position delete
+file on v2 (only positions not deleted already). A data file whose matched rows are all deleted
+already gets nothing new. The task returns the new files' metadata and what it found per file.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+
+from tablekeeper import __version__
+from tablekeeper.errors import CorruptMetadataError, StorageError
+from tablekeeper.iceberg.arrow_project import Deleted, fill, positions, projector
+from tablekeeper.iceberg.content import POSITION_DELETES, DataFile
+from tablekeeper.iceberg.name_mapping import NameMapping
+from tablekeeper.iceberg.position_delete_merge import write_position_delete_file
+from tablekeeper.iceberg.puffin import write_dv_file
+from tablekeeper.iceberg.roaring import RoaringBitmap64
+from tablekeeper.iceberg.types import IcebergType, NestedField
+from tablekeeper.io import FileIO
+from tablekeeper.spark.arrow_rewrite import dv_positions, position_file_positions
+from tablekeeper.spark.data_read import path_key
+from tablekeeper.spark.equality import batches, equality_mask, equality_rows
+
+
+@dataclass(frozen=True)
+class TargetWork:
+    location: str
+    record_count: int
+    dv: tuple[str, int, int, int] | None  # the DV that applies: puffin location, offset, length, cardinality
+    position_files: tuple[tuple[str, str], ...]  # (position delete file, its format) that apply
+    fills: tuple[tuple[int, IcebergType, Any], ...]  # (index in fields, type, partition value)
+    equalities: tuple[tuple[str, tuple[int, ...]], ...]  # (equality delete file, its field ids)
+
+
+@dataclass(frozen=True)
+class GroupWork:
+    index: int
+    spec_id: int
+    partition: tuple[Any, ...]
+    fields: tuple[NestedField, ...]  # the top-level columns holding the equality columns
+    mapping: NameMapping | None
+    targets: tuple[TargetWork, ...]
+    directory: str  # where the new files go
+    prefix: str  # their names start with it (the run's staging token)
+    to_dvs: bool
+    compression: str
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """One data file: rows the equality deletes match, and how many of them were live."""
+
+    location: str
+    matched: int
+    new: int
+
+
+@dataclass(frozen=True)
+class GroupOutput:
+    index: int
+    added: tuple[DataFile, ...]
+    written: tuple[str, ...]
+    resolved: tuple[Resolved, ...]
+
+    @property
+    def new_rows(self) -> int:
+        return sum(r.new for r in self.resolved)
+
+
+def _existing(target: TargetWork, wanted: frozenset[str], cache: dict[str, dict[str, pa.Array]]) -> Deleted:
+    parts: list[pa.Array] = []
+    if target.dv is not None:
+        parts.append(dv_positions(*target.dv))
+    key = path_key(target.location)
+    for location, file_format in target.position_files:
+        if location not in cache:
+            cache[location] = position_file_positions(location, file_format, wanted)
+        found = cache[location].get(key)
+        if found is not None:
+            parts.append(found)
+    return Deleted.of(parts)
+
+
+def _matched(work: GroupWork, target: TargetWork, cache: dict[str, pa.Table]) -> pa.Array:
+    """Positions (ascending) of the rows of ``target`` some equality delete matches."""
+    deletes = [
+        (ids, equality_rows(work.fields, work.mapping, location, ids, cache))
+        for location, ids in target.equalities
+    ]
+    hits: list[pa.Array] = []
+    with FileIO.for_location(target.location).open_input(target.location) as stream:
+        f = pq.ParquetFile(stream, coerce_int96_timestamp_unit="us")
+        columns, project = projector(f.schema_arrow, work.fields, work.mapping, target.location)
+        offset = 0
+        for n, batch in batches(f, columns):
+            arrays = project(batch if batch is not None else pa.record_batch([], names=[]), n)
+            for i, t, value in target.fills:
+                arrays[i] = fill(arrays[i], t, value)
+            mask = None
+            for ids, rows in deletes:
+                gone = equality_mask(work.fields, arrays, ids, rows)
+                if gone is not None:
+                    mask = gone if mask is None else pc.or_(mask, gone)
+            if mask is not None:
+                hits.append(positions(offset, n).filter(mask))
+            offset += n
+    if offset != target.record_count:
+        raise CorruptMetadataError(
+            f"{target.location} holds {offset} rows but its manifest entry says {target.record_count}"
+        )
+    return pa.concat_arrays(hits) if hits else pa.array([], pa.int64())
+
+
+def resolve_group(work: GroupWork) -> GroupOutput:
+    """The task body (also callable on the driver)."""
+    equality_cache: dict[str, pa.Table] = {}
+    position_cache: dict[str, dict[str, pa.Array]] = {}
+    wanted = frozenset(path_key(t.location) for t in work.targets)
+    resolved: list[Resolved] = []
+    found: list[tuple[TargetWork, Deleted, pa.Array]] = []
+    for target in work.targets:
+        try:
+            existing = _existing(target, wanted, position_cache)
+            matched = _matched(work, target, equality_cache)
+        except (pa.ArrowException, OSError) as err:
+            kind = StorageError if isinstance(err, OSError) else CorruptMetadataError
+            reason = (str(err).strip().splitlines() or [err.__class__.__name__])[0]
+            raise kind(f"resolving equality deletes of {target.location}: {reason}") from err
+        new = (
+            matched.filter(pc.invert(pc.is_in(matched, value_set=existing.positions)))
+            if len(existing)
+            else matched
+        )
+        resolved.append(Resolved(target.location, len(matched), len(new)))
+        if len(new):
+            found.append((target, existing, new))
+    if not found:
+        return GroupOutput(work.index, (), (), tuple(resolved))
+    # A retried or speculative attempt writes its own names; the driver keeps only reported files.
+    tag = f"{work.prefix}-g{work.index}-{uuid.uuid4().hex[:8]}"
+    io = FileIO.for_location(work.directory)
+    io.mkdirs(work.directory)
+    if work.to_dvs:
+        path = f"{work.directory}/{tag}-deletes.puffin"
+        blobs: list[tuple[str, RoaringBitmap64 | bytes]] = [
+            (t.location, RoaringBitmap64(pa.concat_arrays([existing.positions, new]).to_pylist()))
+            for t, existing, new in found
+        ]
+        data, locations = write_dv_file(blobs, f"tablekeeper {__version__}")
+        io.create_if_absent(path, data)
+        added = tuple(
+            DataFile(
+                content=POSITION_DELETES,
+                file_path=path,
+                file_format="PUFFIN",
+                partition=work.partition,
+                record_count=loc.cardinality,
+                file_size_in_bytes=len(data),
+                spec_id=work.spec_id,
+                referenced_data_file=loc.referenced_data_file,
+                content_offset=loc.offset,
+                content_size_in_bytes=loc.length,
+            )
+            for loc in locations
+        )
+        return GroupOutput(work.index, added, (path,), tuple(resolved))
+    path = f"{work.directory}/{tag}-deletes.parquet"
+    rows = pa.table(
+        {
+            "file_path": pa.concat_arrays(
+                [pa.array([t.location] * len(new), pa.string()) for t, _, new in found]
+            ),
+            "pos": pa.concat_arrays([new for _, _, new in found]),
+        }
+    )
+    rows = rows.sort_by([("file_path", "ascending"), ("pos", "ascending")])
+    out = write_position_delete_file(
+        rows, path, spec_id=work.spec_id, partition=work.partition, compression=work.compression
+    )
+    io.create_if_absent(path, out.data)
+    return GroupOutput(work.index, (out.file,), (path,), tuple(resolved))
+
+
+def resolve_groups(spark: SparkSession, work: Sequence[GroupWork]) -> list[GroupOutput]:
+    """Every group as one Spark task."""
+    if not work:
+        return []
+    rdd = spark.sparkContext.parallelize(list(work), len(work))
+    return list(rdd.map(resolve_group).collect())
+
+
+def keep_reported(directory: str, outputs: Sequence[GroupOutput]) -> None:
+    """Remove what killed or speculative task attempts left in the run's directory."""
+    io = FileIO.for_location(directory)
+    reported = {p for o in outputs for p in o.written}
+    io.delete_many([i.location for i in io.list(directory, recursive=True) if i.location not in reported])
