@@ -14,8 +14,10 @@ fresh copy, on a local Spark session of the same size (JVM start-up excluded, re
   rewritten).
 
 Each child measures, through Iceberg Spark, a point query (``WHERE id = ...``, the median of five
-ids) and a full scan (count and sum of ids) before and after its job, the bytes its job wrote (the
-files live after that were not before) and checks the rows are the ones the table held. Engines
+ids) and a full scan (count and sum of ids) before and after its job, the same scan over the live
+data files read as plain Parquet with no deletes (the floor for that many files), the bytes its
+job wrote (the files live after that were not before), and checks the rows are the ones the table
+held. Engines
 alternate over ``--repeat`` runs and the median is reported. Goal: tablekeeper at most 0.2x the
 rewrite's time and 0.05x its bytes written, with scans after it within 1.2x of the rewritten
 table's.
@@ -86,6 +88,20 @@ def _live(work: Path) -> dict[str, int]:
     return {e.data_file.file_path: e.data_file.file_size_in_bytes for e in (*files.data, *files.deletes)}
 
 
+def _plain_scan(spark: Any, work: Path) -> float:
+    """Seconds of the same scan over the live data files read as plain Parquet, no deletes: the
+    floor for that many files."""
+    from tablekeeper.catalog import catalog_for
+    from tablekeeper.tables.iceberg import live_files
+
+    loaded = catalog_for(bench_catalogs(work).get("b")).require(TABLE)
+    files = live_files(loaded.io, loaded.metadata, loaded.metadata.current_snapshot())
+    paths = [e.data_file.file_path for e in files.data]
+    t = time.perf_counter()
+    spark.read.parquet(*paths).selectExpr("count(*)", "coalesce(sum(id), 0)").collect()
+    return time.perf_counter() - t
+
+
 def _deleted_ids(f: int, partitions: int, rows: int, deletes: int) -> tuple[int, list[int]]:
     """Equality delete file ``f``: its partition and the ids it deletes (never one deleted before),
     spread over the partition's rows."""
@@ -153,6 +169,7 @@ def run_engine(engine: str, work: Path) -> dict[str, object]:
     after = _live(work)
     count, id_sum = _rows(spark)
     full_after, point_after = _scans(spark, count)
+    plain = _plain_scan(spark, work)
     return {
         "engine": engine,
         "seconds": round(seconds, 3),
@@ -164,6 +181,7 @@ def run_engine(engine: str, work: Path) -> dict[str, object]:
         "full_scan_after": round(full_after, 3),
         "point_query_before": round(point_before, 3),
         "point_query_after": round(point_after, 3),
+        "plain_parquet_scan_after": round(plain, 3),
         "rows": count,
         "id_sum": id_sum,
     }
@@ -221,6 +239,7 @@ def main() -> None:
         "full_scan_after",
         "point_query_before",
         "point_query_after",
+        "plain_parquet_scan_after",
     )
     results = summarize(runs, ENGINES, keep)
     print(f"\n(rewrite-equality-deletes) {shape}; median of {args.repeat} alternating runs\n")
@@ -232,10 +251,11 @@ def main() -> None:
         "files",
         "scan before",
         "scan after",
+        "plain scan",
         "point before",
         "point after",
     )
-    print("{:<12} {:>8} {:>6} {:>11} {:>13} {:>12} {:>11} {:>13} {:>12}".format(*header))
+    print("{:<12} {:>8} {:>6} {:>11} {:>13} {:>12} {:>11} {:>11} {:>13} {:>12}".format(*header))
     for r in results:
         if "error" in r:
             print(f"{r['engine']!s:<12} failed: {r['error']}")
@@ -244,7 +264,8 @@ def main() -> None:
         print(
             f"{r['engine']!s:<12} {float(r['seconds']):>8.2f} {float(r['setup_seconds']):>6.1f} "  # type: ignore[arg-type]
             f"{int(r['bytes_written']) / 1e6:>11.2f} {files:>13} {float(r['full_scan_before']):>12.2f} "  # type: ignore[call-overload,arg-type]
-            f"{float(r['full_scan_after']):>11.2f} {float(r['point_query_before']):>13.2f} "  # type: ignore[arg-type]
+            f"{float(r['full_scan_after']):>11.2f} {float(r['plain_parquet_scan_after']):>11.2f} "  # type: ignore[arg-type]
+            f"{float(r['point_query_before']):>13.2f} "  # type: ignore[arg-type]
             f"{float(r['point_query_after']):>12.2f}"  # type: ignore[arg-type]
         )
     ok = {str(r["engine"]): r for r in results if "error" not in r}

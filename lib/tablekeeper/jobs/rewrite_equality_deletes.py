@@ -74,6 +74,9 @@ from tablekeeper.tables.iceberg import live_files
 log = logging.getLogger(__name__)
 
 JOB = "rewrite-equality-deletes"
+# Iceberg's own switch for how many position delete files a writer makes: one per data file
+# ("file", its default) or one per partition ("partition").
+DELETE_GRANULARITY = "write.delete.granularity"
 MAX_PLANS = 3
 
 
@@ -151,6 +154,7 @@ def _work(
                 token,
                 meta.format_version >= 3,
                 codec,
+                meta.properties.get(DELETE_GRANULARITY, "file").lower() != "partition",
             )
         )
     return work

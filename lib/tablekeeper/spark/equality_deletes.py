@@ -56,6 +56,7 @@ class GroupWork:
     prefix: str  # their names start with it (the run's staging token)
     to_dvs: bool
     compression: str
+    file_scoped: bool = True  # v2: a position delete file per data file, not one per group
 
 
 @dataclass(frozen=True)
@@ -93,12 +94,38 @@ def _existing(target: TargetWork, wanted: frozenset[str], cache: dict[str, dict[
     return Deleted.of(parts)
 
 
-def _matched(work: GroupWork, target: TargetWork, cache: dict[str, pa.Table]) -> pa.Array:
+def _merged(
+    work: GroupWork, target: TargetWork, cache: dict[str, pa.Table], merged: dict[object, pa.Table | None]
+) -> list[tuple[tuple[int, ...], pa.Table]]:
+    """The equality deletes that apply to ``target``, one deduplicated table of keys per set of
+    equality field ids: a streaming writer leaves thousands of small delete files, and matching
+    a batch against each would cost one pass per file. Data files of a partition mostly share
+    their delete files, so each union is built once per task."""
+    by_ids: dict[tuple[int, ...], list[str]] = {}
+    for location, ids in target.equalities:
+        by_ids.setdefault(ids, []).append(location)
+    out = []
+    for ids, locations in by_ids.items():
+        key = (ids, tuple(sorted(locations)))
+        if key not in merged:
+            tables = [equality_rows(work.fields, work.mapping, loc, ids, cache) for loc in locations]
+            keys = [t for t in tables if len(t)]
+            if not keys:
+                merged[key] = None
+            else:
+                whole = pa.concat_tables(keys) if len(keys) > 1 else keys[0]
+                merged[key] = whole.group_by(whole.column_names).aggregate([]) if len(keys) > 1 else whole
+        table = merged[key]
+        if table is not None:
+            out.append((ids, table))
+    return out
+
+
+def _matched(
+    work: GroupWork, target: TargetWork, cache: dict[str, pa.Table], merged: dict[object, pa.Table | None]
+) -> pa.Array:
     """Positions (ascending) of the rows of ``target`` some equality delete matches."""
-    deletes = [
-        (ids, equality_rows(work.fields, work.mapping, location, ids, cache))
-        for location, ids in target.equalities
-    ]
+    deletes = _merged(work, target, cache, merged)
     hits: list[pa.Array] = []
     with FileIO.for_location(target.location).open_input(target.location) as stream:
         f = pq.ParquetFile(stream, coerce_int96_timestamp_unit="us")
@@ -126,6 +153,7 @@ def _matched(work: GroupWork, target: TargetWork, cache: dict[str, pa.Table]) ->
 def resolve_group(work: GroupWork) -> GroupOutput:
     """The task body (also callable on the driver)."""
     equality_cache: dict[str, pa.Table] = {}
+    merged: dict[object, pa.Table | None] = {}
     position_cache: dict[str, dict[str, pa.Array]] = {}
     wanted = frozenset(path_key(t.location) for t in work.targets)
     resolved: list[Resolved] = []
@@ -133,7 +161,7 @@ def resolve_group(work: GroupWork) -> GroupOutput:
     for target in work.targets:
         try:
             existing = _existing(target, wanted, position_cache)
-            matched = _matched(work, target, equality_cache)
+            matched = _matched(work, target, equality_cache, merged)
         except (pa.ArrowException, OSError) as err:
             kind = StorageError if isinstance(err, OSError) else CorruptMetadataError
             reason = (str(err).strip().splitlines() or [err.__class__.__name__])[0]
@@ -176,28 +204,43 @@ def resolve_group(work: GroupWork) -> GroupOutput:
             for loc in locations
         )
         return GroupOutput(work.index, added, (path,), tuple(resolved))
-    path = f"{work.directory}/{tag}-deletes.parquet"
-    rows = pa.table(
-        {
-            "file_path": pa.concat_arrays(
-                [pa.array([t.location] * len(new), pa.string()) for t, _, new in found]
-            ),
-            "pos": pa.concat_arrays([new for _, _, new in found]),
-        }
-    )
-    rows = rows.sort_by([("file_path", "ascending"), ("pos", "ascending")])
-    out = write_position_delete_file(
-        rows, path, spec_id=work.spec_id, partition=work.partition, compression=work.compression
-    )
-    io.create_if_absent(path, out.data)
-    return GroupOutput(work.index, (out.file,), (path,), tuple(resolved))
+    # v2: one position delete file per data file (write.delete.granularity=file, Iceberg's
+    # default: a reader opens only its own file's deletes), or one per group (partition).
+    chunks = [[f] for f in found] if work.file_scoped else [found]
+    added_files: list[DataFile] = []
+    written: list[str] = []
+    try:
+        for n, chunk in enumerate(chunks):
+            path = f"{work.directory}/{tag}-{n:05d}-deletes.parquet"
+            rows = pa.table(
+                {
+                    "file_path": pa.concat_arrays(
+                        [pa.array([t.location] * len(new), pa.string()) for t, _, new in chunk]
+                    ),
+                    "pos": pa.concat_arrays([new for _, _, new in chunk]),
+                }
+            )
+            rows = rows.sort_by([("file_path", "ascending"), ("pos", "ascending")])
+            out = write_position_delete_file(
+                rows, path, spec_id=work.spec_id, partition=work.partition, compression=work.compression
+            )
+            io.create_if_absent(path, out.data)
+            written.append(path)
+            added_files.append(out.file)
+    except BaseException:
+        io.delete_many(written)
+        raise
+    return GroupOutput(work.index, tuple(added_files), tuple(written), tuple(resolved))
 
 
 def resolve_groups(spark: SparkSession, work: Sequence[GroupWork]) -> list[GroupOutput]:
-    """Every group as one Spark task."""
+    """Every group on the executors."""
     if not work:
         return []
-    rdd = spark.sparkContext.parallelize(list(work), len(work))
+    # As many tasks as the session runs at once, each taking its share of the groups: a group is
+    # often a fraction of a second of work, less than a task's own cost.
+    slices = min(len(work), max(1, spark.sparkContext.defaultParallelism))
+    rdd = spark.sparkContext.parallelize(list(work), slices)
     return list(rdd.map(resolve_group).collect())
 
 
