@@ -252,7 +252,9 @@ def test_delta_table_compacted_through_optimize(spark, tmp_path) -> None:  # typ
 
 
 @pytest.mark.parametrize("partial", [False, True])
-def test_concurrent_delete_fails_its_group_cleanly(spark, catalogs, warehouse, partial: bool) -> None:  # type: ignore[no-untyped-def]
+def test_a_concurrent_delete_fails_its_group_cleanly_and_partial_progress_plans_it_again(
+    spark, catalogs, warehouse, partial: bool
+) -> None:  # type: ignore[no-untyped-def]
     from tablekeeper.errors import CommitConflict
     from tablekeeper.jobs import compact as job
 
@@ -290,9 +292,16 @@ def test_concurrent_delete_fails_its_group_cleanly(spark, catalogs, warehouse, p
     assert _rows(spark, f"SELECT * FROM {table}") == [r for r in before if r[0] != hit[0]]
     written = [p for p in (warehouse / "files" / "db" / name / "data").glob("compact-*/*") if p.is_file()]
     if partial:
-        assert m["failed_groups_count"] == 1 and m["added_data_files_count"] == 1, m
-        assert len(written) == 1  # the failed group's files were removed
-        assert _data_files(spark, table) < files_before
+        # The group that met the delete was planned again on the table as it then was (its
+        # partition only), rewritten with the delete applied and committed: nothing failed.
+        assert m["conflicted_groups_count"] == 1 and m["failed_groups_count"] == 0, m
+        assert m["added_data_files_count"] == 2, m
+        [met] = [g for g in m["groups"] if "conflict" in g]
+        assert "applies to files it replaces" in met["conflict"] and not met["committed"], met
+        [again] = [g for g in m["groups"] if g["group"] in met["replanned_as"]]
+        assert again["committed"] and again["partition"] == met["partition"], again
+        assert len(written) == 2  # the conflicted group's first files were removed
+        assert _data_files(spark, table) == 2
     else:
         assert written == []
         assert _data_files(spark, table) == files_before
@@ -575,3 +584,68 @@ def test_orc_and_avro_position_deletes_written_by_iceberg_are_applied(spark, cat
     spark.sql(f"REFRESH TABLE {table}")
     assert _rows(spark, f"SELECT id, cat FROM {table}") == before
     assert _data_files(spark, table) == 2
+
+
+def test_partial_progress_lives_with_a_writer_committing_every_second(spark, catalogs) -> None:  # type: ignore[no-untyped-def]
+    """A streaming-like writer deletes and appends in both partitions about once a second while
+    compact runs with --partial-progress: every commit of the job either lands or meets the
+    writer and is planned again; the job succeeds and the table holds exactly what the writer
+    left (nothing the job rewrote brings a deleted row back)."""
+    import threading
+    import time
+
+    table = _small_files_table(spark, "compact_live_writer", 2)
+    identifier = "db.compact_live_writer"
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    done = threading.Event()
+    wrote: list[str] = []
+    errors: list[BaseException] = []
+
+    def retried(sql: str) -> None:
+        # The writer's own commit may meet the job's (Iceberg refuses a position delete for a file
+        # a rewrite replaced): it plans again, as a streaming writer retries its checkpoint.
+        for attempt in range(5):
+            try:
+                spark.sql(sql)
+                return
+            except Exception as err:
+                if "ValidationException" not in str(err) or attempt == 4:
+                    raise
+
+    def writer() -> None:
+        k = 0
+        try:
+            while not done.is_set() or k < 2:
+                retried(f"DELETE FROM {table} WHERE id IN ({k * 2 + 1}, {k * 2 + 2})")
+                retried(
+                    f"INSERT INTO {table} VALUES ({5000 + k}, 'a', 1.0, 'w'), ({6000 + k}, 'b', 2.0, 'w')"
+                )
+                wrote.append(str(k))
+                k += 1
+                time.sleep(1.0)
+        except BaseException as err:  # reported by the test, not lost in the thread
+            errors.append(err)
+
+    before = _rows(spark, f"SELECT * FROM {table}")
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        options = CompactOptions(
+            table=identifier, min_input_files=2, max_concurrent_groups=1, partial_progress=True, max_commits=4
+        )
+        m = run_compact(options, catalog, identifier, spark).metrics
+    finally:
+        done.set()
+        thread.join(timeout=120)
+    assert not errors, errors
+    n = len(wrote)
+    deleted = {i for k in range(n) for i in (k * 2 + 1, k * 2 + 2)}
+    expected = sorted(
+        [r for r in before if r[0] not in deleted]
+        + [(5000 + k, "a", 1.0, "w") for k in range(n)]
+        + [(6000 + k, "b", 2.0, "w") for k in range(n)],
+        key=repr,
+    )
+    spark.sql(f"REFRESH TABLE {table}")
+    assert _rows(spark, f"SELECT * FROM {table}") == expected
+    assert m["failed_groups_count"] == 0 and m["rewritten_data_files_count"] > 0, m

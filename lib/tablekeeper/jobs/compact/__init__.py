@@ -7,7 +7,9 @@ with its position deletes, DVs and equality deletes applied, and written as Parq
 ``--strategy sort``). Commit: one ``replace`` snapshot for all groups, or one per batch of groups
 with ``--partial-progress``. Each commit keeps the starting snapshot's data sequence number for
 the new files (equality deletes committed meanwhile still apply to them) and fails, cleaning up
-its new files, when a file it replaces was removed or got new position deletes since the start.
+its new files, when a file it replaces was removed or got new position deletes since the start;
+with ``--partial-progress`` the partitions of such groups are then planned again on the table as
+it is and committed group by group (``_replan``), so a live writer does not starve compaction.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -27,6 +29,7 @@ from tablekeeper.commit.producer import SnapshotChange
 from tablekeeper.commit.service import Staging, finish_dead_runs, staging
 from tablekeeper.commit.transaction import Committer
 from tablekeeper.errors import (
+    CommitConflict,
     CommitStateUnknown,
     ConfigError,
     TablekeeperError,
@@ -88,6 +91,10 @@ class _Outcome:
     writers: tuple[str, ...] = ()
     committed: bool = False
     snapshot_id: int | None = None
+    # --partial-progress: its commit met a concurrent change to its files; its partition was
+    # planned again on the table as it then was (``replanned_as``: the groups that replaced it).
+    conflict: str | None = None
+    replanned_as: tuple[int, ...] = ()
 
 
 class _Session:
@@ -156,6 +163,9 @@ def _group_json(o: _Outcome | FileGroup) -> dict[str, object]:
         }
         if o.error:
             out["error"] = o.error
+        if o.conflict:
+            out["conflict"] = o.conflict
+            out["replanned_as"] = list(o.replanned_as)
     return out
 
 
@@ -382,17 +392,29 @@ def _execute(
     outcomes: list[_Outcome] = []
     failures: list[TablekeeperError] = []
 
-    def commit(batch: list[_Outcome]) -> None:
+    conflicts: list[_Outcome] = []
+
+    def commit(batch: list[_Outcome], start: TableMetadata = meta) -> None:
         attempted.append(len(batch))
         try:
             removed_deletes.append(
                 run.commit(
-                    lambda: _commit(catalog, identifier, meta, options.branch, batch, run.token),
+                    lambda: _commit(catalog, identifier, start, options.branch, batch, run.token),
                     (f.file_path for o in batch for f in o.added),
                 )
             )
         except CommitStateUnknown:
             raise  # the service refuses every later commit; the run's files stay
+        except CommitConflict as err:
+            if not options.partial_progress:
+                raise
+            # A concurrent writer changed files of this batch: its partitions are planned again
+            # once the other groups are done; the rest of the run goes on.
+            log.warning("groups %s met a concurrent commit: %s", [o.group.index for o in batch], err.message)
+            attempted.pop()
+            for o in batch:
+                o.conflict = err.message
+            conflicts.extend(batch)
         except TablekeeperError as err:
             if not options.partial_progress:
                 raise
@@ -440,9 +462,48 @@ def _execute(
         commit(outcomes)
     elif pending:
         commit(pending)
+    if conflicts:
+        outcomes += _replan(options, catalog, identifier, spark, order, run, conflicts, len(groups), commit)
     if options.partial_progress and failures and len(failures) == len(attempted):
         raise failures[0]  # not one batch committed
     return outcomes, sum(removed_deletes)
+
+
+def _replan(
+    options: CompactOptions,
+    catalog: Catalog,
+    identifier: str,
+    spark: SparkSession,
+    order: RowOrder,
+    run: Staging,
+    conflicts: Sequence[_Outcome],
+    numbered: int,
+    commit: Callable[[list[_Outcome], TableMetadata], None],
+) -> list[_Outcome]:
+    """The partitions of groups whose commit met a concurrent change, planned again on the table
+    as it is now (its starting sequence number and deletes the new start), rewritten and
+    committed group by group; a group that meets another conflict stays uncommitted. Only those
+    partitions: the groups that committed are not looked at again."""
+    now = catalog.require(identifier)
+
+    def scopes_of(group: FileGroup) -> set[tuple[int, tuple[Any, ...]]]:
+        return {(t.file.spec_id, partition_key(t.file.partition)) for t in group.tasks}
+
+    wanted = set().union(*(scopes_of(o.group) for o in conflicts))
+    fresh, rewrite = plan(spark, now, options)
+    redo = [
+        replace(g, index=numbered + n + 1)
+        for n, g in enumerate(g for g in fresh.groups if scopes_of(g) & wanted)
+    ]
+    for o in conflicts:
+        o.replanned_as = tuple(g.index for g in redo if scopes_of(g) & scopes_of(o.group))
+    done = []
+    for g in redo:
+        outcome = _rewrite_group(spark, now.metadata, g, rewrite, order, options.writer, run.token)
+        done.append(outcome)
+        if outcome.error is None:
+            commit([outcome], now.metadata)
+    return done
 
 
 def _counts(outcomes: Sequence[_Outcome], removed_deletes: int) -> dict[str, object]:
@@ -451,11 +512,17 @@ def _counts(outcomes: Sequence[_Outcome], removed_deletes: int) -> dict[str, obj
         "rewritten_data_files_count": sum(len(o.group.tasks) for o in committed),
         "added_data_files_count": sum(len(o.added) for o in committed),
         "rewritten_bytes_count": sum(o.group.input_size for o in committed),
-        "failed_data_files_count": sum(len(o.group.tasks) for o in outcomes if not o.committed),
+        "failed_data_files_count": sum(len(o.group.tasks) for o in outcomes if _failed(o)),
         # DVs of rewritten files, and delete files no live data file can need any more.
         "removed_delete_files_count": removed_deletes,
-        "failed_groups_count": sum(1 for o in outcomes if not o.committed),
+        "failed_groups_count": sum(1 for o in outcomes if _failed(o)),
+        "conflicted_groups_count": sum(1 for o in outcomes if o.conflict),
     }
+
+
+def _failed(o: _Outcome) -> bool:
+    """Not committed, and not replaced by groups planned again (which count on their own)."""
+    return not o.committed and not o.replanned_as
 
 
 # The options class the command line builds and its arguments (jobs.common.context's contract).
