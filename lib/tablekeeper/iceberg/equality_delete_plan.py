@@ -28,11 +28,9 @@ from typing import Any
 from tablekeeper.errors import ConfigError, CorruptMetadataError
 from tablekeeper.iceberg.content import DATA, EQUALITY_DELETES, POSITION_DELETES, DataFile, ManifestEntry
 from tablekeeper.iceberg.delete_index import DeleteIndex
-from tablekeeper.iceberg.partitioning import partition_key
+from tablekeeper.iceberg.position_delete_plan import Scope, scope_of
 
 DEFAULT_MAX_GROUP_FILES = 100
-
-Scope = tuple[int, tuple[Any, ...]]
 
 
 @dataclass(frozen=True)
@@ -96,10 +94,6 @@ def _seq(entry: ManifestEntry) -> int:
     if entry.sequence_number is None:
         raise CorruptMetadataError(f"{entry.data_file.file_path} has no data sequence number")
     return entry.sequence_number
-
-
-def scope_of(f: DataFile) -> Scope:
-    return (f.spec_id, partition_key(f.partition))
 
 
 def plan_equality_deletes(

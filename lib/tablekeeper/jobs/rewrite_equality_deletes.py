@@ -45,9 +45,9 @@ from tablekeeper.iceberg.equality_delete_plan import (
     EqualityGroup,
     Target,
     plan_equality_deletes,
-    scope_of,
 )
 from tablekeeper.iceberg.metadata import MAIN_BRANCH, TableMetadata
+from tablekeeper.iceberg.position_delete_plan import scope_of
 from tablekeeper.iceberg.types import NestedField
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.common.context import (
@@ -58,16 +58,15 @@ from tablekeeper.jobs.common.context import (
     positive,
 )
 from tablekeeper.jobs.common.result import JobClock, JobResult
-from tablekeeper.jobs.rewrite_position_deletes import delete_codec
+from tablekeeper.jobs.rewrite_position_deletes import delete_codec, session_getter
 from tablekeeper.spark.equality import path_of
 from tablekeeper.spark.equality_deletes import (
     GroupOutput,
     GroupWork,
     TargetWork,
-    keep_reported,
     resolve_groups,
 )
-from tablekeeper.spark.position_deletes import partitions_matching
+from tablekeeper.spark.position_deletes import keep_reported, partitions_matching
 from tablekeeper.spark.rewrite import name_mapping
 from tablekeeper.tables.iceberg import live_files
 
@@ -347,7 +346,7 @@ def _run_once(
     clock: JobClock,
     plans: int,
 ) -> JobResult:
-    session = _getter(spark)
+    session = session_getter(spark)
     table = catalog.require(identifier)
     require_home(table, identifier, JOB)  # a copied table would write into the original
     meta = table.metadata
@@ -450,13 +449,6 @@ def _zero() -> dict[str, object]:
         "removed_equality_delete_files_count": 0,
         "removed_equality_delete_rows": 0,
     }
-
-
-def _getter(spark: SparkSession | Callable[[], SparkSession]) -> Callable[[], SparkSession]:
-    if isinstance(spark, SparkSession):
-        given = spark
-        return lambda: given
-    return spark
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -346,7 +346,7 @@ def _run_once(
     clock: JobClock,
     plans: int,
 ) -> JobResult:
-    session = _getter(spark)
+    session = session_getter(spark)
     table = catalog.require(identifier)
     require_home(table, identifier, JOB)  # a copied table would write into the original
     meta = table.metadata
@@ -410,7 +410,8 @@ def _run_once(
     return clock.result(JOB, identifier, dry_run=False, metrics=metrics)
 
 
-def _getter(spark: SparkSession | Callable[[], SparkSession]) -> Callable[[], SparkSession]:
+def session_getter(spark: SparkSession | Callable[[], SparkSession]) -> Callable[[], SparkSession]:
+    """A session, or a function starting one, as a function."""
     if isinstance(spark, SparkSession):
         given = spark
         return lambda: given

@@ -307,12 +307,21 @@ def position_file_positions(location: str, file_format: str, wanted: frozenset[s
     return {str(k): lists[i].values for i, k in enumerate(grouped.column("k").to_pylist())}
 
 
-def _deleted(item: _Input, wanted: frozenset[str], cache: dict[str, dict[str, pa.Array]]) -> Deleted:
+def deleted_positions(
+    data_file: str,
+    dv: tuple[str, int, int, int] | None,
+    position_files: Sequence[tuple[str, str]],
+    wanted: frozenset[str],
+    cache: dict[str, dict[str, pa.Array]],
+) -> Deleted:
+    """The positions of ``data_file`` its DV (puffin location, offset, length, cardinality) and
+    position delete files ((location, format); read once per ``cache``, for the ``wanted`` data
+    files' path keys) delete."""
     parts: list[pa.Array] = []
-    if item.dv is not None:
-        parts.append(dv_positions(*item.dv))
-    key = path_key(item.location)
-    for location, file_format in item.position_files:
+    if dv is not None:
+        parts.append(dv_positions(*dv))
+    key = path_key(data_file)
+    for location, file_format in position_files:
         if location not in cache:
             cache[location] = position_file_positions(location, file_format, wanted)
         found = cache[location].get(key)
@@ -355,7 +364,12 @@ def read_inputs(job: Job, items: Sequence[_Input]) -> Iterator[pa.RecordBatch]:
     wanted = frozenset(path_key(i.location) for i in items)
     for item in items:
         try:
-            yield from _read(job, item, _deleted(item, wanted, cache), equality_cache)
+            yield from _read(
+                job,
+                item,
+                deleted_positions(item.location, item.dv, item.position_files, wanted, cache),
+                equality_cache,
+            )
         except (pa.ArrowException, OSError) as err:
             # Arrow's and the store's own errors name neither the file nor tablekeeper: the
             # driver would only see a Py4J line.

@@ -19,19 +19,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from tablekeeper import __version__
 from tablekeeper.errors import CorruptMetadataError, StorageError
 from tablekeeper.iceberg.arrow_project import Deleted, fill, positions, projector
-from tablekeeper.iceberg.content import POSITION_DELETES, DataFile
+from tablekeeper.iceberg.content import DataFile
 from tablekeeper.iceberg.name_mapping import NameMapping
 from tablekeeper.iceberg.position_delete_merge import write_position_delete_file
-from tablekeeper.iceberg.puffin import write_dv_file
 from tablekeeper.iceberg.roaring import RoaringBitmap64
 from tablekeeper.iceberg.types import IcebergType, NestedField
 from tablekeeper.io import FileIO
-from tablekeeper.spark.arrow_rewrite import dv_positions, position_file_positions
+from tablekeeper.spark.arrow_rewrite import deleted_positions
 from tablekeeper.spark.data_read import path_key
 from tablekeeper.spark.equality import batches, equality_mask, equality_rows
+from tablekeeper.spark.position_deletes import write_dvs
 
 
 @dataclass(frozen=True)
@@ -78,20 +77,6 @@ class GroupOutput:
     @property
     def new_rows(self) -> int:
         return sum(r.new for r in self.resolved)
-
-
-def _existing(target: TargetWork, wanted: frozenset[str], cache: dict[str, dict[str, pa.Array]]) -> Deleted:
-    parts: list[pa.Array] = []
-    if target.dv is not None:
-        parts.append(dv_positions(*target.dv))
-    key = path_key(target.location)
-    for location, file_format in target.position_files:
-        if location not in cache:
-            cache[location] = position_file_positions(location, file_format, wanted)
-        found = cache[location].get(key)
-        if found is not None:
-            parts.append(found)
-    return Deleted.of(parts)
 
 
 def _merged(
@@ -160,7 +145,9 @@ def resolve_group(work: GroupWork) -> GroupOutput:
     found: list[tuple[TargetWork, Deleted, pa.Array]] = []
     for target in work.targets:
         try:
-            existing = _existing(target, wanted, position_cache)
+            existing = deleted_positions(
+                target.location, target.dv, target.position_files, wanted, position_cache
+            )
             matched = _matched(work, target, equality_cache, merged)
         except (pa.ArrowException, OSError) as err:
             kind = StorageError if isinstance(err, OSError) else CorruptMetadataError
@@ -186,23 +173,7 @@ def resolve_group(work: GroupWork) -> GroupOutput:
             (t.location, RoaringBitmap64(pa.concat_arrays([existing.positions, new]).to_pylist()))
             for t, existing, new in found
         ]
-        data, locations = write_dv_file(blobs, f"tablekeeper {__version__}")
-        io.create_if_absent(path, data)
-        added = tuple(
-            DataFile(
-                content=POSITION_DELETES,
-                file_path=path,
-                file_format="PUFFIN",
-                partition=work.partition,
-                record_count=loc.cardinality,
-                file_size_in_bytes=len(data),
-                spec_id=work.spec_id,
-                referenced_data_file=loc.referenced_data_file,
-                content_offset=loc.offset,
-                content_size_in_bytes=loc.length,
-            )
-            for loc in locations
-        )
+        added = write_dvs(io, path, blobs, work.spec_id, work.partition)
         return GroupOutput(work.index, added, (path,), tuple(resolved))
     # v2: one position delete file per data file (write.delete.granularity=file, Iceberg's
     # default: a reader opens only its own file's deletes), or one per group (partition).
@@ -242,10 +213,3 @@ def resolve_groups(spark: SparkSession, work: Sequence[GroupWork]) -> list[Group
     slices = min(len(work), max(1, spark.sparkContext.defaultParallelism))
     rdd = spark.sparkContext.parallelize(list(work), slices)
     return list(rdd.map(resolve_group).collect())
-
-
-def keep_reported(directory: str, outputs: Sequence[GroupOutput]) -> None:
-    """Remove what killed or speculative task attempts left in the run's directory."""
-    io = FileIO.for_location(directory)
-    reported = {p for o in outputs for p in o.written}
-    io.delete_many([i.location for i in io.list(directory, recursive=True) if i.location not in reported])

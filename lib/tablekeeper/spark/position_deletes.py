@@ -12,6 +12,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -142,26 +143,43 @@ def _to_dvs(
         blobs.append((path, bitmap))
     if not blobs:
         return GroupOutput(group.index, (), (), (), read, kept)
-    data, locations = write_dv_file(blobs, f"tablekeeper {__version__}")
     path = f"{work.directory}/{tag}-deletes.puffin"
-    io.create_if_absent(path, data)
+    added = write_dvs(io, path, blobs, group.spec_id, group.partition)
     written.append(path)
-    added = tuple(
+    return GroupOutput(group.index, added, tuple(written), tuple(merged), read, kept)
+
+
+def write_dvs(
+    io: FileIO,
+    path: str,
+    blobs: Sequence[tuple[str, RoaringBitmap64 | bytes]],
+    spec_id: int,
+    partition: tuple[Any, ...],
+) -> tuple[DataFile, ...]:
+    """One Puffin file at ``path`` with a DV per (data file, positions) of ``blobs``, and the
+    delete file entry of each DV."""
+    data, locations = write_dv_file(blobs, f"tablekeeper {__version__}")
+    io.create_if_absent(path, data)
+    return tuple(
         DataFile(
             content=POSITION_DELETES,
             file_path=path,
             file_format="PUFFIN",
-            partition=group.partition,
+            partition=partition,
             record_count=loc.cardinality,
             file_size_in_bytes=len(data),
-            spec_id=group.spec_id,
+            spec_id=spec_id,
             referenced_data_file=loc.referenced_data_file,
             content_offset=loc.offset,
             content_size_in_bytes=loc.length,
         )
         for loc in locations
     )
-    return GroupOutput(group.index, added, tuple(written), tuple(merged), read, kept)
+
+
+class _Reported(Protocol):
+    @property
+    def written(self) -> tuple[str, ...]: ...
 
 
 def rewrite_groups(spark: SparkSession, work: Sequence[GroupWork]) -> list[GroupOutput]:
@@ -173,7 +191,7 @@ def rewrite_groups(spark: SparkSession, work: Sequence[GroupWork]) -> list[Group
     return list(rdd.map(rewrite_group).collect())
 
 
-def keep_reported(directory: str, outputs: Sequence[GroupOutput]) -> None:
+def keep_reported(directory: str, outputs: Sequence[_Reported]) -> None:
     """Remove what killed or speculative task attempts left in the run's directory: only files
     the tasks reported are kept."""
     io = FileIO.for_location(directory)
