@@ -54,15 +54,17 @@ def alternate(
     saved: Path,
     work: Path,
     check: Callable[[Run], Run] | None = None,
+    extra: Sequence[str] = (),
 ) -> list[Run]:
     """Each engine ``repeat`` times, alternating, each run in its own process on a fresh copy of
-    the ``saved`` table state; ``check`` may turn a run's result into an error."""
+    the ``saved`` table state (``extra``: more arguments for the child); ``check`` may turn a
+    run's result into an error."""
     runs: list[Run] = []
     for rep in range(repeat):
         for engine in engines:
             shutil.rmtree(work, ignore_errors=True)
             shutil.copytree(saved, work)
-            r = run_child(module, engine, "--work", str(work))
+            r = run_child(module, engine, "--work", str(work), *extra)
             if check is not None and "error" not in r:
                 r = check(r)
             runs.append({**r, "engine": engine, "run": rep + 1})
@@ -70,9 +72,12 @@ def alternate(
     return runs
 
 
-def summarize(runs: Sequence[Run], engines: Sequence[str], keep: Sequence[str]) -> list[Run]:
+def summarize(
+    runs: Sequence[Run], engines: Sequence[str], keep: Sequence[str], medians: Sequence[str] = ()
+) -> list[Run]:
     """Per engine: the median, least and greatest seconds (and median setup, when runs report
-    it) and ``keep`` from its last run; or the first error one of its runs had."""
+    it), ``keep`` from its last run and the median of ``medians`` over its runs (timings a single
+    run measures noisily); or the first error one of its runs had."""
     results: list[Run] = []
     for engine in engines:
         mine = [r for r in runs if r["engine"] == engine]
@@ -89,7 +94,8 @@ def summarize(runs: Sequence[Run], engines: Sequence[str], keep: Sequence[str]) 
         }
         if all("setup_seconds" in r for r in mine):
             out["setup_seconds"] = statistics.median(float(r["setup_seconds"]) for r in mine)  # type: ignore[arg-type]
-        results.append(out | {k: mine[-1][k] for k in keep})
+        out |= {k: statistics.median(float(r[k]) for r in mine) for k in medians}  # type: ignore[arg-type]
+        results.append(out | {k: mine[-1][k] for k in keep if k not in medians})
     return results
 
 

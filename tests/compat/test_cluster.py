@@ -35,6 +35,7 @@ from tests.compat.tables import (
 )
 from tests.conftest import SQL_CATALOG
 from tests.support.cluster_submit import Submission
+from tests.support.java_deletes import EqualityDelete, commit_equality_delete_files
 from tests.support.spark_cluster import HOST, StandaloneCluster
 from tests.support.spark_submit import REPO_ROOT
 
@@ -68,6 +69,12 @@ def test_every_job_submitted_with_the_docs_command_to_the_lines_cluster(
     the first job the driver runs, every other job follows with the same catalog file."""
     events = written(spark, "events", 2, namespace="db")  # the command's --table db.events
     chain = written(spark, "cluster_t3", 3)
+    # A change-data-capture writer's equality delete (Iceberg Java's: partition a's ids under 6) on
+    # a table of its own, outside health's cluster_* tables.
+    cdc = written(spark, "cdc_t3", 3)
+    commit_equality_delete_files(
+        spark, cdc, [EqualityDelete(("id",), partition=("a",), matching=("lessThan", "id", 6))]
+    )
     orphans = plant_orphans(location(spark, chain), ORPHANS)
     source = str(tmp_path / "delta-orders")
     delta_source(spark, source)
@@ -93,6 +100,7 @@ def test_every_job_submitted_with_the_docs_command_to_the_lines_cluster(
         ("compute_stats.py", table),
         ("convert_delta.py", [*converted, "--format-version", "3", "--engine", "spark"]),
         ("health.py", ["--namespace", NAMESPACE, "--tables", "cluster_*", "--engine", "spark", *common]),
+        ("rewrite_equality_deletes.py", ["--table", f"{NAMESPACE}.cdc_t3", *common]),
     ]
     driver = REPO_ROOT / "tests" / "support" / "submit_jobs.py"
     command = [*options, f"  {driver} {REPO_ROOT / 'jobs'} {shlex.quote(json.dumps(plan))}"]
@@ -128,6 +136,11 @@ def test_every_job_submitted_with_the_docs_command_to_the_lines_cluster(
     assert converted_metrics["manifest_writer"] == "executors", converted_metrics
     assert spark_rows(spark, f"{SQL_CATALOG}.{TARGET}") == delta_rows(spark, source)
     assert {t["table"] for t in health["tables"]} == {f"{NAMESPACE}.cluster_t3", TARGET}, health
+
+    resolved = results[10]
+    assert resolved["removed_equality_delete_files_count"] == 1, resolved
+    assert count(spark, f"{cdc}.delete_files", "content = 2") == 0
+    assert spark_rows(spark, cdc) == [r for r in want if not (r[0] < 6 and r[1] == "a")]
 
     # Every run is in the ledger, as Iceberg Spark reads it.
     spark.sql(f"REFRESH TABLE {SQL_CATALOG}.{LEDGER}")
