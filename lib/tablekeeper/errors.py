@@ -109,6 +109,11 @@ class OutsideTable(SafetyRefusal):
     or a symbolic link): refused, whatever named it."""
 
 
+class UnusableInventory(SafetyRefusal):
+    """An inventory report that cannot stand for a listing: unfinished, partial, too old, or not
+    covering the location."""
+
+
 class CommitConflict(TablekeeperError):
     """Concurrent commits kept winning after every retry."""
 

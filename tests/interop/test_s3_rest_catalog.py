@@ -244,6 +244,44 @@ def test_remove_orphans_matches_s3a_listing_to_s3_metadata(spark, lake: Lake, ca
     assert rows(spark, table) == before
 
 
+def test_remove_orphans_on_spark_from_an_s3_inventory(spark, lake: Lake, capfd, caplog) -> None:  # type: ignore[no-untyped-def]
+    """The Spark engine reads an S3 Inventory report of the whole bucket (Parquet, three data
+    files, one task each) and finds what its listing finds; the orphans it deletes are those."""
+    from tablekeeper.io import FileIO
+    from tests.support.inventories import listing, write_s3
+
+    table = small_table(spark, "inventoried", batches=2)
+    before = rows(spark, table)
+    fs = lake.s3.filesystem(allow_delayed_open=True)
+    planted = {
+        f"{S3_BUCKET}/rest/db/inventoried/data/cat=0/lost-task-00002.parquet",
+        f"{S3_BUCKET}/rest/db/inventoried/metadata/00098-crashed.metadata.json",
+    }
+    for key in planted:
+        with fs.open_output_stream(key) as out:
+            out.write(b"orphan")
+    time.sleep(1.1)
+    args = ["remove-orphans", "--table", "db.inventoried", "--older-than", "1s", "--force-short-retention"]
+    args += ["--engine", "spark"]
+    listed = ok(lake, capfd, caplog, *args, "--dry-run")
+    io = FileIO.for_location(f"s3://{S3_BUCKET}/rest")
+
+    def report() -> str:  # of every table of the bucket, taken now (newer than the cut-off)
+        listed = listing(io, f"s3://{S3_BUCKET}", S3_BUCKET)
+        return write_s3(
+            io, f"s3://{S3_BUCKET}/reports", S3_BUCKET, listed, "Parquet", int(time.time() * 1000), files=3
+        )
+
+    dry = ok(lake, capfd, caplog, *args, "--dry-run", "--inventory", report())
+    assert set(dry["files"]) == set(listed["files"]) == {f"s3://{k}" for k in planted}, (dry, listed)
+    everything = keys(lake, f"{S3_BUCKET}/rest/db/inventoried")
+    result = ok(lake, capfd, caplog, *args, "--inventory", report())
+    assert result["metrics"]["engine"] == "spark" and result["metrics"]["deleted_files_count"] == 2, result
+    assert keys(lake, f"{S3_BUCKET}/rest/db/inventoried") == everything - planted
+    spark.sql(f"REFRESH TABLE {table}")
+    assert rows(spark, table) == before
+
+
 def test_backfill_row_lineage(spark, lake: Lake, capfd, caplog) -> None:  # type: ignore[no-untyped-def]
     table = small_table(spark, "lineage", batches=3)
     before = rows(spark, table)

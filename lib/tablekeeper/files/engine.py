@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from tablekeeper.errors import CorruptMetadataError, TablekeeperError, as_error, java_cause, task_error
 from tablekeeper.files.containment import Containment
 from tablekeeper.files.deletes import DeleteOutcome
+from tablekeeper.files.inventory import Inventory
 from tablekeeper.files.journal import JournalWriter, Ready
 from tablekeeper.files.manifests import FileRow, ManifestIndex
 from tablekeeper.files.orphans import Summary
@@ -149,8 +150,11 @@ class Engine(Protocol):
         references: Callable[[], tuple[ManifestIndex, tuple[str, ...]]],
         cutoff_ms: int,
         deletable: Callable[[str], bool] | None,
+        inventory: Inventory | None = None,
     ) -> OrphanScan:
-        """List ``location``; the listed files older than ``cutoff_ms`` that no reference names.
+        """List ``location`` (or read what ``inventory`` lists under it); the listed files older
+        than ``cutoff_ms`` that no reference names (an inventory's looked at again, those gone
+        or written since as ``changed``).
 
         ``references`` gives the index of what the table's snapshots reach and the keys of its
         other files (metadata files, the hint); engines may run it beside the listing.

@@ -29,6 +29,7 @@ from tablekeeper.files.engine import (
     first_sorted,
     tally_rows,
 )
+from tablekeeper.files.inventory import Inventory, Scope, read_part, recheck
 from tablekeeper.files.journal import JournalWriter, Ready, read_parts, write_part
 from tablekeeper.files.listing import Classifier, table_rows
 from tablekeeper.files.manifests import (
@@ -48,6 +49,7 @@ from tablekeeper.files.orphans import ORPHAN, Summary, classify, listed_pair, re
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.io import FileIO
+from tablekeeper.io.fileio import FileInfo
 from tablekeeper.io.uri import strip_trailing_slash
 
 log = logging.getLogger(__name__)
@@ -177,24 +179,40 @@ class LocalEngine:
         references: Callable[[], tuple[ManifestIndex, tuple[str, ...]]],
         cutoff_ms: int,
         deletable: Callable[[str], bool] | None,
+        inventory: Inventory | None = None,
     ) -> LocalOrphans:
-        listed = self._list(location, rules, partition_names)
+        listed = self._list(location, rules, partition_names, inventory)
         index, extra = references()
         refs = self.keys(index, rules, extra).known
         old = (r for r in listed if r[3] < cutoff_ms and (deletable is None or deletable(r[0])))
         pairs: Iterator[tuple[str, Any]] = (listed_pair(r) for r in old)
         with no_cycle_collection():
             found = classify([*pairs, *(reference_pair(k) for k in refs)])
+        if inventory is not None:
+            # Looked at again, a few per thread: the report is older than the store.
+            chunks = [found[i : i + 64] for i in range(0, len(found), 64)]
+            found = [
+                r for chunk in parallel_map(lambda c: list(recheck(c, cutoff_ms)), chunks) for r in chunk
+            ]
         return LocalOrphans(tuple(found), summary(tally(found, SAMPLE), SAMPLE))
 
     def _list(
-        self, location: str, rules: PathRules, partition_names: frozenset[str]
+        self,
+        location: str,
+        rules: PathRules,
+        partition_names: frozenset[str],
+        inventory: Inventory | None = None,
     ) -> list[tuple[str, str, int, int]]:
         stem = strip_trailing_slash(location)
         classifier = Classifier(stem, rules, partition_names)
+        if inventory is None:
+            infos: Iterable[FileInfo] = FileIO.for_location(location).list(location, recursive=True)
+        else:
+            scope = Scope.of(stem)
+            infos = chain.from_iterable(read_part(inventory, p, scope) for p in inventory.parts)
         rows: list[tuple[Any, ...]] = []
         with no_cycle_collection():
-            for row in classifier.rows(FileIO.for_location(location).list(location, recursive=True)):
+            for row in classifier.rows(infos):
                 rows.append(row)
                 if len(rows) > self.max_listed:
                     raise ListingTooLarge(f"{location} holds over {self.max_listed} files")

@@ -15,6 +15,8 @@ from typing import Any
 
 ORPHAN = "orphan"
 MISMATCH = "mismatch"
+# Listed by an inventory report as old and unreferenced, but gone or written again since: kept.
+CHANGED = "changed"
 
 ListedPair = tuple[str, tuple[str, str, int]]  # path part, (key, path, size)
 Referenced = dict[str, set[str] | str]  # path part: the key(s) referencing it
@@ -91,13 +93,14 @@ class Summary:
     mismatches: int
     sample: tuple[str, ...]  # orphan paths
     mismatch_sample: tuple[str, ...]
+    changed: int = 0
 
 
-Tally = tuple[int, int, int, list[str], list[str]]
+Tally = tuple[int, int, int, list[str], list[str], int]
 
 
 def tally(rows: Iterable[tuple[str, str, str, int]], sample: int) -> Iterator[Tally]:
-    orphans = size = mismatches = 0
+    orphans = size = mismatches = changed = 0
     paths: list[str] = []
     mismatched: list[str] = []
     for status, path, _, nbytes in rows:
@@ -106,11 +109,13 @@ def tally(rows: Iterable[tuple[str, str, str, int]], sample: int) -> Iterator[Ta
             size += nbytes
             if len(paths) < sample:
                 paths.append(path)
-        else:
+        elif status == MISMATCH:
             mismatches += 1
             if len(mismatched) < sample:
                 mismatched.append(path)
-    yield orphans, size, mismatches, paths, mismatched
+        else:
+            changed += 1
+    yield orphans, size, mismatches, paths, mismatched, changed
 
 
 def summary(tallies: Iterable[Tally], sample: int) -> Summary:
@@ -122,4 +127,5 @@ def summary(tallies: Iterable[Tally], sample: int) -> Summary:
         sum(t[2] for t in parts),
         tuple(sorted(p for t in parts for p in t[3])[:sample]),
         tuple(sorted(p for t in parts for p in t[4])[:sample]),
+        sum(t[5] for t in parts),
     )

@@ -275,6 +275,15 @@ class FileIO:
         """Whether anything (file or directory) is at ``location``."""
         return bool(self._info(location).type != pafs.FileType.NotFound)
 
+    def file_info(self, location: str) -> FileInfo | None:
+        """The file at ``location`` as a listing would show it, or None when none is there."""
+        info = self._info(location)
+        if info.type != pafs.FileType.File:
+            return None
+        if info.mtime_ns is None:  # an unknown age must not pass for "old"
+            raise StorageError(f"storage reports no modification time for {location}")
+        return FileInfo(location, int(info.size), int(info.mtime_ns) // 1_000_000)
+
     def _info(self, location: str) -> Any:
         path = self.fs_path(location)
         with _translate(location, "inspect"):

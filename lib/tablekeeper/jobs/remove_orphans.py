@@ -9,6 +9,11 @@ normalised URI; a file whose path matches a reference but whose scheme or author
 (after ``--equal-schemes`` / ``--equal-authorities``) is a prefix mismatch: an error by default.
 The orphans are journaled, then deleted, then the journal goes.
 
+With ``--inventory`` the store's own inventory report (S3 Inventory, Storage Insights, Azure blob
+inventory: ``files.inventory``) stands for the listing: judged before anything is read (finished,
+whole, newer than the cut-off, of this bucket and not filtered short of the location), read a data
+file per task, and each orphan it yields looked at again before the journal.
+
 A table with ``gc.enabled=false`` (a converted Delta table: its data files are the source's) is
 scanned only under its own metadata location, and only metadata files there are deleted: what a
 killed conversion or commit left, never a data file. Nothing outside the table location is ever
@@ -30,6 +35,8 @@ from tablekeeper.errors import ConfigError, SafetyRefusal, TablekeeperError
 from tablekeeper.files.containment import Containment, require_home
 from tablekeeper.files.engine import Engine, ListingTooLarge, OrphanScan, failed, task_failure
 from tablekeeper.files.finish import Protected, metadata_files, pending_journals, protected
+from tablekeeper.files.inventory import Inventory, open_inventory
+from tablekeeper.files.inventory import Scope as InventoryScope
 from tablekeeper.files.journal import JournalWriter, journals_location
 from tablekeeper.files.listing import is_metadata_file
 from tablekeeper.files.local import IndexCache
@@ -94,6 +101,9 @@ class RemoveOrphansOptions:
     max_concurrent_deletes: int | None = None
     dry_run: bool = False
     file_list: str | None = None
+    # An object store's inventory report (its manifest, or the directory of its runs) read
+    # instead of listing the location.
+    inventory: str | None = None
     engine: str = "auto"
     catalog: str | None = None
 
@@ -119,6 +129,7 @@ class _Scope:
     location: str
     cutoff: int
     metadata_only: bool
+    inventory: Inventory | None = None
 
 
 def _check(options: RemoveOrphansOptions, table: LoadedTable, rules: PathRules, now: int) -> _Scope:
@@ -164,7 +175,10 @@ def _check(options: RemoveOrphansOptions, table: LoadedTable, rules: PathRules, 
                 f"{options.table}'s metadata location {own} overlaps its Delta source {source}: "
                 "remove-orphans deletes nothing there"
             )
-    return _Scope(location, cutoff, metadata_only)
+    inventory = None
+    if options.inventory:
+        inventory = open_inventory(options.inventory, InventoryScope.of(location), cutoff)
+    return _Scope(location, cutoff, metadata_only, inventory)
 
 
 def run_orphans(
@@ -254,6 +268,7 @@ def _scan(engine: Engine, table: LoadedTable, scope: _Scope, rules: PathRules) -
         references,
         scope.cutoff,
         deletable if journals or scope.metadata_only else None,
+        scope.inventory,
     )
 
 
@@ -281,6 +296,10 @@ def _act(
         "older_than_ms": scope.cutoff,
         "prefix_mismatch_count": summary.mismatches,
     }
+    if scope.inventory is not None:
+        metrics["inventory"] = scope.inventory.describe()
+        # Listed as old by the report, but gone or written again since: never deleted.
+        metrics["changed_since_inventory_count"] = summary.changed
     if options.dry_run:
         tally = found.tally(wanted)
         metrics |= {"orphan_file_count": tally.files, "bytes_to_free": tally.bytes}
@@ -353,6 +372,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--file-list", help="write every orphan location here (the JSON keeps a count and sample)"
     )
+    parser.add_argument(
+        "--inventory",
+        help="read the store's inventory report instead of listing: its manifest (S3 Inventory's "
+        "manifest.json, Storage Insights' <config>_<time>_manifest.json, Azure's <rule>-manifest.json) "
+        "or the directory of its runs (the latest finished one); it must be newer than --older-than",
+    )
     add_engine_argument(parser)
     add_run_arguments(parser)
 
@@ -368,6 +393,7 @@ DELTA_OPTIONS = delta_options(
             "spark.databricks.delta.vacuum.parallelDelete.enabled and .parallelism"
         ),
         "file_list": honoured("VACUUM's file list written there"),
+        "inventory": refused("VACUUM lists the table itself; drop it for Delta tables"),
         "location": refused("VACUUM always scans the whole table; drop it for Delta tables"),
         "equal_schemes": refused("VACUUM compares paths itself; drop it for Delta tables"),
         "equal_authorities": refused("VACUUM compares paths itself; drop it for Delta tables"),

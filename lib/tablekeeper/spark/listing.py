@@ -14,15 +14,18 @@ is given whole to one task.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark import RDD, SparkContext, StorageLevel
+
 from tablekeeper.cycles import no_cycle_collection
+from tablekeeper.files.inventory import Inventory, Scope, read_part
 from tablekeeper.files.listing import Classifier, nested, nested_prefixes, table_rows
 from tablekeeper.io import FileIO
 
-__all__ = ["ListingPlan", "plan_listing", "tree_rows"]
+__all__ = ["ListingPlan", "inventory_rows", "plan_listing", "tree_rows"]
 
 _DRIVER_DEPTH = 3
 
@@ -95,3 +98,31 @@ def tree_rows(directory: str, classify: Classifier, own_key: str) -> list[Row]:
     with no_cycle_collection():
         rows = list(classify.rows(FileIO.for_location(directory).list(directory, recursive=True)))
         return table_rows(rows, own_key)
+
+
+def inventory_rows(
+    sc: SparkContext, inventory: Inventory, classify: Classifier, own_key: str
+) -> tuple[RDD[Row], RDD[Any], int]:
+    """What an inventory report lists under ``classify.stem`` as a listing's rows, one task per
+    data file of the report. Nested tables are found from the markers across all its files, so
+    the rows are held between that pass and the comparison (returned second, to release after);
+    last, how many rows the location had."""
+    scope = Scope.of(classify.stem)
+    parts = sc.parallelize(inventory.parts, max(1, len(inventory.parts)))
+    rows = parts.flatMap(lambda part: classify.rows(read_part(inventory, part, scope)))
+    rows.persist(StorageLevel.MEMORY_AND_DISK)
+
+    def markers(part: Iterable[tuple[Any, ...]]) -> Iterator[tuple[int, set[str]]]:
+        count, roots = 0, set()
+        for row in part:
+            count += 1
+            if row[5] is not None:
+                roots.add(row[5])
+        yield count, roots
+
+    counted = rows.mapPartitions(markers).collect()
+    inner = tuple(root + "/" for root in nested(set().union(*(r for _, r in counted)), own_key))
+    table = rows.filter(lambda r: not r[4] and not (inner and r[1].startswith(inner))).map(
+        lambda r: (r[0], r[1], r[2], r[3])
+    )
+    return table, rows, sum(n for n, _ in counted)

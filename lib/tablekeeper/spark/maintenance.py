@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from tablekeeper.files.containment import Containment
 from tablekeeper.files.deletes import NOTHING, DeleteOutcome
 from tablekeeper.files.engine import FileTally, KeySet, MetadataOnly, merge_tallies, tally_rows
+from tablekeeper.files.inventory import Inventory, recheck
 from tablekeeper.files.journal import JournalWriter, Ready, decode_rows, write_part
 from tablekeeper.files.listing import Classifier
 from tablekeeper.files.local import IndexCache
@@ -26,7 +27,7 @@ from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.io import FileIO
 from tablekeeper.io.uri import strip_trailing_slash
 from tablekeeper.spark.concurrent import Background
-from tablekeeper.spark.listing import plan_listing, tree_rows
+from tablekeeper.spark.listing import inventory_rows, plan_listing, tree_rows
 from tablekeeper.spark.reachability import (
     delete_files,
     index_manifests,
@@ -193,6 +194,7 @@ class SparkEngine:
         references: Callable[[], tuple[ManifestIndex, tuple[str, ...]]],
         cutoff_ms: int,
         deletable: Callable[[str], bool] | None,
+        inventory: Inventory | None = None,
     ) -> SparkOrphans:
         sc = self.spark.sparkContext
 
@@ -206,27 +208,43 @@ class SparkEngine:
         stem = strip_trailing_slash(location)
         own_key = rules.prefix(stem)[:-1]
         classifier = Classifier(stem, rules, partition_names)
-        # One round of tasks: each Python task costs to start.
-        plan = plan_listing(FileIO.for_location(location), classifier, own_key, sc.defaultParallelism)
-        refs, estimate = refs_job.result()
-        self.describe(f"compare the files under {location} with the table's")
 
         def old(row: tuple[Any, ...]) -> bool:
             return bool(row[3] < cutoff_ms and (deletable is None or deletable(row[0])))
 
-        def old_rows(directory: str) -> list[tuple[str, str, int, int]]:
-            return [r for r in tree_rows(directory, classifier, own_key) if old(r)]
+        if inventory is not None:
+            # The report is read while the manifests are; its rows are held for the comparison.
+            listed, held, count = inventory_rows(sc, inventory, classifier, own_key)
+            refs, estimate = refs_job.result()
+            self.describe(f"compare what {inventory.manifest} lists under {location} with the table's")
+            found = unreferenced(sc, [], listed.filter(old), tuple(refs.known), refs.handle, estimate + count)
+            # Each unreferenced file looked at again, where it was found: the report is older
+            # than the store.
+            found = found.mapPartitions(lambda rows: recheck(rows, cutoff_ms))
+        else:
+            held = None
+            # One round of tasks: each Python task costs to start.
+            plan = plan_listing(FileIO.for_location(location), classifier, own_key, sc.defaultParallelism)
+            refs, estimate = refs_job.result()
+            self.describe(f"compare the files under {location} with the table's")
 
-        listed: RDD[tuple[str, str, int, int]] | None = None
-        if plan.trees:
-            # Listed in the tasks that feed the shuffle: the listing is never stored and read again.
-            trees = sc.parallelize(plan.trees, max(1, min(len(plan.trees), sc.defaultParallelism)))
-            listed = trees.flatMap(old_rows)
-        # A location holds about as many files as its table references (a bucket spills past that).
-        estimate = 2 * estimate + len(plan.rows)
-        found = unreferenced(
-            sc, [r for r in plan.rows if old(r)], listed, tuple(refs.known), refs.handle, estimate
-        )
+            def old_rows(directory: str) -> list[tuple[str, str, int, int]]:
+                return [r for r in tree_rows(directory, classifier, own_key) if old(r)]
+
+            trees: RDD[tuple[str, str, int, int]] | None = None
+            if plan.trees:
+                # Listed in the tasks that feed the shuffle: never stored and read again.
+                parts = sc.parallelize(plan.trees, max(1, min(len(plan.trees), sc.defaultParallelism)))
+                trees = parts.flatMap(old_rows)
+            # A location holds about as many files as its table references (a bucket spills
+            # past that).
+            estimate = 2 * estimate + len(plan.rows)
+            found = unreferenced(
+                sc, [r for r in plan.rows if old(r)], trees, tuple(refs.known), refs.handle, estimate
+            )
         found.persist(StorageLevel.MEMORY_AND_DISK)
         found.localCheckpoint()  # what is deleted is exactly what was counted
-        return SparkOrphans(self.spark, found, summarize(found, SAMPLE))
+        summary = summarize(found, SAMPLE)
+        if held is not None:
+            held.unpersist()
+        return SparkOrphans(self.spark, found, summary)

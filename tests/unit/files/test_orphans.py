@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tablekeeper.files.orphans import (
+    CHANGED,
     MISMATCH,
     ORPHAN,
     bucket_of,
@@ -134,6 +135,7 @@ def test_classify_with_a_mismatch_spelled_three_ways() -> None:
 
 def test_tally_counts_and_samples() -> None:
     rows = [(ORPHAN, f"p{i}", f"k{i}", i) for i in range(10)] + [(MISMATCH, "m", "m", 99)]
-    ((orphans, size, mismatches, sample, mismatched),) = list(tally(rows, 3))
-    assert (orphans, size, mismatches) == (10, 45, 1)
+    rows += [(CHANGED, "c", "c", 5)]  # an inventory's file written again since: neither
+    ((orphans, size, mismatches, sample, mismatched, changed),) = list(tally(rows, 3))
+    assert (orphans, size, mismatches, changed) == (10, 45, 1, 1)
     assert sample == ["p0", "p1", "p2"] and mismatched == ["m"]
