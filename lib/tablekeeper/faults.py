@@ -44,6 +44,8 @@ PHASES = (
     "commit.metadata-written",
     "commit.swapped",
     "delete.mid",
+    "restore.mid",
+    "purge.mid",
 )
 
 

@@ -109,6 +109,9 @@ def parse_catalogs(text: str, warehouse: Path, source: str = CATALOGS_FILE) -> C
                 raise ConfigError(
                     f"{source}: catalog {name!r}: {PARTITION_TIMEZONE_KEY}: {err.message}"
                 ) from None
+        quarantine = props.pop("quarantine", "false").strip().lower()
+        if quarantine not in ("true", "false"):
+            raise ConfigError(f"{where}: quarantine must be true or false, not {quarantine!r}")
         register_secrets(props)
         catalogs[str(name)] = CatalogConfig(
             name=str(name),
@@ -118,6 +121,7 @@ def parse_catalogs(text: str, warehouse: Path, source: str = CATALOGS_FILE) -> C
             properties=props,
             delta_partition_timezone=zone,
             impl=impl or None,
+            quarantine=quarantine == "true",
         )
     default = str(doc.get("default") or next(iter([*catalogs, *unusable]), ""))
     if (catalogs or unusable) and default not in catalogs and default not in unusable:

@@ -40,6 +40,9 @@ class CatalogConfig:
     delta_partition_timezone: str | None = None
     # ``impl: package.module:NAME``: a CatalogType from outside the package (type is then its name).
     impl: str | None = None
+    # ``quarantine: true``: destructive jobs on its tables move files aside by default
+    # (files.quarantine); ``--no-quarantine`` overrides it for a run.
+    quarantine: bool = False
 
     @property
     def storage(self) -> dict[str, str]:

@@ -50,7 +50,7 @@ class DeleteOutcome:
 NOTHING = DeleteOutcome({}, 0, 0, ())
 
 
-def _by_store(rows: Iterable[FileRow]) -> dict[tuple[str, str], list[FileRow]]:
+def by_store(rows: Iterable[FileRow]) -> dict[tuple[str, str], list[FileRow]]:
     stores: dict[tuple[str, str], list[FileRow]] = {}
     for row in rows:
         parts = location_to_path(row[0])
@@ -132,7 +132,7 @@ def delete_rows(
         first, rest = rest[:1], rest[1:]
         outcomes.append(_one_by_one(FileIO.for_location(first[0][0]), first, 1))
         kill.fire()
-    for group in _by_store(rest).values():
+    for group in by_store(rest).values():
         io = FileIO.for_location(group[0][0])
         outcomes.append((_batched if io.batches_deletes else _one_by_one)(io, group, threads))
     return DeleteOutcome.merge(outcomes)

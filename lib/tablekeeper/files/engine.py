@@ -20,6 +20,7 @@ from tablekeeper.files.inventory import Inventory
 from tablekeeper.files.journal import JournalWriter, Ready
 from tablekeeper.files.manifests import FileRow, ManifestIndex
 from tablekeeper.files.orphans import Summary
+from tablekeeper.files.quarantine import Quarantine
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.reachable import MANIFEST, MANIFEST_LIST, STATISTICS
@@ -137,10 +138,11 @@ class Engine(Protocol):
         keep: KeySet | None,
         concurrency: int,
         containment: Containment,
+        quarantine: Quarantine | None = None,
     ) -> DeleteOutcome:
         """Delete the files (a journal's parts, or rows), except those whose key (derived from
         the path by ``containment``'s rules, never a row's own) ``keep`` holds; a file outside
-        ``containment`` is a failure, never deleted."""
+        ``containment`` is a failure, never deleted. With ``quarantine``: moved there instead."""
 
     def scan_orphans(
         self,

@@ -37,6 +37,7 @@ from tablekeeper.files.journal import (
 from tablekeeper.files.listing import is_metadata_file
 from tablekeeper.files.local import LocalEngine
 from tablekeeper.files.manifests import FileRow
+from tablekeeper.files.quarantine import Quarantine, seal
 from tablekeeper.files.rules import PathRules
 from tablekeeper.io import FileIO
 from tablekeeper.io.uri import join_location
@@ -268,8 +269,10 @@ def _finish(
     else:
         planned = 0  # a plan the dead run never completed: it committed nothing
     outcome = None
+    # A run that moved its files aside is finished the same way (the name is one segment).
+    quarantine = Quarantine.for_run(table_location, header.quarantine) if header.quarantine else None
     if files is not None and planned:
-        outcome = engine.delete(files, current.keep(header.rules), concurrency, containment)
+        outcome = engine.delete(files, current.keep(header.rules), concurrency, containment, quarantine)
         result.outcomes.append(outcome)
         result.kept += planned - outcome.total - outcome.missing - len(outcome.failures)
     summary = {**journal.describe(), "planned_files_count": planned}
@@ -280,6 +283,19 @@ def _finish(
         log.warning("journal %s kept: %d deletes failed", journal.location, len(outcome.failures))
         return
     try:
+        if quarantine is not None and journal.ready is not None and journal.ready.files:
+            ready = journal.ready
+            seal(
+                quarantine,
+                header.job,
+                header.table,
+                header.run_id,
+                header.created_ms,
+                ready.parts,
+                ready.files,
+                ready.bytes,
+            )
+            summary["quarantine"] = quarantine.name
         remove(FileIO.for_location(journal.location), journal.location)
     except TablekeeperError as err:
         log.warning("%s", err.message)

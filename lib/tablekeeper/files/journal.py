@@ -58,6 +58,11 @@ HEARTBEAT_EVERY_MS = 60_000
 Kind = Literal["delete", "stage"]
 
 
+def run_name(created_ms: int, job: str, run_id: str) -> str:
+    """A run's directory name, its journal's and its quarantine's: sorted by time."""
+    return f"{created_ms:013d}-{job}-{run_id}"
+
+
 def journals_location(table_location: str) -> str:
     return f"{table_location.rstrip('/')}/metadata/{JOURNALS}"
 
@@ -165,6 +170,8 @@ class Header:
     # How long after its owner died a commit it sent may still land (a REST server finishing a
     # request whose client is gone): the journal is finished only once that has passed.
     settle_ms: int = 0
+    # A delete run that moves its files aside instead (files.quarantine): its quarantine's name.
+    quarantine: str | None = None
 
     def to_bytes(self) -> bytes:
         return orjson.dumps(
@@ -184,6 +191,7 @@ class Header:
                     "machine-id": self.owner.machine_id,
                 },
                 "settle-ms": self.settle_ms,
+                "quarantine": self.quarantine,
                 "base-metadata": self.base_metadata,
                 "rules": self.rules.to_json(),
                 "staged": [
@@ -219,6 +227,7 @@ class Header:
                     str(owner.get("machine-id", "")),
                 ),
                 settle_ms=int(obj.get("settle-ms", 0)),
+                quarantine=_name(obj.get("quarantine")),
                 base_metadata=obj.get("base-metadata"),
                 rules=PathRules.from_json(obj["rules"]),
                 staged=tuple(
@@ -227,6 +236,16 @@ class Header:
             )
         except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as err:
             raise CorruptMetadataError(f"journal {source} is not readable ({err})") from None
+
+
+def _name(value: Any) -> str | None:
+    """A quarantine's name: one path segment, never a way out of the quarantine directory."""
+    if value is None:
+        return None
+    name = str(value)
+    if not name or "/" in name or "\\" in name or name in (".", ".."):
+        raise ValueError(f"quarantine {name!r}")
+    return name
 
 
 @dataclass(frozen=True)
@@ -386,7 +405,7 @@ class JournalWriter:
         self.header = header
         self.table_location = table_location
         self.location = (
-            f"{journals_location(table_location)}/{header.created_ms:013d}-{header.job}-{header.run_id}"
+            f"{journals_location(table_location)}/{run_name(header.created_ms, header.job, header.run_id)}"
         )
         self._released = threading.Event()
         self._lock = threading.Lock()  # a heartbeat never lands in a journal being removed
@@ -406,18 +425,24 @@ class JournalWriter:
         staged: tuple[Staged, ...] = (),
         run_id: str | None = None,
         settle_ms: int = 0,
+        quarantine: bool = False,
     ) -> JournalWriter:
+        """``quarantine``: the run moves its files aside (files.quarantine), into a directory
+        named as its journal."""
+        run_id = run_id or uuid.uuid4().hex
+        created = clock.now_ms()
         header = Header(
             job=job,
             table=table,
-            run_id=run_id or uuid.uuid4().hex,
+            run_id=run_id,
             kind=kind,
-            created_ms=clock.now_ms(),
+            created_ms=created,
             owner=Owner.current(),
             base_metadata=base_metadata,
             rules=rules or PathRules(),
             staged=staged,
             settle_ms=settle_ms,
+            quarantine=run_name(created, job, run_id) if quarantine else None,
         )
         writer = cls(io, table_location, header)
         io.create_if_absent(f"{writer.location}/{HEADER}", header.to_bytes())

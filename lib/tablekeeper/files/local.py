@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from tablekeeper import faults
 from tablekeeper.cycles import no_cycle_collection
 from tablekeeper.files.containment import Containment
-from tablekeeper.files.deletes import DeleteOutcome, delete_rows
+from tablekeeper.files.deletes import DeleteOutcome
 from tablekeeper.files.doomed import unkept
 from tablekeeper.files.engine import (
     DRIVER_MAX_LISTED,
@@ -46,6 +46,7 @@ from tablekeeper.files.manifests import (
     tasks,
 )
 from tablekeeper.files.orphans import ORPHAN, Summary, classify, listed_pair, reference_pair, summary, tally
+from tablekeeper.files.quarantine import Quarantine, dispose
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.io import FileIO
@@ -163,13 +164,14 @@ class LocalEngine:
         keep: KeySet | None,
         concurrency: int,
         containment: Containment,
+        quarantine: Quarantine | None = None,
     ) -> DeleteOutcome:
         rows = [containment.rekey(r) for r in (read_parts(files) if isinstance(files, Ready) else files)]
         if keep is not None:
             assert keep.handle is None, "the driver engine keeps its keys in memory"
             rows = [r for r in rows if r[1] not in keep.known]
         kill = faults.remote_kill("delete.mid")
-        return delete_rows(rows, containment, threads=max(1, concurrency), kill=kill)
+        return dispose(rows, containment, max(1, concurrency), kill, quarantine)
 
     def scan_orphans(
         self,

@@ -56,6 +56,16 @@ register_job(
     "delete files under a table location no metadata references",
 )
 register_job(
+    "restore",
+    "tablekeeper.jobs.restore",
+    "put back the files a quarantined run moved aside (expire-snapshots, remove-orphans --quarantine)",
+)
+register_job(
+    "purge",
+    "tablekeeper.jobs.purge",
+    "delete a table's quarantined runs past their time",
+)
+register_job(
     "compact",
     "tablekeeper.jobs.compact",
     "rewrite small data files into target-size files, deletes applied, lineage kept",

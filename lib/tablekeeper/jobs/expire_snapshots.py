@@ -35,9 +35,10 @@ from tablekeeper.files.containment import Containment, require_home
 from tablekeeper.files.deletes import contained
 from tablekeeper.files.engine import Engine, KeySet, MetadataOnly, failed, task_failure
 from tablekeeper.files.finish import metadata_files, pending_journals
-from tablekeeper.files.journal import JournalWriter
+from tablekeeper.files.journal import JournalWriter, Ready
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.manifests import ManifestIndex, index_difference, statistics_rows
+from tablekeeper.files.quarantine import Quarantine, move_rows, seal
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.expire import ExpirePlan, ExpirePolicy, apply_expiry, plan_expiry
 from tablekeeper.iceberg.manifest import read_manifest_list
@@ -51,10 +52,12 @@ from tablekeeper.iceberg.reachable import (
     STATISTICS,
 )
 from tablekeeper.io import FileIO
+from tablekeeper.io.fileio import DeleteReport
 from tablekeeper.io.uri import join_location
 from tablekeeper.jobs.common.context import (
     JobContext,
     add_engine_argument,
+    add_quarantine_argument,
     add_run_arguments,
     add_table_arguments,
     delta_root,
@@ -103,6 +106,8 @@ class ExpireSnapshotsOptions:
     # Delete only the table's own metadata (manifests, lists, statistics): for gc.enabled=false
     # tables, whose data and delete files may be another table's (a converted Delta table's).
     metadata_only: bool = False
+    # None: the catalog's default (jobs.common.context.quarantine), decided before the run.
+    quarantine: bool | None = None
     catalog: str | None = None
 
     @classmethod
@@ -342,7 +347,10 @@ def _execute(
         base_metadata=table.metadata_location,
         rules=rules,
         settle_ms=catalog.commit_settle_ms,
+        quarantine=bool(options.quarantine),
     ) as journal:
+        aside = journal.header.quarantine
+        quarantine = Quarantine.for_run(table.metadata.location, aside) if aside else None
         try:
             try:
                 ready = doomed.write(journal)  # every manifest is read here: unreadable -> no commit
@@ -373,7 +381,7 @@ def _execute(
             keep = _reached_since(engine, refreshed, kept, kept_ids, rules)
             engine.describe("delete unreachable files")
             containment = Containment.for_table(refreshed.metadata, rules)
-            outcome = engine.delete(ready, keep, concurrency, containment)
+            outcome = engine.delete(ready, keep, concurrency, containment, quarantine)
         except Exception as err:
             raise failed(
                 err,
@@ -383,16 +391,29 @@ def _execute(
         # The metadata log is read from storage too: a file it names outside the table stays.
         logged = [(m, rules.key(m), "metadata", 0) for m in _removed_metadata_files(table, committed)]
         inside, refused = contained(logged, containment)
-        report = committed.io.delete_many([r[0] for r in inside])
+        if quarantine is None:
+            report = committed.io.delete_many([r[0] for r in inside])
+        else:  # moved aside too: the quarantine's listing, not its parts, is what restore reads
+            aside_meta = move_rows(inside, quarantine)
+            report = DeleteReport(aside_meta.total, aside_meta.missing, aside_meta.failures)
         # Files outside the table (imported, or a converted table's source) are never deleted by
         # any run: they are reported, and keep no journal waiting for a retry that cannot come.
         kept_outside = list(outcome.refused) + refused
+        sealed = None
         if not outcome.failures:
+            if quarantine is not None and (ready.files or report.deleted):
+                head = journal.header
+                sealed = seal(quarantine, JOB, identifier, head.run_id, head.created_ms, *_plan_of(ready))
             journal.remove()
         failures = list(outcome.failures) + list(report.failures)
         metrics = _metrics(done, dict(outcome.deleted))
+        if quarantine is not None:
+            # Moved, not freed: purge frees them, restore puts them back.
+            if sealed is not None:
+                metrics["quarantine"] = sealed.describe()
+            metrics["quarantined_files_count"] = outcome.total + report.deleted
         metrics |= {
-            "bytes_freed": outcome.bytes_freed,
+            "bytes_freed": 0 if quarantine is not None else outcome.bytes_freed,
             "deleted_metadata_files_count": report.deleted,
             "already_missing_count": outcome.missing + report.missing,
             "failed_deletes_count": len(failures),
@@ -413,6 +434,10 @@ def _execute(
                 failures[0],
             )
         return metrics
+
+
+def _plan_of(ready: Ready) -> tuple[tuple[str, ...], int, int]:
+    return ready.parts, ready.files, ready.bytes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -448,6 +473,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--file-list", help="dry run: write every file it would delete here instead of the JSON"
     )
+    add_quarantine_argument(parser)
     add_engine_argument(parser)
     add_run_arguments(parser)
 
@@ -466,6 +492,7 @@ DELTA_OPTIONS = delta_options(
         "max_concurrent_deletes": refused("delta-spark's log cleanup has no such setting; drop it"),
         "file_list": refused("a dry run on a Delta table lists no files; drop it"),
         "engine": refused("the log cleanup always runs on Spark; drop it for Delta tables"),
+        "quarantine": refused("Delta's log cleanup deletes log files itself; drop it for Delta tables"),
     }
 )
 
@@ -477,4 +504,5 @@ def run(options: ExpireSnapshotsOptions, context: JobContext) -> JobResult:
 
         return run_log_cleanup(delta, context.spark(), dry_run=options.dry_run)
     catalog, identifier = context.resolve(options.table, options.catalog)
-    return run_expire(options, catalog, identifier, context.spark)
+    chosen = context.quarantine(options.quarantine, options.table, options.catalog)
+    return run_expire(replace(options, quarantine=chosen), catalog, identifier, context.spark)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from tablekeeper import faults
@@ -42,11 +42,13 @@ from tablekeeper.files.listing import is_metadata_file
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.manifests import ManifestIndex
 from tablekeeper.files.orphans import MISMATCH, ORPHAN
+from tablekeeper.files.quarantine import Quarantine, seal
 from tablekeeper.files.rules import PathRules
 from tablekeeper.io.uri import DEFAULT_EQUIVALENT_SCHEMES, is_under, join_location
 from tablekeeper.jobs.common.context import (
     JobContext,
     add_engine_argument,
+    add_quarantine_argument,
     add_run_arguments,
     add_table_arguments,
     delta_root,
@@ -104,6 +106,8 @@ class RemoveOrphansOptions:
     # An object store's inventory report (its manifest, or the directory of its runs) read
     # instead of listing the location.
     inventory: str | None = None
+    # None: the catalog's default (jobs.common.context.quarantine), decided before the run.
+    quarantine: bool | None = None
     engine: str = "auto"
     catalog: str | None = None
 
@@ -319,7 +323,10 @@ def _act(
         kind="delete",
         base_metadata=table.metadata_location,
         rules=rules,
+        quarantine=bool(options.quarantine),
     ) as journal:
+        aside = journal.header.quarantine
+        quarantine = Quarantine.for_run(table.metadata.location, aside) if aside else None
         try:
             ready = found.write(journal, wanted)
         except Exception:
@@ -327,13 +334,29 @@ def _act(
             raise
         faults.kill_point("journal.written")
         engine.describe("delete orphans")
-        outcome = engine.delete(ready, None, concurrency, Containment.for_table(table.metadata, rules))
+        containment = Containment.for_table(table.metadata, rules)
+        outcome = engine.delete(ready, None, concurrency, containment, quarantine)
         if not outcome.failures:
+            if quarantine is not None and ready.files:  # nothing moved: no quarantine
+                head = journal.header
+                run = seal(
+                    quarantine,
+                    JOB,
+                    identifier,
+                    head.run_id,
+                    head.created_ms,
+                    ready.parts,
+                    ready.files,
+                    ready.bytes,
+                )
+                metrics["quarantine"] = run.describe()
             journal.remove()
+        moved = quarantine is not None
         metrics |= {
             "orphan_file_count": ready.files,
-            "deleted_files_count": outcome.count(ORPHAN),
-            "bytes_freed": outcome.bytes_freed,
+            "deleted_files_count": 0 if moved else outcome.count(ORPHAN),
+            "quarantined_files_count": outcome.count(ORPHAN) if moved else 0,
+            "bytes_freed": 0 if moved else outcome.bytes_freed,
             "failed_deletes_count": len(outcome.failures),
             "kept_outside_table_count": len(outcome.refused),
             "orphan_file_location_sample": list(summary.sample),
@@ -378,6 +401,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "manifest.json, Storage Insights' <config>_<time>_manifest.json, Azure's <rule>-manifest.json) "
         "or the directory of its runs (the latest finished one); it must be newer than --older-than",
     )
+    add_quarantine_argument(parser)
     add_engine_argument(parser)
     add_run_arguments(parser)
 
@@ -394,6 +418,7 @@ DELTA_OPTIONS = delta_options(
         ),
         "file_list": honoured("VACUUM's file list written there"),
         "inventory": refused("VACUUM lists the table itself; drop it for Delta tables"),
+        "quarantine": refused("VACUUM deletes files itself; drop it for Delta tables"),
         "location": refused("VACUUM always scans the whole table; drop it for Delta tables"),
         "equal_schemes": refused("VACUUM compares paths itself; drop it for Delta tables"),
         "equal_authorities": refused("VACUUM compares paths itself; drop it for Delta tables"),
@@ -418,4 +443,5 @@ def run(options: RemoveOrphansOptions, context: JobContext) -> JobResult:
             max_concurrent_deletes=options.max_concurrent_deletes,
         )
     catalog, identifier = context.resolve(options.table, options.catalog)
-    return run_orphans(options, catalog, identifier, context.spark)
+    chosen = context.quarantine(options.quarantine, options.table, options.catalog)
+    return run_orphans(replace(options, quarantine=chosen), catalog, identifier, context.spark)

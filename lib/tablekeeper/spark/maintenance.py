@@ -22,6 +22,7 @@ from tablekeeper.files.listing import Classifier
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.manifests import FileRow, ManifestIndex, read
 from tablekeeper.files.orphans import ORPHAN, Summary
+from tablekeeper.files.quarantine import Quarantine
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.io import FileIO
@@ -165,6 +166,7 @@ class SparkEngine:
         keep: KeySet | None,
         concurrency: int,
         containment: Containment,
+        quarantine: Quarantine | None = None,
     ) -> DeleteOutcome:
         sc = self.spark.sparkContext
         rows: RDD[Any]
@@ -184,7 +186,7 @@ class SparkEngine:
             if keep.handle is not None:
                 kept: RDD[Any] = keep.handle.map(lambda k: (k, None))
                 rows = rows.keyBy(lambda r: r[1]).subtractByKey(kept).values()
-        return delete_files(rows, concurrency, containment)
+        return delete_files(rows, concurrency, containment, quarantine)
 
     def scan_orphans(
         self,

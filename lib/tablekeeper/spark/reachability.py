@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from tablekeeper import faults
 from tablekeeper.cycles import no_cycle_collection
 from tablekeeper.files.containment import Containment
-from tablekeeper.files.deletes import DeleteOutcome, delete_rows
+from tablekeeper.files.deletes import DeleteOutcome
 from tablekeeper.files.doomed import DoomedPair, candidate_pair, kept_pair, unkept_pairs
 from tablekeeper.files.engine import MetadataOnly, task_failure
 from tablekeeper.files.local import IndexCache
@@ -43,6 +43,7 @@ from tablekeeper.files.manifests import (
     tasks,
 )
 from tablekeeper.files.orphans import bucket_of
+from tablekeeper.files.quarantine import Quarantine, dispose
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.reachable import DATA_FILE, live_files
@@ -192,15 +193,24 @@ def reachable_keys(
 
 
 def _delete_partition(
-    rows: Iterable[Any], containment: Containment, kill: faults.RemoteKill | None
+    rows: Iterable[Any],
+    containment: Containment,
+    kill: faults.RemoteKill | None,
+    quarantine: Quarantine | None,
 ) -> Iterator[DeleteOutcome]:
-    yield delete_rows([(r[0], r[1], r[2], int(r[3])) for r in rows], containment, kill=kill)
+    batch = [(r[0], r[1], r[2], int(r[3])) for r in rows]
+    yield dispose(batch, containment, kill=kill, quarantine=quarantine)
 
 
-def delete_files(files: DataFrame | RDD[Any], max_concurrent: int, containment: Containment) -> DeleteOutcome:
+def delete_files(
+    files: DataFrame | RDD[Any],
+    max_concurrent: int,
+    containment: Containment,
+    quarantine: Quarantine | None = None,
+) -> DeleteOutcome:
     """Delete every row's ``path`` (rows path, key, kind, size) with at most ``max_concurrent``
-    tasks at once; a failed delete is reported and the others carry on, and a path outside
-    ``containment`` is refused in the task that holds it."""
+    tasks at once (or move it into ``quarantine``); a failed delete is reported and the others
+    carry on, and a path outside ``containment`` is refused in the task that holds it."""
     parts = max(1, max_concurrent)
     rdd = files.rdd if isinstance(files, DataFrame) else files
     # Fewer partitions only merge (no shuffle); more spread the deletes over the executors.
@@ -209,7 +219,7 @@ def delete_files(files: DataFrame | RDD[Any], max_concurrent: int, containment: 
     elif rdd.getNumPartitions() < parts:
         rdd = files.repartition(parts).rdd if isinstance(files, DataFrame) else files.repartition(parts)
     kill = faults.remote_kill("delete.mid")
-    deleted = rdd.mapPartitions(lambda rows: _delete_partition(rows, containment, kill))
+    deleted = rdd.mapPartitions(lambda rows: _delete_partition(rows, containment, kill, quarantine))
     return DeleteOutcome.merge(deleted.collect())
 
 

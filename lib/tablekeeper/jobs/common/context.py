@@ -50,6 +50,15 @@ class JobContext:
         """``--table`` (an identifier or a path) and ``--catalog`` -> the catalog and identifier."""
         return resolve_table(table, catalog, self.catalogs)
 
+    def quarantine(self, chosen: bool | None, table: str, catalog: str | None) -> bool:
+        """Whether a destructive run moves its files aside: ``--[no-]quarantine``, else the
+        catalog's ``quarantine:`` (a table path has no catalog: no)."""
+        if chosen is not None:
+            return chosen
+        if looks_like_path(table):
+            return False
+        return self.catalogs.get(catalog).quarantine
+
     def session_for(self, engine: str) -> SparkSession | None:
         """spark: start or reuse a session; auto: only one that is already there; driver: none."""
         if engine == "spark":
@@ -117,6 +126,16 @@ def add_table_arguments(parser: argparse.ArgumentParser, *, flag: str = "--table
     parser.add_argument("--catalog", help="catalog name from the catalog file (default: its default)")
     parser.add_argument("--conf-file", help="catalog definitions (YAML); default conf/catalogs.yaml")
     parser.add_argument("--warehouse", help="local warehouse for ${warehouse} in the catalog file")
+
+
+def add_quarantine_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--quarantine",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="move what the run would delete into the table's quarantine instead (restore puts "
+        "it back, purge deletes it); default: the catalog's 'quarantine:' setting, else no",
+    )
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:

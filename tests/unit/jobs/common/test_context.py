@@ -14,6 +14,7 @@ from tablekeeper.cli import JOBS, build_parser
 MINIMAL_ARGV = {
     "convert-delta": ["--source", "/data/delta/t", "--target", "db.t"],
     "validate-conversion": ["--source", "/data/delta/t", "--target", "db.t", "--delta-version", "3"],
+    "restore": ["--table", "db.t", "--run", "0000000000001-expire-snapshots-abc"],
 }
 
 

@@ -43,6 +43,8 @@ SAMPLES: dict[str, list[str]] = {
 }
 # The part of each sample that is its own option's baseline (max-commits is used with --partial-progress).
 BASELINES: dict[str, list[str]] = {"max_commits": ["--partial-progress"]}
+# Options a job requires besides --table, given before each sample (which may override them).
+REQUIRED: dict[str, list[str]] = {"restore": ["--run", "0000000000001-expire-snapshots-abc"]}
 # Honoured, yet with one table there is nothing for it to change: --limit bounds a report of one.
 NOTHING_TO_CHANGE = {("health", "limit")}
 
@@ -142,7 +144,7 @@ def test_option_is_honoured_or_refused_on_both_formats(
     # Iceberg: nothing is refused; the job's own run is reached with the option.
     with monkeypatch.context() as patch:
         patch.setattr(module, "run", fake_run)
-        code = cli.main([job, "--table", tables["iceberg"], *conf, *sample])
+        code = cli.main([job, "--table", tables["iceberg"], *conf, *REQUIRED.get(job, []), *sample])
     err = capsys.readouterr().err
     flag = _flag(actions[dest])
     if code == 2 and flag in err.strip().splitlines()[-1]:
@@ -155,7 +157,7 @@ def test_option_is_honoured_or_refused_on_both_formats(
         ran.clear()
         with monkeypatch.context() as patch:
             patch.setattr(module, "run", fake_run)
-            code = cli.main([job, "--table", tables["delta"], *conf, *sample])
+            code = cli.main([job, "--table", tables["delta"], *conf, *REQUIRED.get(job, []), *sample])
         out, err = capsys.readouterr()
         last = err.strip().splitlines()[-1]
         assert code == 2 and not ran, (job, dest, err)
