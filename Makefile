@@ -215,8 +215,9 @@ $(VENV)/.bench-installed: pyproject.toml | $(VENV)/.installed
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[bench]'
 	@touch $@
 
-bench-scale: setup $(VENV)/.bench-installed ## 10x scaling of convert-delta, expire-snapshots, remove-orphans; charts in bench/results/ (about an hour, 22 GB of inputs)
+bench-scale: setup $(VENV)/.bench-installed ## 10x scaling of convert-delta, expire-snapshots, remove-orphans (listing and inventory); charts in bench/results/
 	$(PY) -m bench.scale $(SCALE_ARGS)
+	$(PY) -m bench.scale_inventory $(SCALE_INVENTORY_ARGS)
 
 soak: setup ## kill destructive jobs 200 times at random phases while Iceberg Spark appends (bench/soak.py)
 	$(PY) -m bench.soak $(SOAK_ARGS)

@@ -185,8 +185,10 @@ def _memory_error_since(log: Path, offset: int) -> tuple[bool, int]:
     return any(m.encode() in data for m in MEMORY_ERRORS), start + len(data)
 
 
-def run_measured(args: list[str], timeout: float, log: Path) -> dict[str, object]:
-    """``python -m bench.scale --child <args>`` in a session of its own, its stderr into ``log``:
+def run_measured(
+    args: list[str], timeout: float, log: Path, module: str = "bench.scale"
+) -> dict[str, object]:
+    """``python -m <module> --child <args>`` in a session of its own, its stderr into ``log``:
     its JSON result with ``status`` ok, or status oom, error or timeout with what was measured.
 
     A driver JVM that ran out of heap often stays up, its job never ending (a task result thread
@@ -199,7 +201,7 @@ def run_measured(args: list[str], timeout: float, log: Path) -> dict[str, object
     stopped: str | None = None
     with log.open("w") as err, out_path.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.scale", "--child", *args],
+            [sys.executable, "-m", module, "--child", *args],
             cwd=REPO,
             stdout=out,
             stderr=err,

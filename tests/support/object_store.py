@@ -135,8 +135,9 @@ def _lists_buckets(s3: S3Endpoint) -> bool:
 
 
 @contextmanager
-def run_s3proxy(workdir: Path) -> Iterator[S3Endpoint]:
-    """S3Proxy with its in-memory backend, answering one random identity (AWS signature v2 or v4).
+def run_s3proxy(workdir: Path, basedir: Path | None = None) -> Iterator[S3Endpoint]:
+    """S3Proxy with its in-memory backend (or, with ``basedir``, objects kept as files there, for
+    benchmarks larger than memory), answering one random identity (AWS signature v2 or v4).
 
     The credentials are fresh per run so a test can scan logs and outputs for them.
     """
@@ -157,7 +158,8 @@ def run_s3proxy(workdir: Path) -> Iterator[S3Endpoint]:
                 f"s3proxy.identity={s3.access_key}",
                 f"s3proxy.credential={s3.secret_key}",
                 # S3Proxy still takes the backend's settings under the jclouds.* names.
-                "jclouds.provider=transient-nio2",
+                "jclouds.provider=transient-nio2" if basedir is None else "jclouds.provider=filesystem-nio2",
+                "" if basedir is None else f"jclouds.filesystem.basedir={basedir}",
                 f"jclouds.identity={s3.access_key}",
                 f"jclouds.credential={s3.secret_key}",
                 "",

@@ -1,0 +1,335 @@
+"""remove-orphans from an S3 Inventory report at 10M, 100M and 1B inventory rows
+(``make bench-scale`` runs it after bench.scale; alone: ``python -m bench.scale_inventory``).
+
+A bucket holds one table (``db.t``, a sql catalog; 20 appends) and 1,000 orphans under it, all
+real objects in an S3 server on loopback (S3Proxy keeping objects as files under
+``bench/out/scale_inventory/``). Its inventory report (S3 Inventory's layout: Parquet data files of
+10M rows, ``manifest.json`` and ``manifest.checksum``) lists those objects and N synthetic rows of
+other tables in the bucket, which need not exist as objects: a report of a big bucket is mostly
+other tables' files. The report's manifest is rewritten (a new creation time) before each run, as
+a report delivered now.
+
+- ``tablekeeper-spark``: ``remove-orphans --inventory <manifest> --engine spark --dry-run`` (each
+  data file read by one task, filtered in Arrow; the orphans looked at again);
+- ``iceberg``: Iceberg's ``remove_orphan_files`` procedure with ``file_list_view`` over the same
+  data files read by Spark (``concat('s3://', bucket, '/', key)`` as ``file_path``,
+  ``last_modified_date`` as ``last_modified``), ``dry_run``.
+
+Each run is its own process (a local[2] session, ``spark.driver.memory`` 2g) measured from
+outside (bench.scale_child: the Python process's and the driver JVM's peak RSS). Both must find the
+1,000 orphans. Goal: the driver's peak memory flat across the sizes, time linear. Prints a table,
+writes ``bench/out/scale_inventory.json`` and ``bench/results/scale_remove_orphans_inventory.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "bench" / "out"
+HOME = OUT / "scale_inventory"
+RESULTS = REPO / "bench" / "results"
+ENGINES = ("tablekeeper-spark", "iceberg")
+SIZES = "10000000,100000000,1000000000"
+QUICK = "1000000,3000000"
+ROWS_PER_PART = 10_000_000
+ORPHANS = 1000
+APPENDS = 20
+BUCKET, REPORTS = "lake", "lake-reports"
+OLD_MS = 1_700_000_000_000  # the synthetic rows' last modification: long before any cut-off
+
+
+def _catalogs(s3: Any) -> Any:
+    from tablekeeper.catalog.config import parse_catalogs
+
+    props = "".join(f"    {k}: '{v}'\n" for k, v in s3.properties().items())
+    text = (
+        f"default: lake\ncatalogs:\n  lake:\n    type: sql\n"
+        f"    uri: sqlite:///{HOME}/catalog.db\n    warehouse: s3://{BUCKET}/wh\n{props}"
+    )
+    return parse_catalogs(text, HOME)
+
+
+def _endpoint() -> Any:
+    from tests.support.object_store import S3Endpoint
+
+    return S3Endpoint(**json.loads((HOME / "endpoint.json").read_text()))
+
+
+def build_table(s3: Any) -> None:
+    """The table and its orphans, once (kept in the server's directory for later runs)."""
+    from tests.support.iceberg_writer import write_rows
+    from tests.unit.files.test_journal import SCHEMA
+
+    from tablekeeper.catalog import catalog_for
+    from tablekeeper.commit import Committer, SnapshotChange
+    from tablekeeper.iceberg.updates import new_table_metadata
+    from tablekeeper.io import FileIO
+    from tablekeeper.io.storage import configure_storage
+
+    config = _catalogs(s3).get("lake")
+    configure_storage(config.storage)
+    s3.create_bucket(BUCKET)
+    s3.create_bucket(REPORTS)
+    catalog = catalog_for(config)
+    meta = new_table_metadata(
+        schema=SCHEMA, location=catalog.default_table_location("db.t"), timestamp_ms=1, format_version=2
+    )
+    catalog.create_table("db.t", meta)
+    for i in range(APPENDS):
+        current = catalog.require("db.t").metadata
+        files = write_rows(current, [{"id": i, "s": f"r{i}"}])
+        Committer(catalog, "db.t").commit_snapshot(SnapshotChange("append", added_files=tuple(files)))
+    location = catalog.require("db.t").metadata.location
+    fileio = FileIO.for_location(location)
+    for i in range(ORPHANS):
+        fileio.write(f"{location}/data/lost-{i:05d}.parquet", b"left by a failed writer")
+
+
+def build_report(s3: Any, rows: int) -> list[dict[str, Any]]:
+    """The report's data files for ``rows`` synthetic rows (plus the bucket's real objects in the
+    first), uploaded; returns the manifest's ``files`` entries."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from tablekeeper.io import FileIO
+    from tablekeeper.io.storage import configure_storage
+
+    configure_storage(_catalogs(s3).get("lake").storage)
+    fileio = FileIO.for_location(f"s3://{BUCKET}/wh")
+    real = list(fileio.list(f"s3://{BUCKET}/wh"))
+    entries = []
+    parts = max(1, -(-rows // ROWS_PER_PART))
+    for n in range(parts):
+        lo, hi = n * ROWS_PER_PART, min(rows, (n + 1) * ROWS_PER_PART)
+        ids = pa.array(range(lo, hi), pa.int64())
+        table_of = pc.utf8_lpad(pc.cast(pc.divide(ids, 1_000_000), pa.string()), 5, "0")
+        keys = pc.binary_join_element_wise(
+            "wh/other/t", table_of, "/data/", pc.utf8_lpad(pc.cast(ids, pa.string()), 12, "0"), ".parquet", ""
+        )
+        batch = {
+            "bucket": pa.array([BUCKET] * len(ids)).dictionary_encode(),
+            "key": keys,
+            "size": pa.array([4096] * len(ids), pa.int64()),
+            "last_modified_date": pa.array([OLD_MS] * len(ids), pa.int64()).cast(
+                pa.timestamp("ms", tz="UTC")
+            ),
+        }
+        table = pa.table(batch)
+        if n == 0:
+            extra = pa.table(
+                {
+                    "bucket": pa.array([BUCKET] * len(real)).dictionary_encode(),
+                    "key": [r.location.split(f"s3://{BUCKET}/", 1)[1] for r in real],
+                    "size": pa.array([r.size for r in real], pa.int64()),
+                    "last_modified_date": pa.array([r.mtime_ms for r in real], pa.int64()).cast(
+                        pa.timestamp("ms", tz="UTC")
+                    ),
+                }
+            )
+            table = pa.concat_tables([extra, table.cast(extra.schema)])
+        sink = io.BytesIO()
+        pq.write_table(
+            table,
+            sink,
+            compression="zstd",
+            use_dictionary=["bucket"],
+            column_encoding={"key": "DELTA_BYTE_ARRAY"},
+        )
+        data = sink.getvalue()
+        key = f"inventory/{BUCKET}/daily-{rows}/data/part-{n:05d}.parquet"
+        FileIO.for_location(f"s3://{REPORTS}/{key}").write(f"s3://{REPORTS}/{key}", data)
+        entries.append(
+            {
+                "key": key,
+                "size": len(data),
+                "MD5checksum": hashlib.md5(data, usedforsecurity=False).hexdigest(),
+            }
+        )
+        print(f"  report of {rows:,}: part {n + 1}/{parts}", file=sys.stderr)
+    return entries
+
+
+def deliver(s3: Any, rows: int, entries: list[dict[str, Any]]) -> str:
+    """The report's manifest, created now (a report delivered now); returns its location."""
+    from tablekeeper.io import FileIO
+
+    schema = (
+        "message s3.inventory { required binary bucket (UTF8); required binary key (UTF8); "
+        "optional int64 size; optional int64 last_modified_date (TIMESTAMP_MILLIS); }"
+    )
+    body = json.dumps(
+        {
+            "sourceBucket": BUCKET,
+            "destinationBucket": f"arn:aws:s3:::{REPORTS}",
+            "version": "2016-11-30",
+            "creationTimestamp": str(int(time.time() * 1000)),
+            "fileFormat": "Parquet",
+            "fileSchema": schema,
+            "files": entries,
+        }
+    ).encode()
+    base = f"s3://{REPORTS}/inventory/{BUCKET}/daily-{rows}/run"
+    fileio = FileIO.for_location(base)
+    fileio.write(f"{base}/manifest.json", body)
+    fileio.write(f"{base}/manifest.checksum", hashlib.md5(body, usedforsecurity=False).hexdigest().encode())
+    return f"{base}/manifest.json"
+
+
+def run_engine(engine: str, manifest: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Inside the child: one engine, a dry run."""
+    from tablekeeper.catalog import catalog_for
+    from tablekeeper.io.storage import configure_storage
+    from tablekeeper.spark.session import get_spark
+
+    s3 = _endpoint()
+    catalogs = _catalogs(s3)
+    configure_storage(catalogs.get("lake").storage)
+    started = time.perf_counter()
+    spark = get_spark(
+        "bench-scale-inventory",
+        catalogs=catalogs,
+        conf={"spark.master": "local[2]", "spark.driver.memory": "2g"},
+    )
+    setup = time.perf_counter() - started
+    time.sleep(1.1)  # the cut-off (1 s) after the report's creation and every real object
+    t0 = time.perf_counter()
+    if engine == "iceberg":
+        paths = [f"s3a://{REPORTS}/{e['key']}" for e in entries]
+        spark.read.parquet(*paths).selectExpr(
+            "concat('s3://', bucket, '/', key) AS file_path", "last_modified_date AS last_modified"
+        ).createOrReplaceTempView("inventory")
+        cutoff = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() - 1))
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+        rows = spark.sql(
+            f"CALL lake.system.remove_orphan_files(table => 'db.t', older_than => TIMESTAMP '{cutoff}', "
+            "dry_run => true, file_list_view => 'inventory')"
+        ).collect()
+        orphans = len(rows)
+    else:
+        from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
+
+        options = RemoveOrphansOptions(
+            "db.t",
+            older_than="1s",
+            force_short_retention=True,
+            inventory=manifest,
+            engine="spark",
+            dry_run=True,
+        )
+        result = run_orphans(options, catalog_for(catalogs.get("lake")), "db.t", spark)
+        orphans = int(result.metrics["orphan_file_count"])
+    seconds = time.perf_counter() - t0
+    import resource
+
+    from bench.scale_child import vm_hwm_mib
+
+    jvm = spark.sparkContext._jvm
+    python_peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    jvm_peak = vm_hwm_mib(int(jvm.java.lang.ProcessHandle.current().pid())) or 0.0
+    return {
+        "engine": engine,
+        "seconds": round(seconds, 2),
+        "setup_seconds": round(setup, 2),
+        "orphans": orphans,
+        "python_peak_mib": python_peak,
+        "jvm_peak_mib": jvm_peak,
+        "driver_peak_mib": round(python_peak + jvm_peak, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", help=f"inventory rows (default {SIZES})")
+    parser.add_argument("--quick", action="store_true", help=f"sizes {QUICK}")
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a run may take")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        engine, manifest = args.child
+        entries = json.loads((HOME / f"entries-{manifest.split('daily-')[1].split('/')[0]}.json").read_text())
+        print(json.dumps(run_engine(engine, manifest, entries)))
+        return
+    from tests.support.object_store import run_s3proxy
+
+    from bench.scale_chart import draw
+    from bench.scale_child import run_measured
+
+    sizes = [int(s) for s in (QUICK if args.quick else args.sizes or SIZES).split(",")]
+    engines = args.engines.split(",")
+    HOME.mkdir(parents=True, exist_ok=True)
+    results: list[dict[str, Any]] = []
+    with run_s3proxy(HOME / "server", basedir=HOME / "objects") as s3:
+        (HOME / "endpoint.json").write_text(json.dumps(s3.__dict__))
+        if not (HOME / "table.built").exists():
+            build_table(s3)
+            (HOME / "table.built").write_text("ok")
+        for size in sizes:
+            saved = HOME / f"entries-{size}.json"
+            if not saved.exists():
+                t = time.perf_counter()
+                saved.write_text(json.dumps(build_report(s3, size)))
+                print(f"report of {size:,} rows made in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+            entries = json.loads(saved.read_text())
+            runs: dict[str, list[dict[str, Any]]] = {e: [] for e in engines}
+            for rep in range(args.repeat):
+                for engine in engines:
+                    manifest = deliver(s3, size, entries)
+                    log = OUT / "scale_inventory_logs" / f"{engine}-{size}-{rep}.log"
+                    run = run_measured([engine, manifest], args.timeout, log, module="bench.scale_inventory")
+                    if run.get("status") == "ok" and run.get("orphans") != ORPHANS:
+                        run = {**run, "status": "error", "message": f"found {run.get('orphans')} orphans"}
+                    runs[engine].append(run)
+                    print(f"  {size:,} rows, {engine}: {run}", file=sys.stderr)
+            entry = {"size": size, "results": {e: _median(r) for e, r in runs.items()}}
+            results.append(entry)
+    (OUT / "scale_inventory.json").write_text(json.dumps(results, indent=2))
+    print(
+        f"\nremove-orphans from an S3 Inventory report (Parquet, {ROWS_PER_PART:,} rows a file), dry runs\n"
+    )
+    head = ("rows", "engine", "status", "seconds", "driver peak MiB", "Python", "JVM")
+    print("{:>15} {:<18} {:<8} {:>9} {:>16} {:>8} {:>8}".format(*head))
+    for entry in results:
+        for engine, run in entry["results"].items():
+            cells = [run.get(k, "-") for k in ("status", "seconds", "driver_peak_mib", "python_peak_mib")]
+            print(
+                f"{entry['size']:>15,} {engine:<18} {cells[0]!s:<8} {cells[1]!s:>9} {cells[2]!s:>16} "
+                f"{cells[3]!s:>8} {run.get('jvm_peak_mib', '-')!s:>8}"
+            )
+    draw(
+        "remove-orphans --inventory: an S3 Inventory report of N rows (1,000 orphans), dry run",
+        "inventory rows",
+        results,
+        engines,
+        RESULTS / "scale_remove_orphans_inventory.png",
+    )
+    print(f"wrote {OUT / 'scale_inventory.json'} and {RESULTS / 'scale_remove_orphans_inventory.png'}")
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in runs if r.get("status") == "ok"]
+    if not ok:
+        return runs[-1]
+    best = dict(ok[-1])
+    for field in ("seconds", "driver_peak_mib", "python_peak_mib", "jvm_peak_mib"):
+        values = [float(r[field]) for r in ok if r.get(field) is not None]
+        if values:
+            best[field] = round(statistics.median(values), 2)
+    return best
+
+
+if __name__ == "__main__":
+    main()
