@@ -97,6 +97,7 @@ def build_table(s3: Any) -> None:
 def build_report(s3: Any, rows: int) -> list[dict[str, Any]]:
     """The report's data files for ``rows`` synthetic rows (plus the bucket's real objects in the
     first), uploaded; returns the manifest's ``files`` entries."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -111,16 +112,19 @@ def build_report(s3: Any, rows: int) -> list[dict[str, Any]]:
     parts = max(1, -(-rows // ROWS_PER_PART))
     for n in range(parts):
         lo, hi = n * ROWS_PER_PART, min(rows, (n + 1) * ROWS_PER_PART)
-        ids = pa.array(range(lo, hi), pa.int64())
+        n_rows = hi - lo
+        ids = pa.array(np.arange(lo, hi, dtype=np.int64))
         table_of = pc.utf8_lpad(pc.cast(pc.divide(ids, 1_000_000), pa.string()), 5, "0")
         keys = pc.binary_join_element_wise(
             "wh/other/t", table_of, "/data/", pc.utf8_lpad(pc.cast(ids, pa.string()), 12, "0"), ".parquet", ""
         )
         batch = {
-            "bucket": pa.array([BUCKET] * len(ids)).dictionary_encode(),
+            "bucket": pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(n_rows, np.int32)), pa.array([BUCKET])
+            ),
             "key": keys,
-            "size": pa.array([4096] * len(ids), pa.int64()),
-            "last_modified_date": pa.array([OLD_MS] * len(ids), pa.int64()).cast(
+            "size": pa.array(np.full(n_rows, 4096, np.int64)),
+            "last_modified_date": pa.array(np.full(n_rows, OLD_MS, np.int64)).cast(
                 pa.timestamp("ms", tz="UTC")
             ),
         }
@@ -270,7 +274,7 @@ def main() -> None:
 
     sizes = [int(s) for s in (QUICK if args.quick else args.sizes or SIZES).split(",")]
     engines = args.engines.split(",")
-    HOME.mkdir(parents=True, exist_ok=True)
+    (HOME / "objects").mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
     with run_s3proxy(HOME / "server", basedir=HOME / "objects") as s3:
         (HOME / "endpoint.json").write_text(json.dumps(s3.__dict__))
