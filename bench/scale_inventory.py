@@ -6,18 +6,20 @@ real objects in an S3 server on loopback (S3Proxy keeping objects as files under
 ``bench/out/scale_inventory/``). Its inventory report (S3 Inventory's layout: Parquet data files of
 10M rows, ``manifest.json`` and ``manifest.checksum``) lists those objects and N synthetic rows of
 other tables in the bucket, which need not exist as objects: a report of a big bucket is mostly
-other tables' files. The report's manifest is rewritten (a new creation time) before each run, as
-a report delivered now.
+other tables' files. Before each run the orphans are planted again, and the run writes the
+report's manifest anew once its session is up (a new creation time: a report delivered now),
+with a cut-off of 1 s.
 
-- ``tablekeeper-spark``: ``remove-orphans --inventory <manifest> --engine spark --dry-run`` (each
-  data file read by one task, filtered in Arrow; the orphans looked at again);
-- ``iceberg``: Iceberg's ``remove_orphan_files`` procedure with ``file_list_view`` over the same
+- ``tablekeeper-spark``: ``remove-orphans --inventory <manifest> --engine spark`` (each data file
+  read by one task, filtered in Arrow; the orphans looked at again, then deleted);
+- ``iceberg``: Iceberg's DeleteOrphanFiles Spark action with ``compareToFileList`` over the same
   data files read by Spark (``concat('s3://', bucket, '/', key)`` as ``file_path``,
-  ``last_modified_date`` as ``last_modified``), ``dry_run``.
+  ``last_modified_date`` as ``last_modified``) -- what ``remove_orphan_files`` with
+  ``file_list_view`` runs; the action, since the procedure refuses a cut-off under 24 hours.
 
 Each run is its own process (a local[2] session, ``spark.driver.memory`` 2g) measured from
-outside (bench.scale_child: the Python process's and the driver JVM's peak RSS). Both must find the
-1,000 orphans. Goal: the driver's peak memory flat across the sizes, time linear. Prints a table,
+outside (bench.scale_child: the Python process's and the driver JVM's peak RSS). Each must delete
+the 1,000 orphans. Goal: the driver's peak memory flat across the sizes, time linear. Prints a table,
 writes ``bench/out/scale_inventory.json`` and ``bench/results/scale_remove_orphans_inventory.png``.
 """
 
@@ -27,6 +29,7 @@ import argparse
 import hashlib
 import io
 import json
+import os
 import statistics
 import sys
 import time
@@ -72,7 +75,6 @@ def build_table(s3: Any) -> None:
     from tablekeeper.catalog import catalog_for
     from tablekeeper.commit import Committer, SnapshotChange
     from tablekeeper.iceberg.updates import new_table_metadata
-    from tablekeeper.io import FileIO
     from tablekeeper.io.storage import configure_storage
 
     config = _catalogs(s3).get("lake")
@@ -88,10 +90,24 @@ def build_table(s3: Any) -> None:
         current = catalog.require("db.t").metadata
         files = write_rows(current, [{"id": i, "s": f"r{i}"}])
         Committer(catalog, "db.t").commit_snapshot(SnapshotChange("append", added_files=tuple(files)))
-    location = catalog.require("db.t").metadata.location
-    fileio = FileIO.for_location(location)
-    for i in range(ORPHANS):
-        fileio.write(f"{location}/data/lost-{i:05d}.parquet", b"left by a failed writer")
+    plant(s3)
+
+
+def plant(s3: Any) -> None:
+    """The orphans (again: each run deletes them)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tablekeeper.io import FileIO
+    from tablekeeper.io.storage import configure_storage
+
+    configure_storage(_catalogs(s3).get("lake").storage)
+    fileio = FileIO.for_location(f"s3://{BUCKET}/wh")
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda i: fileio.write(_orphan(i), b"left by a failed writer"), range(ORPHANS)))
+
+
+def _orphan(i: int) -> str:
+    return f"s3://{BUCKET}/wh/db/t/data/lost-{i:05d}.parquet"
 
 
 def build_report(s3: Any, rows: int) -> list[dict[str, Any]]:
@@ -163,7 +179,7 @@ def build_report(s3: Any, rows: int) -> list[dict[str, Any]]:
     return entries
 
 
-def deliver(s3: Any, rows: int, entries: list[dict[str, Any]]) -> str:
+def deliver(rows: int, entries: list[dict[str, Any]]) -> str:
     """The report's manifest, created now (a report delivered now); returns its location."""
     from tablekeeper.io import FileIO
 
@@ -189,8 +205,8 @@ def deliver(s3: Any, rows: int, entries: list[dict[str, Any]]) -> str:
     return f"{base}/manifest.json"
 
 
-def run_engine(engine: str, manifest: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """Inside the child: one engine, a dry run."""
+def run_engine(engine: str, size: int, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Inside the child: one engine removes the orphans (the parent planted them again)."""
     from tablekeeper.catalog import catalog_for
     from tablekeeper.io.storage import configure_storage
     from tablekeeper.spark.session import get_spark
@@ -205,40 +221,36 @@ def run_engine(engine: str, manifest: str, entries: list[dict[str, Any]]) -> dic
         conf={"spark.master": "local[2]", "spark.driver.memory": "2g"},
     )
     setup = time.perf_counter() - started
-    time.sleep(1.1)  # the cut-off (1 s) after the report's creation and every real object
+    # A report delivered now; the orphans were planted before the session started, more than the
+    # cut-off's 1 s ago.
+    manifest = deliver(size, entries)
     t0 = time.perf_counter()
     if engine == "iceberg":
         paths = [f"s3a://{REPORTS}/{e['key']}" for e in entries]
-        spark.read.parquet(*paths).selectExpr(
+        view = spark.read.parquet(*paths).selectExpr(
             "concat('s3://', bucket, '/', key) AS file_path", "last_modified_date AS last_modified"
-        ).createOrReplaceTempView("inventory")
-        cutoff = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() - 1))
-        spark.conf.set("spark.sql.session.timeZone", "UTC")
-        rows = spark.sql(
-            f"CALL lake.system.remove_orphan_files(table => 'db.t', older_than => TIMESTAMP '{cutoff}', "
-            "dry_run => true, file_list_view => 'inventory')"
-        ).collect()
-        orphans = len(rows)
+        )
+        # The action, not the procedure: the procedure refuses a cut-off under 24 hours.
+        jvm = spark.sparkContext._jvm
+        table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, "lake.db.t")
+        actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
+        action = actions.deleteOrphanFiles(table).olderThan(int(time.time() * 1000) - 1000)
+        result = action.compareToFileList(view._jdf).execute()
+        orphans = sum(1 for _ in result.orphanFileLocations())
     else:
         from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
 
         options = RemoveOrphansOptions(
-            "db.t",
-            older_than="1s",
-            force_short_retention=True,
-            inventory=manifest,
-            engine="spark",
-            dry_run=True,
+            "db.t", older_than="1s", force_short_retention=True, inventory=manifest, engine="spark"
         )
-        result = run_orphans(options, catalog_for(catalogs.get("lake")), "db.t", spark)
-        orphans = int(result.metrics["orphan_file_count"])
+        metrics = run_orphans(options, catalog_for(catalogs.get("lake")), "db.t", spark).metrics
+        orphans = int(metrics["deleted_files_count"])
     seconds = time.perf_counter() - t0
-    import resource
-
     from bench.scale_child import vm_hwm_mib
 
     jvm = spark.sparkContext._jvm
-    python_peak = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    # VmHWM, not ru_maxrss: the latter keeps the bench's own size from before the exec.
+    python_peak = vm_hwm_mib(os.getpid()) or 0.0
     jvm_peak = vm_hwm_mib(int(jvm.java.lang.ProcessHandle.current().pid())) or 0.0
     return {
         "engine": engine,
@@ -263,9 +275,9 @@ def main() -> None:
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        engine, manifest = args.child
-        entries = json.loads((HOME / f"entries-{manifest.split('daily-')[1].split('/')[0]}.json").read_text())
-        print(json.dumps(run_engine(engine, manifest, entries)))
+        engine, size = args.child[0], int(args.child[1])
+        entries = json.loads((HOME / f"entries-{size}.json").read_text())
+        print(json.dumps(run_engine(engine, size, entries)))
         return
     from tests.support.object_store import run_s3proxy
 
@@ -284,6 +296,7 @@ def main() -> None:
         for size in sizes:
             saved = HOME / f"entries-{size}.json"
             if not saved.exists():
+                plant(s3)  # the report lists them: a run before may have deleted them
                 t = time.perf_counter()
                 saved.write_text(json.dumps(build_report(s3, size)))
                 print(f"report of {size:,} rows made in {time.perf_counter() - t:.0f} s", file=sys.stderr)
@@ -291,10 +304,10 @@ def main() -> None:
             runs: dict[str, list[dict[str, Any]]] = {e: [] for e in engines}
             for rep in range(args.repeat):
                 for engine in engines:
-                    manifest = deliver(s3, size, entries)
+                    plant(s3)
                     log = OUT / "scale_inventory_logs" / f"{engine}-{size}-{rep}.log"
-                    run = run_measured([engine, manifest], args.timeout, log, module="bench.scale_inventory")
-                    if run.get("status") == "ok" and run.get("orphans") != ORPHANS:
+                    run = run_measured([engine, str(size)], args.timeout, log, module="bench.scale_inventory")
+                    if run.get("status") == "ok" and run.get("orphans") != ORPHANS:  # each deleted them all
                         run = {**run, "status": "error", "message": f"found {run.get('orphans')} orphans"}
                     runs[engine].append(run)
                     print(f"  {size:,} rows, {engine}: {run}", file=sys.stderr)
@@ -302,7 +315,8 @@ def main() -> None:
             results.append(entry)
     (OUT / "scale_inventory.json").write_text(json.dumps(results, indent=2))
     print(
-        f"\nremove-orphans from an S3 Inventory report (Parquet, {ROWS_PER_PART:,} rows a file), dry runs\n"
+        f"\nremove-orphans from an S3 Inventory report ({ROWS_PER_PART:,} rows a Parquet file), "
+        f"{ORPHANS:,} orphans\n"
     )
     head = ("rows", "engine", "status", "seconds", "driver peak MiB", "Python", "JVM")
     print("{:>15} {:<18} {:<8} {:>9} {:>16} {:>8} {:>8}".format(*head))
@@ -314,7 +328,7 @@ def main() -> None:
                 f"{cells[3]!s:>8} {run.get('jvm_peak_mib', '-')!s:>8}"
             )
     draw(
-        "remove-orphans --inventory: an S3 Inventory report of N rows (1,000 orphans), dry run",
+        "remove-orphans --inventory: an S3 Inventory report of N rows, 1,000 orphans deleted",
         "inventory rows",
         results,
         engines,
