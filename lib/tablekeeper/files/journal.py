@@ -51,6 +51,9 @@ READY = "ready.json"
 COMMITTED = "committed.json"
 HEARTBEAT = "heartbeat"
 FORMAT = 1
+# A journal whose run moves its files aside (files.quarantine): a reader that knows only FORMAT
+# would delete them, so it must refuse the journal (it leaves it for a person) instead.
+QUARANTINE_FORMAT = 2
 # An owner on another host is presumed alive while its journal moved this recently.
 STALE_AFTER_MS = 3_600_000
 HEARTBEAT_EVERY_MS = 60_000
@@ -176,7 +179,7 @@ class Header:
     def to_bytes(self) -> bytes:
         return orjson.dumps(
             {
-                "format": FORMAT,
+                "format": QUARANTINE_FORMAT if self.quarantine else FORMAT,
                 "job": self.job,
                 "table": self.table,
                 "run-id": self.run_id,
@@ -206,7 +209,7 @@ class Header:
     def from_bytes(cls, data: bytes, source: str) -> Header:
         try:
             obj = orjson.loads(data)
-            if obj.get("format") != FORMAT:
+            if obj.get("format") not in (FORMAT, QUARANTINE_FORMAT):
                 raise ValueError(f"format {obj.get('format')!r}")
             owner = obj["owner"]
             kind = obj["kind"]

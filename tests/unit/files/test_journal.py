@@ -8,8 +8,10 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tablekeeper.catalog.filesystem import FileSystemCatalog
@@ -240,3 +242,19 @@ def test_staged_files_are_found_by_token(tmp_path: Path) -> None:
     assert [Path(r[0]).name for r in files] == ["tok-1-m0.avro"]
     dirs = staged_files(Staged(str(root / "data"), "compact-tok-", directories=True), rules)
     assert [r[0] for r in dirs] == [str(root / "data" / "compact-tok-g0-1" / "f.parquet")]
+
+
+def test_a_quarantine_journal_is_a_format_older_readers_refuse() -> None:
+    """A reader that knows only format 1 must not finish a quarantine run's journal by deleting:
+    such a journal says format 2, which that reader refuses (and leaves for a person)."""
+    from tablekeeper.files.journal import FORMAT, QUARANTINE_FORMAT, Header, Owner
+
+    owner = Owner("h", "b", 1, 1)
+    plain = Header("expire-snapshots", "db.t", "r", "delete", 1, owner)
+    aside = replace(plain, quarantine="0000000000001-expire-snapshots-r")
+    assert orjson.loads(plain.to_bytes())["format"] == FORMAT == 1
+    assert orjson.loads(aside.to_bytes())["format"] == QUARANTINE_FORMAT == 2
+    assert Header.from_bytes(aside.to_bytes(), "x") == aside
+    hostile = orjson.loads(aside.to_bytes()) | {"quarantine": "../../data"}
+    with pytest.raises(CorruptMetadataError):
+        Header.from_bytes(orjson.dumps(hostile), "x")
