@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -58,31 +58,36 @@ def by_store(rows: Iterable[FileRow]) -> dict[tuple[str, str], list[FileRow]]:
     return stores
 
 
-def _one_by_one(io: FileIO, rows: Sequence[FileRow], threads: int) -> DeleteOutcome:
-    def one(row: FileRow) -> str | None:
-        # None: deleted; "": already missing; otherwise the failure reason.
-        try:
-            return None if io.delete(row[0], missing_ok=True) else ""
-        except TablekeeperError as err:
-            return err.message
-
+def each_row(rows: Sequence[FileRow], one: Callable[[FileRow], str | None], threads: int) -> DeleteOutcome:
+    """``one`` on every row (``threads`` at once), counted by kind: it returns None when the file
+    went, "" when it was already missing, otherwise the failure's reason."""
     if threads > 1 and len(rows) > 1:
         with ThreadPoolExecutor(max_workers=min(threads, len(rows))) as pool:
             outcomes = list(pool.map(one, rows))
     else:
         outcomes = [one(r) for r in rows]
-    deleted: dict[str, int] = {}
-    freed = missing = 0
+    gone: dict[str, int] = {}
+    size = missing = 0
     failures: list[tuple[str, str]] = []
     for row, outcome in zip(rows, outcomes, strict=True):
         if outcome is None:
-            deleted[row[2]] = deleted.get(row[2], 0) + 1
-            freed += row[3]
+            gone[row[2]] = gone.get(row[2], 0) + 1
+            size += row[3]
         elif outcome == "":
             missing += 1
         else:
             failures.append((row[0], outcome))
-    return DeleteOutcome(deleted, freed, missing, tuple(failures))
+    return DeleteOutcome(gone, size, missing, tuple(failures))
+
+
+def _one_by_one(io: FileIO, rows: Sequence[FileRow], threads: int) -> DeleteOutcome:
+    def one(row: FileRow) -> str | None:
+        try:
+            return None if io.delete(row[0], missing_ok=True) else ""
+        except TablekeeperError as err:
+            return err.message
+
+    return each_row(rows, one, threads)
 
 
 def _batched(io: FileIO, rows: Sequence[FileRow], threads: int) -> DeleteOutcome:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +34,7 @@ from pyarrow.fs import FileType
 from tablekeeper import clock, faults
 from tablekeeper.errors import AlreadyExists, CorruptMetadataError, FileNotFound, TablekeeperError
 from tablekeeper.files.containment import Containment
-from tablekeeper.files.deletes import DeleteOutcome, by_store, contained, delete_rows
+from tablekeeper.files.deletes import DeleteOutcome, by_store, contained, delete_rows, each_row
 from tablekeeper.files.manifests import FileRow
 from tablekeeper.io import FileIO
 from tablekeeper.io.uri import location_to_path, strip_trailing_slash
@@ -141,33 +140,14 @@ def move_rows(
     def one(row: FileRow) -> str | None:
         try:
             return None if move(io, row[0], quarantine.target(row[0])) else ""
-        except TablekeeperError as err:
-            return err.message
-        except OSError as err:
-            return str(err)
+        except (TablekeeperError, OSError) as err:
+            return f"not quarantined: {err.message if isinstance(err, TablekeeperError) else err}"
 
-    first: list[str | None] = []
-    rest = list(rows)
-    if kill is not None:
-        first, rest = [one(rest[0])], rest[1:]
-        kill.fire()
-    if threads > 1 and len(rest) > 1:
-        with ThreadPoolExecutor(max_workers=min(threads, len(rest))) as pool:
-            outcomes = first + list(pool.map(one, rest))
-    else:
-        outcomes = first + [one(r) for r in rest]
-    moved: dict[str, int] = {}
-    size = missing = 0
-    failures: list[tuple[str, str]] = []
-    for row, outcome in zip(rows, outcomes, strict=True):
-        if outcome is None:
-            moved[row[2]] = moved.get(row[2], 0) + 1
-            size += row[3]
-        elif outcome == "":
-            missing += 1
-        else:
-            failures.append((row[0], f"not quarantined: {outcome}"))
-    return DeleteOutcome(moved, size, missing, tuple(failures))
+    if kill is None:
+        return each_row(rows, one, threads)
+    first = each_row(rows[:1], one, 1)
+    kill.fire()
+    return DeleteOutcome.merge([first, each_row(rows[1:], one, threads)])
 
 
 def dispose(
