@@ -69,27 +69,17 @@ def _endpoint() -> Any:
 
 def build_table(s3: Any) -> None:
     """The table and its orphans, once (kept in the server's directory for later runs)."""
-    from tests.support.iceberg_writer import write_rows
+    from tests.support.iceberg_writer import appended_table
     from tests.unit.files.test_journal import SCHEMA
 
     from tablekeeper.catalog import catalog_for
-    from tablekeeper.commit import Committer, SnapshotChange
-    from tablekeeper.iceberg.updates import new_table_metadata
     from tablekeeper.io.storage import configure_storage
 
     config = _catalogs(s3).get("lake")
     configure_storage(config.storage)
     s3.create_bucket(BUCKET)
     s3.create_bucket(REPORTS)
-    catalog = catalog_for(config)
-    meta = new_table_metadata(
-        schema=SCHEMA, location=catalog.default_table_location("db.t"), timestamp_ms=1, format_version=2
-    )
-    catalog.create_table("db.t", meta)
-    for i in range(APPENDS):
-        current = catalog.require("db.t").metadata
-        files = write_rows(current, [{"id": i, "s": f"r{i}"}])
-        Committer(catalog, "db.t").commit_snapshot(SnapshotChange("append", added_files=tuple(files)))
+    appended_table(catalog_for(config), "db.t", SCHEMA, APPENDS)
     plant(s3)
 
 

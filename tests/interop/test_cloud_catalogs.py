@@ -5,7 +5,6 @@ reference pages' catalogs files: test_cloud_rest_catalogs.py.)"""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -16,15 +15,13 @@ from tablekeeper.catalog import catalog_for
 from tablekeeper.catalog.base import LoadedTable
 from tablekeeper.catalog.config import parse_catalogs
 from tablekeeper.cli import main
-from tablekeeper.commit import Committer, SnapshotChange
 from tablekeeper.iceberg.content import ManifestEntry
-from tablekeeper.iceberg.updates import new_table_metadata
 from tablekeeper.io import FileIO
 from tablekeeper.io.storage import configure_storage
 from tablekeeper.settings import WAREHOUSE_ENV
 from tablekeeper.tables.iceberg import live_files
 from tests.support.cloud_stores import AzureEndpoint, GcsEndpoint
-from tests.support.iceberg_writer import write_rows
+from tests.support.iceberg_writer import appended_table
 from tests.unit.files.test_journal import SCHEMA
 
 # A sql catalog on sqlite beside each store's settings (the emulator's endpoint, no credentials
@@ -75,17 +72,7 @@ def _jobs_on_the_store(
     configure_storage(config.storage)  # as a job does with its catalog's
     try:
         catalog = catalog_for(config)
-        meta = new_table_metadata(
-            schema=SCHEMA, location=catalog.default_table_location("db.t"), timestamp_ms=1, format_version=2
-        )
-        catalog.create_table("db.t", meta)
-        for i in range(3):
-            current = catalog.require("db.t").metadata
-            if i == 2:
-                current = dataclasses.replace(current, location=respell(current.location))
-            files = write_rows(current, [{"id": i, "s": f"r{i}"}])
-            Committer(catalog, "db.t").commit_snapshot(SnapshotChange("append", added_files=tuple(files)))
-        before = catalog.require("db.t")
+        before = appended_table(catalog, "db.t", SCHEMA, 3, respell)
         io = FileIO.for_location(before.metadata_location)
         lists = [s.manifest_list for s in before.metadata.snapshots]
         assert all(io.exists(m) for m in lists)

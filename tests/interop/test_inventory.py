@@ -20,13 +20,11 @@ import pytest
 from tablekeeper.catalog import catalog_for
 from tablekeeper.catalog.config import parse_catalogs
 from tablekeeper.cli import main
-from tablekeeper.commit import Committer, SnapshotChange
-from tablekeeper.iceberg.updates import new_table_metadata
 from tablekeeper.io import FileIO
 from tablekeeper.io.storage import configure_storage
 from tablekeeper.settings import WAREHOUSE_ENV
 from tests.support.cloud_stores import AzureEndpoint, GcsEndpoint
-from tests.support.iceberg_writer import write_rows
+from tests.support.iceberg_writer import appended_table
 from tests.support.inventories import Listed, listing, write_azure, write_gcs, write_s3
 from tests.support.object_store import S3Endpoint
 from tests.unit.files.test_journal import SCHEMA
@@ -70,16 +68,7 @@ def _store(
     config = parse_catalogs(conf.read_text(), tmp_path).get("lake")
     configure_storage(config.storage)
     try:
-        catalog = catalog_for(config)
-        meta = new_table_metadata(
-            schema=SCHEMA, location=catalog.default_table_location("db.t"), timestamp_ms=1, format_version=2
-        )
-        catalog.create_table("db.t", meta)
-        for i in range(3):
-            current = catalog.require("db.t").metadata
-            files = write_rows(current, [{"id": i, "s": f"r{i}"}])
-            Committer(catalog, "db.t").commit_snapshot(SnapshotChange("append", added_files=tuple(files)))
-        location = catalog.require("db.t").metadata.location
+        location = appended_table(catalog_for(config), "db.t", SCHEMA, 3).metadata.location
         yield Store(conf, FileIO.for_location(location), root, bucket, location, capsys)
     finally:
         configure_storage({})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +59,31 @@ def write_rows(meta: TableMetadata, rows: list[dict[str, Any]], spec_id: int | N
             )
         )
     return files
+
+
+def appended_table(
+    catalog: Any,
+    ident: str,
+    schema: Any,
+    appends: int,
+    respell: Callable[[str], str] | None = None,
+) -> Any:
+    """``ident`` created (v2, at the catalog's default location) with ``appends`` appends of one
+    row each (``{"id": i, "s": "r<i>"}``) committed through tablekeeper; the last append's files
+    written under the location as ``respell`` spells it, when given. Returns the table loaded."""
+    from dataclasses import replace
+
+    from tablekeeper.commit import Committer, SnapshotChange
+    from tablekeeper.iceberg.updates import new_table_metadata
+
+    location = catalog.default_table_location(ident)
+    catalog.create_table(
+        ident, new_table_metadata(schema=schema, location=location, timestamp_ms=1, format_version=2)
+    )
+    for i in range(appends):
+        current = catalog.require(ident).metadata
+        if respell is not None and i == appends - 1:
+            current = replace(current, location=respell(current.location))
+        files = write_rows(current, [{"id": i, "s": f"r{i}"}])
+        Committer(catalog, ident).commit_snapshot(SnapshotChange("append", added_files=tuple(files)))
+    return catalog.require(ident)
