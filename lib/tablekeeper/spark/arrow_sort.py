@@ -14,7 +14,7 @@ value is reinterpreted by Spark's own type system.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,16 +210,21 @@ def rewrite_sorted(
     """Rewrite ``tasks`` into ``spec``, rows ordered by ``ordering``; returns the new files.
     ``partition`` is the tuple every row keeps, or None to compute each row's in ``spec``.
     Each task rolls its files at the target's written bytes; the files left under it are sorted
-    and written again together (``settle``)."""
+    and written again together (``settle``). Not under a global order: there each task holds one
+    range of the sort key, sized to about one target by the range partitioning, and writes it as
+    one file (rolled only at the maximum size). Writing the tasks' last files again together
+    would make a file spanning every range, which each lookup on the key then opens: what the
+    sort was for."""
     if partition is None and all(str(pf.transform) == "void" for pf in spec.fields):
         partition = tuple(None for _ in spec.fields)  # an unpartitioned spec: one partition
+    ranged = bool(ordering.terms or ordering.zorder is not None) and not ordering.local
     job = make_job(
         meta,
         directory=directory,
         compression=compression,
         sort_order_id=sort_order_id,
         mapping=mapping,
-        sizes=sizes,
+        sizes=(sizes[2], sizes[1], sizes[2]) if ranged else sizes,
     )
     fields = job.fields
     schema = meta.schema()
@@ -306,7 +311,35 @@ def rewrite_sorted(
         expected = {k: sizes_of(v) for k, v in scopes.items()} if count == 1 else None
         return run([[plain_input(f)] for f in files], count, expected)
 
+    if ranged:
+        return keep_reported(
+            directory, _ranges_sized(sizes, directory, run(first, output_files, None), again)
+        )
     return keep_reported(directory, settle(sizes, directory, run(first, output_files, None), again))
+
+
+def _ranges_sized(
+    sizes: tuple[int, int, int],
+    directory: str,
+    files: Sequence[DataFile],
+    again: Callable[[Sequence[DataFile], int], Sequence[DataFile]],
+) -> list[DataFile]:
+    """A range-partitioned write's files, written again once into as many ranges as the bytes
+    really written make targets when the input's bytes misjudged them (rows that compress far
+    better sorted leave ranges of small files). All of them, so each range stays one slice of the
+    key: merging only the small ones would make files spanning the others' ranges."""
+    target, small, _ = sizes
+    written = sum(f.file_size_in_bytes for f in files)
+    if sum(1 for f in files if f.file_size_in_bytes < small) <= 1:
+        return list(files)
+    count = max(1, written // target)
+    if written / (count + 1) >= small * 1.1:
+        count += 1  # one more range still leaves every one well above small
+    if count >= len(files):
+        return list(files)
+    merged = list(again(files, count))
+    FileIO.for_location(directory).delete_many(sorted(f.file_path for f in files))
+    return merged
 
 
 def _write_sorted(

@@ -39,6 +39,7 @@ from tablekeeper.jobs.common.context import (
 from tablekeeper.jobs.common.engines import check_engine
 from tablekeeper.jobs.common.formats import delta_options, honoured, refused
 from tablekeeper.jobs.common.result import JobClock, JobResult
+from tablekeeper.jobs.health.layout import parse_columns
 from tablekeeper.jobs.health.model import TableHealth, Thresholds, parse_threshold_args
 from tablekeeper.settings import CATALOGS_FILE, conf_dir
 
@@ -59,6 +60,7 @@ class HealthOptions:
     tables: str | None = None  # a glob over table names (the part after the namespace)
     list_files: bool = False
     v3_readiness: bool = False
+    layout_columns: str | None = None
     thresholds: Mapping[str, str] = field(default_factory=dict, hash=False)
     sort: str = "savings"
     limit: int | None = None
@@ -108,7 +110,12 @@ class _Target:
 
 
 def check_one(
-    target: _Target, base: Thresholds, cli: Mapping[str, str], now_ms: int, list_files: bool
+    target: _Target,
+    base: Thresholds,
+    cli: Mapping[str, str],
+    now_ms: int,
+    list_files: bool,
+    layout: Sequence[str] | None = None,
 ) -> TableHealth:
     """One table's health; runs on the driver or in an executor task (everything here pickles)."""
     if target.delta:
@@ -119,15 +126,26 @@ def check_one(
 
     assert target.catalog is not None
     return iceberg_health(
-        catalog_for(target.catalog), target.name, base, cli, now_ms=now_ms, list_files=list_files
+        catalog_for(target.catalog),
+        target.name,
+        base,
+        cli,
+        now_ms=now_ms,
+        list_files=list_files,
+        layout_columns=layout,
     )
 
 
 def _checked(
-    target: _Target, base: Thresholds, cli: Mapping[str, str], now_ms: int, list_files: bool
+    target: _Target,
+    base: Thresholds,
+    cli: Mapping[str, str],
+    now_ms: int,
+    list_files: bool,
+    layout: Sequence[str] | None = None,
 ) -> TableHealth:
     try:
-        return check_one(target, base, cli, now_ms, list_files)
+        return check_one(target, base, cli, now_ms, list_files, layout)
     except TablekeeperError as err:
         return TableHealth(target.name, "delta" if target.delta else "iceberg", error=err.message)
     except Exception as err:  # one unreadable table must not hide the fleet's others
@@ -221,6 +239,7 @@ def run(options: HealthOptions, context: JobContext) -> JobResult:
                 now_ms=now,
                 list_files=options.list_files,
                 spark=context.session_for(options.engine),  # driver: none; spark: started
+                layout_columns=parse_columns(options.layout_columns),
             )
         checked = [one]
         label = options.table
@@ -241,6 +260,7 @@ def _check_fleet(
     cli: Mapping[str, str],
     now: int,
 ) -> list[TableHealth]:
+    layout = parse_columns(options.layout_columns)
     session = context.session_for(options.engine)
     if session is not None and (options.engine == "spark" or len(targets) >= SPARK_MIN_TABLES):
         sc = session.sparkContext
@@ -248,12 +268,12 @@ def _check_fleet(
         list_files = options.list_files
         found: list[TableHealth] = (
             sc.parallelize(list(targets), min(len(targets), max(1, sc.defaultParallelism * 4)))
-            .map(lambda t: _checked(t, base, cli, now, list_files))
+            .map(lambda t: _checked(t, base, cli, now, list_files, layout))
             .collect()
         )
         return found
     with ThreadPoolExecutor(DRIVER_THREADS) as pool:
-        return list(pool.map(lambda t: _checked(t, base, cli, now, options.list_files), targets))
+        return list(pool.map(lambda t: _checked(t, base, cli, now, options.list_files, layout), targets))
 
 
 def _finish(options: HealthOptions, clock: JobClock, checked: Sequence[TableHealth], label: str) -> JobResult:
@@ -291,6 +311,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="recommend backfill-row-lineage for tables below format version 3",
     )
     parser.add_argument(
+        "--layout-columns",
+        metavar="C1,C2",
+        help="judge the layout by point lookups on these columns (default: each table's sort order; "
+        "several columns: a Z-order is what would serve them)",
+    )
+    parser.add_argument(
         "--threshold",
         action="append",
         metavar="KEY=VALUE",
@@ -325,6 +351,7 @@ DELTA_OPTIONS = delta_options(
         "namespace": refused("with --table there is one table; use --catalog without --table"),
         "tables": refused("with --table there is one table; use --catalog without --table"),
         "engine": refused("one Delta table is checked on the driver; drop it"),
+        "layout_columns": refused("layout is judged on Iceberg tables only; drop it"),
     },
     without=("dry_run",),  # health changes nothing: it takes no --dry-run
 )

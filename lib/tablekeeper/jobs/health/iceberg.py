@@ -32,6 +32,7 @@ from tablekeeper.io import FileIO
 from tablekeeper.jobs.common.engines import SparkSource
 from tablekeeper.jobs.common.result import iso_ms
 from tablekeeper.jobs.compact.options import CompactOptions
+from tablekeeper.jobs.health.layout import check_layout
 from tablekeeper.jobs.health.model import Recommendation, TableHealth, Thresholds
 from tablekeeper.tables.iceberg import iter_entries, load_manifests, tally_manifests
 
@@ -99,6 +100,7 @@ def iceberg_health(
     list_files: bool = False,
     spark: SparkSource = None,
     reader: TallyReader | None = None,
+    layout_columns: Sequence[str] | None = None,
 ) -> TableHealth:
     table = catalog.require(identifier)
     meta = table.metadata
@@ -150,6 +152,7 @@ def iceberg_health(
     advice: list[Recommendation] = []
     notes: list[str] = []
     _compact(advice, estimate, tally, options, thresholds)
+    check_layout(advice, metrics, table, data_manifests, options, thresholds, layout_columns, notes)
     _expire(advice, metrics, table, thresholds, now_ms, spark, notes)
     _manifests(advice, table, identifier, thresholds, notes)
     _position_deletes(advice, table, identifier, tally, thresholds, notes)

@@ -26,6 +26,9 @@ DEFAULT_MIN_COUNT_TO_MERGE = 100
 class Thresholds:
     # compact: the plan rewrites at least this many data files (Iceberg's min-input-files).
     compact_min_files: int = 5
+    # compact --strategy sort: a point lookup on the sort key (or --layout-columns) opens at least
+    # this many of its partition's data files on average, and a sort rewrite would cut that.
+    compact_max_files_per_lookup: float = 2.0
     # expire-snapshots: at least this many snapshots are expirable under the table's own rules,
     # and they alone hold at least this many bytes.
     expire_min_snapshots: int = 1
@@ -122,6 +125,11 @@ def _parse(name: str, text: str, key: str, where: str) -> Any:
             if lowered not in ("true", "false"):
                 raise ValueError(text)
             return lowered == "true"
+        if name == "compact_max_files_per_lookup":
+            files = float(text)
+            if not files >= 1:  # also refuses nan
+                raise ValueError(text)
+            return files
         if "float" in str(kind):
             share = float(text)
             if not 0 <= share <= 1:  # also refuses nan

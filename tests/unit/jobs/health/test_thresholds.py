@@ -14,6 +14,7 @@ from tablekeeper.jobs.health.model import PROPERTY_PREFIX, Thresholds, parse_thr
 
 DEFAULTS = {
     "compact.min-files": 5,
+    "compact.max-files-per-lookup": 2.0,
     "expire-snapshots.min-snapshots": 1,
     "expire-snapshots.min-bytes": 0,
     "rewrite-manifests.min-manifests": None,

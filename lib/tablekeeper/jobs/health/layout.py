@@ -1,0 +1,181 @@
+"""health's layout check of an Iceberg table: files a point lookup opens on the sort key, and what a
+sort (or Z-order) rewrite would leave.
+
+The columns are the ones ``--layout-columns`` names, else the table's sort order's; a table with
+neither is not judged (nothing says which lookups matter). Bin-pack compaction is recommended for
+file sizes; this recommends ``compact --strategy sort --rewrite-all`` when sizes are fine but every
+lookup opens most of a partition's files (Iceberg #17489: such tables look healthy to size-based
+checks forever).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tablekeeper.catalog.base import LoadedTable
+from tablekeeper.iceberg.content import ManifestFile
+from tablekeeper.iceberg.layout import (
+    ColumnLayout,
+    LayoutTally,
+    PartitionLayout,
+    placeable,
+    sorted_lookup,
+    summarize,
+)
+from tablekeeper.iceberg.metadata import TableMetadata
+from tablekeeper.iceberg.rewrite_plan import RewriteOptions
+from tablekeeper.iceberg.types import Schema, walk_fields
+from tablekeeper.jobs.health.model import Recommendation, Thresholds
+from tablekeeper.tables.iceberg import iter_entries
+
+# Theta sketches (compute-stats, Iceberg's analyze) carry the column's distinct count.
+_THETA = "apache-datasketches-theta-v1"
+# A sort rewrite is worth recommending only when it at least cuts lookups by this factor.
+_MIN_GAIN = 1.5
+
+
+def layout_columns(
+    meta: TableMetadata, named: Sequence[str] | None, notes: list[str]
+) -> tuple[str, list[tuple[str, int]]]:
+    """(where the columns came from, [(name, field id)]) of the columns to judge."""
+    schema = meta.schema()
+    ids = {schema.column_name(f.id): f.id for f in walk_fields(schema.as_struct())}
+    chosen: list[tuple[str, int]] = []
+    if named:
+        for name in named:
+            fid = ids.get(name)
+            if fid is None:
+                notes.append(f"layout column {name!r} is not in the table's schema: not judged")
+            elif not placeable(schema.find_type(fid) or schema.as_struct()):  # a struct: refused
+                notes.append(f"layout column {name!r} has no ordered bounds: not judged")
+            else:
+                chosen.append((name, fid))
+        return "columns", chosen
+    order = meta.sort_order()
+    for sort_field in order.fields:
+        column = schema.column_name(sort_field.source_id)
+        t = schema.find_type(sort_field.source_id)
+        if column is not None and t is not None and placeable(t):
+            chosen.append((column, sort_field.source_id))
+    return "sort-order", chosen
+
+
+def _distinct(meta: TableMetadata, field_id: int) -> int | None:
+    snapshot = meta.current_snapshot()
+    for stats in meta.statistics:
+        if snapshot is None or stats.snapshot_id != snapshot.snapshot_id:
+            continue
+        for blob in stats.blob_metadata:
+            if blob.type == _THETA and tuple(blob.fields) == (field_id,) and "ndv" in blob.properties:
+                try:
+                    return int(blob.properties["ndv"])
+                except ValueError:
+                    return None
+    return None
+
+
+def check_layout(
+    advice: list[Recommendation],
+    metrics: dict[str, Any],
+    table: LoadedTable,
+    data_manifests: Sequence[ManifestFile],
+    options: RewriteOptions,
+    thresholds: Thresholds,
+    named: Sequence[str] | None,
+    notes: list[str],
+) -> None:
+    meta = table.metadata
+    source, columns = layout_columns(meta, named, notes)
+    if not columns:
+        return
+    schema: Schema = meta.schema()
+    tallies = [LayoutTally(fid, schema.find_type(fid) or schema.as_struct()) for _, fid in columns]
+    for entry in iter_entries(table.io, meta, data_manifests):
+        for tally in tallies:
+            tally.add(entry)
+    names = {s.spec_id: tuple(f.name for f in s.fields) for s in meta.partition_specs}
+    measured: list[tuple[ColumnLayout, list[PartitionLayout]]] = []
+    for (name, fid), tally in zip(columns, tallies, strict=True):
+        parts = tally.measure()
+        unbounded = sum(p.unbounded for p in tally.partitions.values())
+        measured.append((summarize(name, fid, parts, unbounded), parts))
+    zorder = source == "columns" and len(columns) > 1
+    lead, parts = measured[0]
+    after, files_after = _after_sort(
+        parts, options, _distinct(meta, lead.field_id), len(columns) if zorder else 1
+    )
+    layout: dict[str, Any] = {
+        "source": source,
+        "columns": [c.to_json(names) for c, _ in measured],
+        "sort_compaction": {
+            "strategy": "zorder" if zorder else "sort",
+            "column": lead.column,
+            "files_per_lookup_after": round(after, 3),
+            "data_files_after": files_after,
+        },
+    }
+    metrics["layout"] = layout
+    limit = thresholds.compact_max_files_per_lookup
+    before = lead.files_per_lookup
+    if before < limit or after * _MIN_GAIN > before:
+        return
+    sort_order = None
+    if source == "columns":
+        joined = ", ".join(n for n, _ in columns)
+        sort_order = f"zorder({joined})" if zorder else joined
+    command = "compact --strategy sort --rewrite-all" + (
+        f' --sort-order "{sort_order}"' if sort_order else ""
+    )
+    # One compact per table: a sort rewrite of every file also fixes the sizes a bin-pack would.
+    binpack = next((r for r in advice if r.job == "compact"), None)
+    if binpack is not None:
+        advice.remove(binpack)
+    advice.append(
+        Recommendation(
+            "compact",
+            f"a point lookup on {lead.column} opens {before:.1f} data files of its partition on average "
+            f"({lead.lookup_share:.0%} of them): the files' {lead.column} ranges overlap, whatever their "
+            f"sizes; a {'Z-order' if zorder else 'sort'} rewrite leaves about {after:.1f}"
+            + (f" (and also does what bin-packing would: {binpack.reason})" if binpack else ""),
+            f"compact.max-files-per-lookup={limit:g}",
+            {
+                "strategy": "sort",
+                "sort_order": sort_order,
+                "rewrite_all": True,
+                "command": command,
+                "column": lead.column,
+                "files_per_lookup_before": round(before, 3),
+                "files_per_lookup_after": round(after, 3),
+                "overlap_depth_before": round(lead.overlap_depth, 3),
+                "data_files_before": lead.files,
+                "data_files_after": files_after,
+                "files_rewritten": lead.files,
+                "bytes_rewritten": sum(p.data_bytes for p in parts),
+            },
+            files_removed=max(0, lead.files - files_after),
+        )
+    )
+
+
+def _after_sort(
+    parts: Sequence[PartitionLayout], options: RewriteOptions, distinct: int | None, columns: int
+) -> tuple[float, int]:
+    """Files per lookup after rewriting every partition sorted (rows-weighted), and files written."""
+    total_rows = weighted = 0.0
+    files = 0
+    for p in parts:
+        k = options.expected_output_files(p.data_bytes) if p.files else 0
+        files += k
+        if not p.rows:
+            continue
+        keys = min(distinct, p.rows) if distinct else None
+        weighted += p.rows * sorted_lookup(k, p.rows, keys, columns)
+        total_rows += p.rows
+    return (weighted / total_rows if total_rows else 0.0), files
+
+
+def parse_columns(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    return tuple(c.strip() for c in text.split(",") if c.strip()) or None
