@@ -20,6 +20,7 @@ RANKS: dict[str, int] = {
     "cycles": 0,
     "faults": 1,
     "clock": 1,
+    "progress": 1,
     "redact": 1,
     "settings": 1,
     "lines": 1,

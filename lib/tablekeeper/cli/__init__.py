@@ -228,12 +228,16 @@ def _run_job(args: argparse.Namespace, job: str, table: str, run: Callable[[], J
     """Run a job; whatever happens, stdout's last line is its JSON result."""
     from dataclasses import replace
 
+    from tablekeeper import progress
     from tablekeeper.jobs.common.result import JobClock
+    from tablekeeper.spark.progress import watching
 
     clock = JobClock()
     try:
         try:
-            result = run()
+            # Phases and Spark's tasks on stderr (a terminal) or at INFO: never on stdout.
+            with progress.activate(job), watching():
+                result = run()
         except TablekeeperError:
             raise
         except Exception as err:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tablekeeper import faults
+from tablekeeper import faults, progress
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.producer import (
     SnapshotChange,
@@ -89,6 +89,14 @@ class Committer:
     def _retrying(
         self, step: Callable[[LoadedTable, int], tuple[TableMetadata, tuple[str, ...], object]]
     ) -> tuple[LoadedTable, object, int]:
+        with progress.phase("committing", unit="attempts") as shown:
+            return self._attempts(step, shown)
+
+    def _attempts(
+        self,
+        step: Callable[[LoadedTable, int], tuple[TableMetadata, tuple[str, ...], object]],
+        shown: progress.Phase,
+    ) -> tuple[LoadedTable, object, int]:
         started = self._now_ms()
         attempt = 0
         while True:
@@ -112,6 +120,7 @@ class Committer:
                 log.info("commit attempt %d lost (%s); retrying in %.0f ms", attempt + 1, err.message, wait)
                 self.sleep(wait / 1000)
                 attempt += 1
+                shown.advance()
             except Exception:
                 # Any other failure is known to have left the pointer where it was. An interrupt
                 # (KeyboardInterrupt, SystemExit) may come after the swap: its files stay.

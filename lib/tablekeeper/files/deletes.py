@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from tablekeeper import faults
+from tablekeeper import faults, progress
 from tablekeeper.errors import TablekeeperError
 from tablekeeper.files.containment import Containment
 from tablekeeper.files.manifests import FileRow
@@ -61,11 +61,19 @@ def by_store(rows: Iterable[FileRow]) -> dict[tuple[str, str], list[FileRow]]:
 def each_row(rows: Sequence[FileRow], one: Callable[[FileRow], str | None], threads: int) -> DeleteOutcome:
     """``one`` on every row (``threads`` at once), counted by kind: it returns None when the file
     went, "" when it was already missing, otherwise the failure's reason."""
-    if threads > 1 and len(rows) > 1:
-        with ThreadPoolExecutor(max_workers=min(threads, len(rows))) as pool:
-            outcomes = list(pool.map(one, rows))
-    else:
-        outcomes = [one(r) for r in rows]
+    with progress.phase("deleting files", len(rows)) as shown:
+
+        def counted(row: FileRow) -> str | None:
+            try:
+                return one(row)
+            finally:
+                shown.advance()
+
+        if threads > 1 and len(rows) > 1:
+            with ThreadPoolExecutor(max_workers=min(threads, len(rows))) as pool:
+                outcomes = list(pool.map(counted, rows))
+        else:
+            outcomes = [counted(r) for r in rows]
     gone: dict[str, int] = {}
     size = missing = 0
     failures: list[tuple[str, str]] = []
@@ -92,7 +100,9 @@ def _one_by_one(io: FileIO, rows: Sequence[FileRow], threads: int) -> DeleteOutc
 
 def _batched(io: FileIO, rows: Sequence[FileRow], threads: int) -> DeleteOutcome:
     # Batched deletes count a key already gone as deleted: only failures are told apart.
-    report = io.delete_many([r[0] for r in rows], max_workers=threads)
+    with progress.phase("deleting files", len(rows)) as shown:
+        report = io.delete_many([r[0] for r in rows], max_workers=threads)
+        shown.advance(len(rows))
     failed = dict(report.failures)
     deleted: dict[str, int] = {}
     freed = 0

@@ -23,7 +23,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from tablekeeper import faults
+from tablekeeper import faults, progress
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.commit.producer import SnapshotChange
 from tablekeeper.commit.service import Staging, finish_dead_runs, staging
@@ -441,8 +441,15 @@ def _execute(
                     commit(batch)
 
     try:
-        with rewrite_conf(spark), ThreadPoolExecutor(max_workers=options.max_concurrent_groups) as pool:
-            for f in [pool.submit(one, g) for g in groups]:
+        with (
+            progress.phase("rewriting groups", len(groups), "groups") as shown,
+            rewrite_conf(spark),
+            ThreadPoolExecutor(max_workers=options.max_concurrent_groups) as pool,
+        ):
+            futures = [pool.submit(one, g) for g in groups]
+            for f in futures:
+                f.add_done_callback(lambda _: shown.advance())
+            for f in futures:
                 f.result()
     except Exception as err:
         # Not on an interrupt either: a batch's commit may have landed without being marked.
