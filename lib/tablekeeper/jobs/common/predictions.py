@@ -62,7 +62,7 @@ def bounded(what: str, work: Callable[[], _T], budget_s: float) -> _T | None:
     thread.start()
     thread.join(budget_s)
     if thread.is_alive():
-        log.warning("%s: reading the ledger took over %.0f s, going on without it", what, budget_s)
+        log.warning("%s: reading the ledger took over %g s, going on without it", what, budget_s)
         return None
     return box[0] if box else None
 

@@ -41,7 +41,8 @@ table{border-collapse:collapse;width:100%;font-size:.9rem}
 th,td{text-align:left;padding:5px 7px;border-bottom:1px solid #e6e9ed;vertical-align:top}
 th{background:#f1f4f8;font-weight:600}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
-.name{overflow-wrap:anywhere;word-break:break-word}
+.name{overflow-wrap:anywhere}
+td.name{min-width:9em}
 a{color:#2f6db5}
 .badge{display:inline-block;font-size:.75rem;padding:1px 6px;border-radius:10px;background:#e3ebf6;
 color:#234;margin-left:6px;vertical-align:middle}
@@ -63,7 +64,7 @@ table.cards tr{display:block;border:1px solid #dde2e7;border-radius:6px;margin:0
 background:#fff}
 table.cards td{display:flex;justify-content:space-between;gap:10px;border:0;padding:3px 2px;text-align:right}
 table.cards td::before{content:attr(data-label);color:#5b6570;text-align:left;flex:0 0 auto}
-table.cards td.name{display:block;text-align:left;font-weight:600}
+table.cards td.name{display:block;text-align:left;font-weight:600;min-width:0}
 table.cards td.name::before{content:none}
 }
 """
@@ -84,6 +85,8 @@ def _count(n: int | float | None) -> str:
 def duration(ms: int | float | None) -> str:
     if ms is None:
         return "-"
+    if ms < 1000:
+        return f"{int(ms)} ms"
     if ms < 60_000:
         return f"{ms / 1000:.1f}s"
     minutes, seconds = divmod(int(ms) // 1000, 60)
@@ -401,7 +404,7 @@ def _runs(runs: Sequence[PastRun] | None) -> str:
     if timed:
         rows = [
             (
-                f"{r.job} {r.table}"[:22],
+                f"{r.job} on {r.table}",
                 float(r.predicted.duration_ms or 0),  # type: ignore[union-attr]
                 float(r.actual.duration_ms or 0),  # type: ignore[union-attr]
                 duration(r.predicted.duration_ms),  # type: ignore[union-attr]

@@ -106,35 +106,32 @@ def pairs(
     rows: Sequence[tuple[str, float, float, str, str]],
     legend: tuple[str, str] = ("predicted", "actual"),
 ) -> str:
-    """Two bars per row, to one scale: (label, first, second, first's text, second's text)."""
-    line, top, legend_h = 40, 4, 20
-    height = legend_h + top * 2 + line * max(1, len(rows))
-    label_w, text_w = 120, 70
-    span = WIDTH - label_w - text_w
+    """Two bars per row, to one scale, under the row's label: (label, first, second, first's
+    text, second's text)."""
+    line, legend_h = 50, 22
+    height = legend_h + line * max(1, len(rows))
+    text_w = 70
+    span = WIDTH - text_w
     scale = _scale([v for r in rows for v in (r[1], r[2])])
     body = [
-        f'<rect x="{label_w}" y="4" width="10" height="10" fill="{PALETTE["grey"]}"/>',
-        f'<text x="{label_w + 14}" y="13" font-size="{_FONT}" fill="#333">{_t(legend[0])}</text>',
-        f'<rect x="{label_w + 90}" y="4" width="10" height="10" fill="{PALETTE["blue"]}"/>',
-        f'<text x="{label_w + 104}" y="13" font-size="{_FONT}" fill="#333">{_t(legend[1])}</text>',
+        f'<rect x="0" y="4" width="10" height="10" fill="{PALETTE["grey"]}"/>',
+        f'<text x="14" y="13" font-size="{_FONT}" fill="#333">{_t(legend[0])}</text>',
+        f'<rect x="90" y="4" width="10" height="10" fill="{PALETTE["blue"]}"/>',
+        f'<text x="104" y="13" font-size="{_FONT}" fill="#333">{_t(legend[1])}</text>',
     ]
     for i, (label, first, second, first_text, second_text) in enumerate(rows):
-        y = legend_h + top + i * line
-        body.append(
-            f'<text x="{label_w - 6}" y="{y + 20}" font-size="{_FONT}" text-anchor="end" '
-            f'fill="#333">{_t(label)}</text>'
-        )
+        y = legend_h + i * line
+        body.append(f'<text x="0" y="{y + 12}" font-size="{_FONT}" fill="#333">{_t(label)}</text>')
         for j, (value, text, color) in enumerate(
             ((first, first_text, "grey"), (second, second_text, "blue"))
         ):
             w = span * value / scale
-            yy = y + 4 + j * 16
+            yy = y + 17 + j * 15
             body.append(
-                f'<rect x="{label_w}" y="{yy}" width="{w:.1f}" height="13" fill="{PALETTE[color]}">'
+                f'<rect x="0" y="{yy}" width="{w:.1f}" height="12" fill="{PALETTE[color]}">'
                 f"<title>{_t(label)} {_t(legend[j])}: {_t(text)}</title></rect>"
             )
             body.append(
-                f'<text x="{label_w + w + 4:.1f}" y="{yy + 11}" font-size="{_FONT - 1}" '
-                f'fill="#222">{_t(text)}</text>'
+                f'<text x="{w + 4:.1f}" y="{yy + 10}" font-size="{_FONT - 1}" fill="#222">{_t(text)}</text>'
             )
     return _figure(title, height, body, title)
