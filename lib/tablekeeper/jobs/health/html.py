@@ -17,9 +17,9 @@ from typing import Any
 from tablekeeper import __version__
 from tablekeeper.jobs.common.accuracy import MEASURES, PastRun, relative_error
 from tablekeeper.jobs.common.ledger import micros_to_iso
-from tablekeeper.jobs.health import svg
 from tablekeeper.jobs.health.model import Recommendation, TableHealth
 from tablekeeper.jobs.health.report import human_bytes
+from tablekeeper.jobs.health.svg import bars, columns, pairs
 
 # Runs of the ledger shown (newest first).
 RUNS_SHOWN = 20
@@ -155,7 +155,7 @@ def _summary(summary: Mapping[str, Any]) -> str:
     jobs = summary.get("recommendations") or {}
     if isinstance(jobs, Mapping) and jobs:
         rows = [(str(job), float(n), f"{n} tables") for job, n in sorted(jobs.items(), key=lambda kv: -kv[1])]
-        out.append(f'<div class="charts">{svg.bars("Recommended jobs", rows, "blue")}</div>')
+        out.append(f'<div class="charts">{bars("Recommended jobs", rows, "blue")}</div>')
     out.append("</section>")
     return "".join(out)
 
@@ -245,7 +245,7 @@ def _histogram(m: Mapping[str, Any]) -> str | None:
         labels.append(f"≥{_short(low)}" if high is None else f"<{_short(high)}")
         values.append(float(row.get("files") or 0))
         texts.append(_count(row.get("files")))
-    return svg.columns("Data files by size", labels, values, texts, "blue")
+    return columns("Data files by size", labels, values, texts, "blue")
 
 
 def _short(n: object) -> str:
@@ -286,7 +286,7 @@ def _delete_pressure(m: Mapping[str, Any]) -> str | None:
         return None
     share = m.get("deleted_rows_share")
     title = "Delete pressure" + (f" ({_percent(share)} of rows deleted)" if isinstance(share, float) else "")
-    return svg.bars(title, rows, "red")
+    return bars(title, rows, "red")
 
 
 def _manifest_pressure(m: Mapping[str, Any]) -> str | None:
@@ -313,7 +313,7 @@ def _manifest_pressure(m: Mapping[str, Any]) -> str | None:
     if not rows:
         return None
     note = ", ".join(f"{name} {text}" for name, _, text in sizes)
-    return svg.bars("Metadata pressure" + (f" ({note})" if note else ""), rows, "orange")
+    return bars("Metadata pressure" + (f" ({note})" if note else ""), rows, "orange")
 
 
 def _layout(m: Mapping[str, Any]) -> str:
@@ -412,7 +412,7 @@ def _runs(runs: Sequence[PastRun] | None) -> str:
             )
             for r in timed[:8]
         ]
-        out.append(f'<div class="charts">{svg.pairs("Duration: predicted and actual", rows)}</div>')
+        out.append(f'<div class="charts">{pairs("Duration: predicted and actual", rows)}</div>')
     head = ["started (UTC)", "job", "table"]
     for m in MEASURES:
         head += [
