@@ -19,9 +19,12 @@ import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tablekeeper.catalog import looks_like_path
+
+if TYPE_CHECKING:
+    from tablekeeper.jobs.common.ledger import LedgerRow
 
 # The jobs health recommends: the only ones a prediction can be recorded for.
 PREDICTED_JOBS = (
@@ -157,8 +160,7 @@ class PastRun:
     actual: Outcome | None = None
 
     @classmethod
-    def from_row(cls, row: Any) -> PastRun:
-        """``row``: a ``LedgerRow`` (typed loosely: the ledger module imports this one's users)."""
+    def from_row(cls, row: LedgerRow) -> PastRun:
         try:
             result = json.loads(row.result_json) if row.result_json else {}
         except ValueError:

@@ -258,3 +258,21 @@ def test_the_prediction_window_is_the_ledger_blocks(value: str, days: int) -> No
         text.replace(f"catalog: a{value}", "catalog: a, prediction_window_days: soon"), Path("/")
     )
     assert bad.ledger is None and "prediction_window_days must be a whole number" in (bad.ledger_error or "")
+
+
+def test_the_accuracy_table_for_a_terminal() -> None:
+    from tablekeeper.cli.history import render_accuracy
+    from tablekeeper.jobs.common.accuracy import Outcome, accuracy_rows
+
+    def run(run_id: str, predicted: Outcome, actual: Outcome) -> PastRun:
+        return PastRun(run_id, "compact", "db.t", "tk", 1, True, 1, 1, "h", predicted, actual)
+
+    rows = accuracy_rows([
+        run("a", Outcome(0, 10, 4000), Outcome(0, 8, 5000)),
+        run("b", Outcome(0, 6, None), Outcome(0, 6, 3000)),
+    ])  # fmt: skip
+    lines = render_accuracy(rows, "tk.tablekeeper.runs").splitlines()
+    assert lines[1].split()[:6] == ["JOB", "TABLE", "RUNS", "BYTES", "PRED", "BYTES"]
+    # bytes: nothing comparable; files: medians 8 and 7, errors 25% and 0%; time: one run, 20% off.
+    assert lines[2].split() == ["compact", "db.t", "2", "-", "-", "-", "8", "7", "12%", "4.0s", "5.0s", "20%"]
+    assert render_accuracy([], "x") == "no runs with a prediction of health in x match"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
 
 from tablekeeper.jobs.common.accuracy import Outcome, PastRun
 from tablekeeper.jobs.health.html import render_report
@@ -118,3 +121,25 @@ def test_an_unreadable_table_says_why() -> None:
     broken = TableHealth("db.gone", "iceberg", error="table db.gone not found")
     text = page([broken])
     assert "Could not be read: table db.gone not found" in text
+
+
+def test_the_terminal_report_gives_the_estimate_and_its_error() -> None:
+    from tablekeeper.jobs.health.report import render
+
+    line = render([health()]).splitlines()[-1]
+    assert line.endswith("; takes ~1.5s (table); past error over 2 runs: files 50%, time 25%")
+
+
+def test_a_report_that_cannot_be_written_fails_the_run_naming_the_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tablekeeper.cli import main
+    from tests.support.health_fleet import build
+
+    conf = build(tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    argv = ["health", "--catalog", "tk", "--engine", "driver", "--html", str(blocker / "r.html")]
+    assert main([*argv, "--conf-file", str(conf), "--warehouse", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"tablekeeper: cannot write the HTML report to {blocker / 'r.html'}: ")
