@@ -95,14 +95,21 @@ def predicted(
     work gets one: a dry run, a refused or a failed one did nothing to compare."""
     if result.status != "ok" or result.dry_run or result.job not in PREDICTED_JOBS or not table:
         return result
+    try:
+        config = catalogs()
+        if ledger_target(config, ledger_catalog, ledger_table) is None:
+            return result
+        key = _job_key(config, table, catalog)
+    except Exception:  # no catalog file or ledger block to speak of: the ledger note says the rest
+        log.debug("no ledger to look for a prediction in", exc_info=True)
+        return result
 
     def lookup() -> Prediction | None:
-        config = catalogs()
         ledger = _open(config, ledger_catalog, ledger_table)
         if ledger is None:
             return None
         days = config.ledger.prediction_window_days if config.ledger else DEFAULT_PREDICTION_WINDOW_DAYS
-        return find_prediction(ledger, result, _job_key(config, table, catalog), days)
+        return find_prediction(ledger, result, key, days)
 
     found = bounded(f"health's prediction for {result.job} on {table}", lookup, PREDICTION_BUDGET_S)
     return result if found is None else replace(result, prediction=found)
