@@ -325,7 +325,7 @@ def _layout(m: Mapping[str, Any]) -> str:
     if not items:
         return ""
     body = "".join(f"<dt>{_t(k)}</dt><dd>{_t(_scalar(v))}</dd>" for k, v in items)
-    return f'<h3>Layout</h3><dl class="kv" id="layout">{body}</dl>'
+    return f'<h3>Layout</h3><dl class="kv layout">{body}</dl>'
 
 
 def _scalar(value: object) -> str:

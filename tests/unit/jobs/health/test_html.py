@@ -83,10 +83,10 @@ def test_the_estimate_and_its_past_error_are_beside_the_recommendation() -> None
 
 def test_layout_metrics_render_generically_when_present() -> None:
     without = page([health()])
-    assert 'id="layout"' not in without
+    assert "kv layout" not in without
     text = page([health(layout={"clustering_depth": 2.5, "sorted": True, "nested": {"skip": 1}})])
     tags = parsed(text)
-    assert any(a.get("id") == "layout" for _, a in tags.tags)
+    assert any(a.get("class") == "kv layout" for _, a in tags.tags)
     words = " ".join(tags.text)
     assert "clustering_depth" in words and "2.5" in words and "True" in words
     assert "nested" not in words  # only scalar fields
