@@ -42,7 +42,7 @@ th,td{text-align:left;padding:5px 7px;border-bottom:1px solid #e6e9ed;vertical-a
 th{background:#f1f4f8;font-weight:600}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
 .name{overflow-wrap:anywhere}
-td.name{min-width:9em}
+td.name{min-width:11em}
 a{color:#2f6db5}
 .badge{display:inline-block;font-size:.75rem;padding:1px 6px;border-radius:10px;background:#e3ebf6;
 color:#234;margin-left:6px;vertical-align:middle}
@@ -154,7 +154,8 @@ def _summary(summary: Mapping[str, Any]) -> str:
     out.append("</div>")
     jobs = summary.get("recommendations") or {}
     if isinstance(jobs, Mapping) and jobs:
-        rows = [(str(job), float(n), f"{n} tables") for job, n in sorted(jobs.items(), key=lambda kv: -kv[1])]
+        ranked = sorted(jobs.items(), key=lambda kv: -kv[1])
+        rows = [(str(job), float(n), f"{n} table{'' if n == 1 else 's'}") for job, n in ranked]
         out.append(f'<div class="charts">{bars("Recommended jobs", rows, "blue")}</div>')
     out.append("</section>")
     return "".join(out)
