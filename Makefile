@@ -63,13 +63,18 @@ classes: $(VENV)/.installed jars
 	@$(PY) -c 'from tablekeeper.spark.class_archive import main; main()'
 
 # The database servers the sql catalog's tests start on loopback (Debian's packages; the tests run
-# them from throwaway data directories, never as a system service). Checked on every run, so a
-# fresh machine gets them; apt-get only when one is missing (sudo unless root).
+# them from throwaway data directories, never as a system service), and the headless Chromium
+# health's HTML report is opened in. Checked on every run, so a fresh machine gets them; apt-get
+# only when one is missing (sudo unless root).
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 servers:
 	@if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || ! command -v mariadb-install-db >/dev/null; then \
 	  command -v apt-get >/dev/null || { echo "install PostgreSQL's and MariaDB's servers (Debian: postgresql, mariadb-server)" >&2; exit 2; }; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql mariadb-server >/dev/null; \
+	fi
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  command -v apt-get >/dev/null || { echo "install Chromium at /usr/bin/chromium (Debian: chromium chromium-driver)" >&2; exit 2; }; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	fi
 
 # The GCS and Azure emulators the storage tests start on loopback (pins: conf/tools.txt), into

@@ -20,6 +20,10 @@ maintenance DAG or is a migration's target in the tables file is left to that DA
 ``pool`` bounds how many jobs run at once over all its tables: each job task takes one of its slots
 (``airflow pools set <pool> 4 ...`` for four).
 
+With ``report_dir`` set, health also writes its HTML report (``--html``) for people, one per run:
+``<report_dir>/<fleet name>/<logical time, e.g. 20260501T040000>.html``, a path the driver can write
+(a storage URI such as ``s3://bucket/reports`` works wherever the driver runs).
+
 health gets ``--list-files`` when the fleet lists remove-orphans (the only way it judges orphans of
 Iceberg tables: a listing of each table's location, what remove-orphans itself costs) and
 ``--v3-readiness`` when it lists backfill-row-lineage. A job's options hold for every table of the
@@ -33,7 +37,7 @@ import logging
 from typing import Any
 
 from airflow.sdk import DAG, TriggerRule, chain, task, task_group
-from tablekeeper_health import HEALTH_TASK, fleet_plan, gated_jobs, health_args
+from tablekeeper_health import HEALTH_TASK, fleet_plan, gated_jobs, health_args, report_args
 from tablekeeper_submit import job_task
 from tablekeeper_tables import HEALTH_JOB, Fleet, HealthGate, load_tables
 from tablekeeper_values import option_args
@@ -57,7 +61,7 @@ def health_command(spec: Fleet) -> list[str]:
         args += ["--tables", spec.table_glob]
     if spec.limit:
         args += ["--limit", str(spec.limit)]
-    args += ["--sort", "savings"]
+    args += ["--sort", "savings", *report_args(spec.report_dir, spec.name)]
     return [*args, *health_args(None, gated_jobs(None, spec.jobs, HealthGate()), spec.thresholds)]
 
 

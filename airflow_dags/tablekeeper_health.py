@@ -86,6 +86,14 @@ def health_args(fmt: str | None, gated: Collection[str], thresholds: Mapping[str
     return args
 
 
+def report_args(report_dir: str | None, fleet: str) -> list[str]:
+    """health's ``--html`` for a fleet's run: one report per run, named by the run's logical time
+    (rendered by the operator), under the fleet's own directory; none without a report_dir."""
+    if not report_dir:
+        return []
+    return ["--html", f"{report_dir.rstrip('/')}/{fleet}/{{{{ ts_nodash }}}}.html"]
+
+
 def table_entry(health: Any, table: str) -> Mapping[str, Any] | None:
     """health's entry for ``table``: by name, else the only entry of a one-table result (which
     names a Delta table by its normalized location)."""

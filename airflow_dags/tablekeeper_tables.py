@@ -154,6 +154,7 @@ FLEET_KEYS = frozenset(
         "jobs",
         "health",
         "submit",
+        "report_dir",
     }
 )
 DEFAULT_KEYS = frozenset(
@@ -241,6 +242,8 @@ class Fleet(Entry):
     # Tables of the same catalog that have their own maintenance DAG or are a migration's target:
     # the fleet leaves them alone, else two DAGs could work on one table at once.
     exclude: tuple[str, ...] = ()
+    # Where health writes its HTML report, one per run: <report_dir>/<fleet name>/<run time>.html.
+    report_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -435,6 +438,7 @@ def _fleet(
         limit=limit,
         jobs=jobs,
         thresholds=thresholds,
+        report_dir=optional_str(entry, "report_dir", where),
     )
 
 

@@ -267,3 +267,16 @@ def test_a_wrong_health_or_fleet_section_names_the_mistake(
     path = write_tables(tmp_path / "t.yaml", section)
     with pytest.raises(tables_module.TablesFileError, match=message.replace("(", r"\(")):
         tables_module.load_tables(path, home=REPO_ROOT)
+
+
+def test_a_fleet_with_a_report_dir_gets_one_html_report_per_run(
+    gate: ModuleType, tables_module: ModuleType, tmp_path: Path
+) -> None:
+    assert gate.report_args(None, "analytics") == []
+    assert gate.report_args("s3://b/reports/", "analytics") == [
+        "--html",
+        "s3://b/reports/analytics/{{ ts_nodash }}.html",
+    ]
+    doc = {"fleets": [{"namespace": "db", "pool": "p", "jobs": {"compact": {}}, "report_dir": "/r"}]}
+    (fleet,) = tables_module.load_tables(write_tables(tmp_path / "t.yaml", doc), home=REPO_ROOT).fleets
+    assert (fleet.name, fleet.report_dir) == ("db", "/r")

@@ -26,6 +26,8 @@ __all__ = [
 ]
 
 DEFAULT_LEDGER_TABLE = "tablekeeper.runs"
+# How far back a job looks in the ledger for the health run that recommended it.
+DEFAULT_PREDICTION_WINDOW_DAYS = 7
 # A catalog's default for convert-delta --partition-timezone (tablekeeper's own: never passed to Spark).
 PARTITION_TIMEZONE_KEY = "delta-partition-timezone"
 
@@ -36,6 +38,8 @@ class LedgerConfig:
 
     catalog: str
     table: str = DEFAULT_LEDGER_TABLE
+    # A job's run is held against health's newest recommendation of it within this many days.
+    prediction_window_days: int = DEFAULT_PREDICTION_WINDOW_DAYS
 
 
 @dataclass(frozen=True)
@@ -138,13 +142,16 @@ def _parse_ledger(value: object, source: str) -> tuple[LedgerConfig | None, str 
     example = f"ledger: {{catalog: <name>, table: {DEFAULT_LEDGER_TABLE}}}"
     if not isinstance(value, dict):
         return None, f"{source}: 'ledger' must be a mapping like {example}"
-    unknown = sorted(str(k) for k in value if k not in ("catalog", "table"))
+    unknown = sorted(str(k) for k in value if k not in ("catalog", "table", "prediction_window_days"))
     if unknown:
         return None, f"{source}: ledger has unknown key(s) {', '.join(unknown)}: use {example}"
     catalog, table = value.get("catalog"), value.get("table") or DEFAULT_LEDGER_TABLE
     if not isinstance(catalog, str) or not catalog or not isinstance(table, str):
         return None, f"{source}: ledger needs a catalog name (and optionally a table): use {example}"
-    return LedgerConfig(catalog=catalog, table=table), None
+    window = value.get("prediction_window_days", DEFAULT_PREDICTION_WINDOW_DAYS)
+    if not isinstance(window, int) or isinstance(window, bool) or window < 0:
+        return None, f"{source}: ledger.prediction_window_days must be a whole number of days, e.g. 7"
+    return LedgerConfig(catalog=catalog, table=table, prediction_window_days=window), None
 
 
 def load_catalogs(path: Path | None = None, warehouse: Path | None = None) -> CatalogsConfig:

@@ -82,7 +82,15 @@ def build_parser(command: str | None = None, *, given_only: bool = False) -> arg
     history.add_argument("--job", help="only runs of this job, e.g. compact")
     history.add_argument("--since", help="only runs started since: a duration back (7d, 12h) or an ISO time")
     history.add_argument(
-        "--limit", type=_count, default=20, help="at most this many runs (default 20; 0: all)"
+        "--limit",
+        type=_count,
+        help="at most this many runs (default 20; 0: all; with --accuracy: all unless given)",
+    )
+    history.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="per job and table, health's predictions against what the runs did (bytes freed, "
+        "files removed, duration)",
     )
     history.add_argument(
         "--json",
@@ -284,7 +292,17 @@ def _recorded(args: argparse.Namespace, result: JobResult, code: ExitCode) -> Jo
     from dataclasses import replace
 
     from tablekeeper.jobs.common.ledger import record_run
+    from tablekeeper.jobs.common.predictions import predicted
 
+    # health's prediction for this run first, so the ledger row and the printed result carry it.
+    result = predicted(
+        result,
+        catalogs=lambda: _catalog_file(args),
+        ledger_catalog=getattr(args, "ledger_catalog", None),
+        ledger_table=getattr(args, "ledger_table", None),
+        table=getattr(args, "table", None),
+        catalog=getattr(args, "catalog", None),
+    )
     note = record_run(
         result,
         exit_code=int(code),
@@ -337,7 +355,13 @@ def _run(args: argparse.Namespace, given: frozenset[str]) -> int:
         # A --ledger-table naming an ordinary table is refused before the job touches anything.
         preflight(catalogs, getattr(args, "ledger_catalog", None), getattr(args, "ledger_table", None))
         used = getattr(args, "catalog", None)
-        context = JobContext(catalogs, spark=lambda: _spark_session(catalogs, used), submitted=_submitted)
+        context = JobContext(
+            catalogs,
+            spark=lambda: _spark_session(catalogs, used),
+            submitted=_submitted,
+            ledger_catalog=getattr(args, "ledger_catalog", None),
+            ledger_table=getattr(args, "ledger_table", None),
+        )
         return module.run(options, context)
 
     return _run_job(args, args.command, table, run)

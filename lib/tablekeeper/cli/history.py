@@ -2,6 +2,8 @@
 
 A table for a person at a terminal; one JSON object (``{"ledger", "count", "runs"}``) with
 ``--json`` or whenever stdout is not a terminal, so pipes and scripts get the parsable form.
+``--accuracy`` summarises instead, per job and table, health's predictions against what the runs
+did (``{"ledger", "count", "accuracy"}``).
 """
 
 from __future__ import annotations
@@ -15,17 +17,22 @@ from collections.abc import Sequence
 from tablekeeper import clock
 from tablekeeper.catalog.config import CatalogsConfig
 from tablekeeper.errors import ConfigError
+from tablekeeper.jobs.common.accuracy import MEASURES, PREDICTED_JOBS, AccuracyRow, PastRun, accuracy_rows
 from tablekeeper.jobs.common.ledger import HistoryQuery, LedgerRow, history_target, load_ledger, read_runs
 from tablekeeper.jobs.common.options import parse_older_than
 from tablekeeper.redact import redact
 
 _ERROR_WIDTH = 60
+DEFAULT_LIMIT = 20
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 def run(args: argparse.Namespace, catalogs: CatalogsConfig) -> int:
+    if getattr(args, "accuracy", False):
+        return run_accuracy(args, catalogs)
+    limit = DEFAULT_LIMIT if args.limit is None else args.limit
     query = HistoryQuery(
-        table=args.table, job=args.job, since_us=since_micros(args.since), limit=args.limit or None
+        table=args.table, job=args.job, since_us=since_micros(args.since), limit=limit or None
     )
     target = history_target(catalogs, args.ledger_catalog, args.ledger_table)
     runs = read_runs(load_ledger(catalogs, target), query)
@@ -120,3 +127,66 @@ def _bytes(value: int | None) -> str:
     while size >= 1024 and unit < len(_UNITS) - 1:
         size, unit = size / 1024, unit + 1
     return f"{value} B" if unit == 0 else f"{size:.1f} {_UNITS[unit]}"
+
+
+def run_accuracy(args: argparse.Namespace, catalogs: CatalogsConfig) -> int:
+    """Every run the filters select that carried health's prediction, summed per job and table."""
+    query = HistoryQuery(
+        table=args.table,
+        job=args.job,
+        since_us=since_micros(args.since),
+        limit=args.limit or None,
+        jobs=None if args.job else frozenset(PREDICTED_JOBS),
+    )
+    target = history_target(catalogs, args.ledger_catalog, args.ledger_table)
+    rows = accuracy_rows([PastRun.from_row(r) for r in read_runs(load_ledger(catalogs, target), query)])
+    if args.json or not sys.stdout.isatty():
+        body = {"ledger": str(target), "count": len(rows), "accuracy": [r.to_obj() for r in rows]}
+        print(redact(json.dumps(body, default=str, separators=(",", ":"))))
+    else:
+        print(redact(render_accuracy(rows, str(target))))
+    return 0
+
+
+_SHORT = {"bytes_freed": "BYTES", "files_removed": "FILES", "duration_ms": "TIME"}
+
+
+def _figure(measure: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if measure == "bytes_freed":
+        return _bytes(round(value))
+    if measure == "duration_ms":
+        return _duration(round(value))
+    return f"{value:,.0f}" if value == round(value) else f"{value:,.1f}"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+def render_accuracy(rows: Sequence[AccuracyRow], ledger: str) -> str:
+    """One line per job and table: runs with a prediction, and per measure the medians predicted
+    and actual and the median relative error (the JSON form also has the means)."""
+    if not rows:
+        return f"no runs with a prediction of health in {ledger} match"
+    header = ["JOB", "TABLE", "RUNS"]
+    for m in MEASURES:
+        header += [f"{_SHORT[m]} PRED", f"{_SHORT[m]} ACTUAL", f"{_SHORT[m]} ERR"]
+    lines = [header]
+    for r in rows:
+        cells = [r.job, r.table, str(r.runs)]
+        for m in MEASURES:
+            found = r.measures[m]
+            cells += [
+                _figure(m, found.predicted_median),
+                _figure(m, found.actual_median),
+                _share(found.median_relative_error),
+            ]
+        lines.append(cells)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    out = [f"health's predictions against the runs in {ledger} (medians; ERR: median relative error)"]
+    for line in lines:
+        cells = [c.ljust(widths[i]) if i < 2 else c.rjust(widths[i]) for i, c in enumerate(line)]
+        out.append("  ".join(cells).rstrip())
+    return "\n".join(out)

@@ -42,6 +42,10 @@ class JobContext:
     spark: Callable[[], SparkSession]
     # The session already there (active, or prepared by spark-submit), without starting one.
     submitted: Callable[[], SparkSession | None]
+    # The run's --ledger-catalog/--ledger-table (the catalog file's ledger block fills the rest):
+    # health reads past runs from there for its estimates.
+    ledger_catalog: str | None = None
+    ledger_table: str | None = None
 
     def catalog(self, name: str | None) -> Catalog:
         return catalog_for(self.catalogs.get(name))

@@ -485,6 +485,7 @@ class HistoryQuery:
     job: str | None = None
     since_us: int | None = None  # runs started at or after
     limit: int | None = 20  # newest first; None: all
+    jobs: frozenset[str] | None = None  # runs of any of these jobs (with ``job``: of both)
 
 
 def _bound(f: DataFile, field: NestedField | None, upper: bool) -> Any:
@@ -529,6 +530,10 @@ def _file_may_hold(schema: Schema, f: DataFile, query: HistoryQuery) -> bool:
         lower, upper = _bound(f, by_name.get(name), False), _bound(f, by_name.get(name), True)
         if (lower is not None and wanted < lower) or (upper is not None and wanted > upper):
             return False
+    if query.jobs is not None:
+        lower, upper = _bound(f, by_name.get("job"), False), _bound(f, by_name.get("job"), True)
+        if not any((lower is None or j >= lower) and (upper is None or j <= upper) for j in query.jobs):
+            return False
     return True
 
 
@@ -571,6 +576,7 @@ def _read_file(ledger: LoadedTable, schema: Schema, f: DataFile) -> list[LedgerR
 def _matches(row: LedgerRow, query: HistoryQuery) -> bool:
     return (
         (query.job is None or row.job == query.job)
+        and (query.jobs is None or row.job in query.jobs)
         and (query.table is None or row.table_name == query.table)
         and (query.since_us is None or row.started_at >= query.since_us)
     )

@@ -33,6 +33,48 @@ class LedgerNote:
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """What ``health`` predicted for this run of a job on this table, beside what the run did.
+
+    It travels inside the result (and so the ledger's ``result_json``) rather than as new ledger
+    columns: a ledger made by any earlier version keeps its exact schema (``check_ledger``
+    recognises unmarked ledgers by it, and older versions append to newer ledgers by name), the
+    scheduler reading the result line sees it too, and SQL still reaches every figure with the
+    engines' JSON functions (``get_json_object(result_json, '$.prediction.actual.files_removed')``
+    in Spark, ``json_extract_scalar`` in Trino).
+    """
+
+    health_run_id: str
+    health_started_at: str
+    table: str  # as health named it
+    catalog: str | None  # the catalog the job resolved its table in; None for a path
+    bytes_freed: int
+    files_removed: int
+    duration_ms: int | None  # None: health had no past runs to estimate from
+    actual_bytes_freed: int | None
+    actual_files_removed: int | None
+    actual_duration_ms: int
+
+    def to_obj(self) -> dict[str, Any]:
+        return {
+            "health_run_id": self.health_run_id,
+            "health_started_at": self.health_started_at,
+            "catalog": self.catalog,
+            "table": self.table,
+            "predicted": {
+                "bytes_freed": self.bytes_freed,
+                "files_removed": self.files_removed,
+                "duration_ms": self.duration_ms,
+            },
+            "actual": {
+                "bytes_freed": self.actual_bytes_freed,
+                "files_removed": self.actual_files_removed,
+                "duration_ms": self.actual_duration_ms,
+            },
+        }
+
+
+@dataclass(frozen=True)
 class JobResult:
     job: str
     table: str
@@ -44,6 +86,8 @@ class JobResult:
     files: Sequence[str] | None = None
     error: str | None = None
     tablekeeper_version: str = __version__
+    # Set after the run: health's prediction for it, found in the ledger (jobs.common.predictions).
+    prediction: Prediction | None = None
     # Set after the run, once its result is in the ledger (or failed to get there).
     ledger: LedgerNote | None = None
 
@@ -64,6 +108,8 @@ class JobResult:
             duration_ms=self.duration_ms,
             tablekeeper_version=self.tablekeeper_version,
         )
+        if self.prediction is not None:
+            body["prediction"] = self.prediction.to_obj()
         # Last: the ledger row holds the result as it was before this note existed.
         if self.ledger is not None:
             body["ledger"] = self.ledger.to_obj()

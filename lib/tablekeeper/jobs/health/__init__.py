@@ -6,6 +6,10 @@ catalog's namespaces (``--catalog`` without ``--table``), read by threads on the
 Spark session is there (spark-submit) or ``--engine spark`` asks for one, one table per task on
 the executors. A table of a fleet that cannot be read is reported with its reason; the others
 still are.
+
+With a ledger configured, health reads the ledger's past runs once (``jobs.common.predictions``):
+each recommendation gets an expected duration and, beside its estimates, their own error over the
+table's last runs of that job; ``--html`` writes a report for people (``jobs.health.html``).
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from typing import Any
 
 import yaml
 
-from tablekeeper.catalog import catalog_for
+from tablekeeper.catalog import catalog_for, looks_like_path
 from tablekeeper.catalog.config import CatalogConfig
 from tablekeeper.clock import now_ms
 from tablekeeper.errors import ConfigError, TablekeeperError
+from tablekeeper.jobs.common.accuracy import PastRun
 from tablekeeper.jobs.common.context import (
     JobContext,
     add_engine_argument,
@@ -39,6 +44,7 @@ from tablekeeper.jobs.common.context import (
 from tablekeeper.jobs.common.engines import check_engine
 from tablekeeper.jobs.common.formats import delta_options, honoured, refused
 from tablekeeper.jobs.common.result import JobClock, JobResult
+from tablekeeper.jobs.health.estimates import predicted_runs, with_estimates
 from tablekeeper.jobs.health.layout import parse_columns
 from tablekeeper.jobs.health.model import TableHealth, Thresholds, parse_threshold_args
 from tablekeeper.settings import CATALOGS_FILE, conf_dir
@@ -65,6 +71,7 @@ class HealthOptions:
     sort: str = "savings"
     limit: int | None = None
     output: str = "auto"  # auto: a readable table too when stdout is a terminal
+    html: str | None = None  # also write an HTML report here (a path or a storage URI)
     engine: str = "auto"
     conf_file: str | None = None
 
@@ -221,8 +228,11 @@ def run(options: HealthOptions, context: JobContext) -> JobResult:
     now = now_ms()
     base = file_thresholds(options.conf_file)
     cli = options.cli_thresholds
+    read_in: str | None = None  # the catalog the tables were read in, as jobs name it (None: a path)
     if options.table:
         root = delta_root(options.table)
+        if root is None and not looks_like_path(options.table):
+            read_in = context.catalogs.get(options.catalog).name
         if root is not None:
             from tablekeeper.jobs.health.delta import delta_health
 
@@ -246,10 +256,15 @@ def run(options: HealthOptions, context: JobContext) -> JobResult:
     else:
         targets = _targets(options, context)
         checked = _check_fleet(targets, options, context, base, cli, now)
-        label = context.catalogs.get(options.catalog).name + (
-            f".{options.namespace}" if options.namespace else ""
-        )
-    return _finish(options, clock, checked, label)
+        read_in = context.catalogs.get(options.catalog).name
+        label = read_in + (f".{options.namespace}" if options.namespace else "")
+    from tablekeeper.jobs.common.predictions import recent_runs
+
+    rows = recent_runs(context.catalogs, context.ledger_catalog, context.ledger_table, now * 1000)
+    past = [PastRun.from_row(r) for r in rows or ()]
+    checked = with_estimates(checked, past, read_in)
+    ledger = None if rows is None else predicted_runs(past, checked, read_in)
+    return _finish(options, clock, checked, label, read_in, ledger)
 
 
 def _check_fleet(
@@ -276,16 +291,40 @@ def _check_fleet(
         return list(pool.map(lambda t: _checked(t, base, cli, now, options.list_files, layout), targets))
 
 
-def _finish(options: HealthOptions, clock: JobClock, checked: Sequence[TableHealth], label: str) -> JobResult:
+def _finish(
+    options: HealthOptions,
+    clock: JobClock,
+    checked: Sequence[TableHealth],
+    label: str,
+    catalog: str | None,
+    ledger: Sequence[PastRun] | None,
+) -> JobResult:
     ranked = sorted(checked, key=_sort_key(options.sort))
     shown = ranked[: options.limit] if options.limit else ranked
-    metrics = _summary(checked) | {"sort": options.sort, "tables_shown": len(shown)}
+    metrics = _summary(checked) | {"sort": options.sort, "tables_shown": len(shown), "catalog": catalog}
     if options.output == "table" or (options.output == "auto" and sys.stdout.isatty()):
         from tablekeeper.jobs.health.report import render
 
         print(render(shown))
     base = clock.result(JOB, label, dry_run=False, metrics=metrics)
+    if options.html:
+        from tablekeeper.jobs.health.html import render_report
+
+        _write_html(options.html, render_report(label, shown, metrics, ledger, generated_at=base.started_at))
     return HealthResult(**{f: getattr(base, f) for f in base.__dataclass_fields__}, tables=tuple(shown))
+
+
+def _write_html(where: str, text: str) -> None:
+    """The report written whole (locally: a new file renamed over the old), or a ConfigError."""
+    from tablekeeper.io import FileIO
+
+    location = where if "://" in where or where.startswith("file:") else str(Path(where).resolve())
+    try:
+        FileIO.for_location(location).write(location, text.encode("utf-8"))
+    except (OSError, TablekeeperError) as err:
+        reason = err.message if isinstance(err, TablekeeperError) else (err.strerror or str(err))
+        raise ConfigError(f"cannot write the HTML report to {where}: {reason}") from None
+    log.info("health report written to %s", where)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -332,6 +371,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["auto", "table", "json"],
         help="auto: a readable table before the JSON line when stdout is a terminal",
     )
+    parser.add_argument(
+        "--html",
+        metavar="PATH",
+        help="also write a self-contained HTML report (charts, ledger runs) to this file or storage URI",
+    )
     parser.add_argument("--result-file", help="also write the JSON result to this file")
     add_ledger_arguments(parser)
     add_engine_argument(parser)
@@ -346,6 +390,7 @@ DELTA_OPTIONS = delta_options(
         "sort": honoured("orders the report"),
         "limit": honoured("bounds the report"),
         "output": honoured("how the report is shown"),
+        "html": honoured("the HTML report shows the Delta table's metrics"),
         "list_files": refused("the Delta checks count VACUUM's files from the log; drop it"),
         "v3_readiness": refused("row lineage is an Iceberg v3 feature: convert-delta --format-version 3"),
         "namespace": refused("with --table there is one table; use --catalog without --table"),

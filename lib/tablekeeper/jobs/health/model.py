@@ -163,9 +163,15 @@ class Recommendation:
     # For ranking tables: bytes the job frees, and files (data, delete, manifest) it removes.
     bytes_freed: int = 0
     files_removed: int = 0
+    # From the ledger's past runs (jobs.health.estimates); None without a ledger or past runs.
+    expected_duration_ms: int | None = None
+    duration_basis: str | None = None  # "table": its own runs; "fleet": the job's time per file
+    # The median relative error of this kind of estimate over the table's last runs of the job:
+    # {"runs": N, "bytes_freed": e, "files_removed": e, "duration_ms": e} (e None: not comparable).
+    error: Mapping[str, Any] | None = field(default=None, hash=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "job": self.job,
             "reason": self.reason,
             "threshold": self.threshold,
@@ -173,6 +179,12 @@ class Recommendation:
             "bytes_freed": self.bytes_freed,
             "files_removed": self.files_removed,
         }
+        if self.expected_duration_ms is not None:
+            body["expected_duration_ms"] = self.expected_duration_ms
+            body["duration_basis"] = self.duration_basis
+        if self.error is not None:
+            body["error"] = dict(self.error)
+        return body
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tablekeeper.jobs.health.model import TableHealth
+from tablekeeper.jobs.health.model import Recommendation, TableHealth
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -53,5 +53,17 @@ def render(tables: Sequence[TableHealth]) -> str:
     for h in tables:
         for r in h.recommendations:
             effect = ", ".join(f"{k} {v}" for k, v in r.effect.items())
-            lines.append(f"{h.table}: {r.job}: {r.reason} [{r.threshold}] -> {effect}")
+            lines.append(f"{h.table}: {r.job}: {r.reason} [{r.threshold}] -> {effect}{estimates(r)}")
     return "\n".join(lines)
+
+
+def estimates(r: Recommendation) -> str:
+    """The expected duration and, beside the estimates, their median error over past runs."""
+    out = ""
+    if r.expected_duration_ms is not None:
+        out += f"; takes ~{r.expected_duration_ms / 1000:.1f}s ({r.duration_basis})"
+    if r.error:
+        names = {"bytes_freed": "bytes", "files_removed": "files", "duration_ms": "time"}
+        shares = [f"{n} {r.error[m] * 100:.0f}%" for m, n in names.items() if r.error.get(m) is not None]
+        out += f"; past error over {r.error.get('runs')} runs: {', '.join(shares) or 'none comparable'}"
+    return out

@@ -72,7 +72,7 @@ def _sample(action: argparse.Action, tmp_path: Path) -> list[str]:
     flag = _flag(action)
     if action.nargs == 0:
         return [flag]
-    if action.dest in ("file_list", "result_file"):
+    if action.dest in ("file_list", "result_file", "html"):
         return [flag, str(tmp_path / f"{action.dest}.txt")]
     if action.dest in SAMPLES:
         value, *rest = SAMPLES[action.dest]
@@ -169,6 +169,10 @@ def test_option_is_honoured_or_refused_on_both_formats(
         return
     if dest in COMMON or (job, dest) in NOTHING_TO_CHANGE:
         return  # the command line's own options, format-independent (tests/unit/cli)
+    if (job, dest) == ("health", "html"):  # what it changes is a file: the Delta table's report
+        _delta_run(job, tables["delta"], [*conf, *sample], monkeypatch, capsys)
+        assert tables["delta"] in Path(sample[1]).read_text(encoding="utf-8")
+        return
     baseline = BASELINES.get(dest, [])
     seen = [
         _delta_run(job, tables["delta"], [*conf, *baseline], monkeypatch, capsys),
