@@ -31,6 +31,7 @@ from tablekeeper.jobs.common.context import (
     JobContext,
     add_engine_argument,
     add_ledger_arguments,
+    add_lineage_argument,
     add_table_arguments,
     delta_root,
     options_from_args,
@@ -308,6 +309,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--result-file", help="also write the JSON result to this file")
     add_ledger_arguments(parser)
+    add_lineage_argument(parser)
     add_engine_argument(parser)
 
 
