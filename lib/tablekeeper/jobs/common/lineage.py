@@ -185,7 +185,7 @@ def catalog_identity(config: CatalogConfig, identifier: str) -> tuple[str, str]:
     if _SCHEME.match(where) and "://" in where:
         parts = urllib.parse.urlsplit(where)
         host = parts.netloc.rpartition("@")[2]
-        where = urllib.parse.urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+        where = f"{parts.scheme}://{host}{parts.path.rstrip('/')}"  # sqlite:////abs/path keeps its slashes
     return redact(where), redact(identifier)
 
 

@@ -114,7 +114,10 @@ def _pairs(text: str) -> dict[str, str]:
 
 
 def _join(base: str, path: str) -> str:
-    return f"{base.rstrip('/')}/{path.lstrip('/')}"
+    """``path`` appended to ``base``'s path; its query (a token parameter, say) kept at the end."""
+    parts = urllib.parse.urlsplit(base)
+    joined = f"{parts.path.rstrip('/')}/{path.lstrip('/')}"
+    return urllib.parse.urlunsplit(parts._replace(path=joined))
 
 
 def _metrics(env: Mapping[str, str], file: TelemetryConfig, problems: list[str]) -> MetricsTarget | None:
