@@ -227,6 +227,25 @@ def test_the_environment_and_the_catalog_file() -> None:
     assert not targets({}, None).any
 
 
+def test_the_catalog_files_telemetry_block(tmp_path: Path) -> None:
+    from tablekeeper.catalog.config import TelemetryConfig, parse_catalogs
+
+    head = "catalogs: {}\n"
+    parsed = parse_catalogs(
+        head + "telemetry:\n  otlp-endpoint: http://c:4318\n  openlineage-url: ${warehouse}/x\n", tmp_path
+    )
+    assert parsed.telemetry == TelemetryConfig(otlp_endpoint="http://c:4318", openlineage_url=f"{tmp_path}/x")
+    assert parsed.telemetry_error is None
+    # A malformed block is reported (a warning when a job starts), never the file's failure.
+    for block, says in (
+        ("telemetry: [1]", "'telemetry' must be a mapping"),
+        ("telemetry: {otlp-url: x}", "unknown key(s) otlp-url"),
+        ("telemetry: {openlineage-url: '${NOT_SET_ANYWHERE_4711}'}", "NOT_SET_ANYWHERE_4711"),
+    ):
+        broken = parse_catalogs(head + block + "\n", tmp_path)
+        assert broken.telemetry == TelemetryConfig() and says in (broken.telemetry_error or ""), block
+
+
 PROBE = """
 import json, sys
 from tablekeeper.cli import main
