@@ -9,12 +9,9 @@ load) are imported only for what is configured.
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -199,6 +196,8 @@ def _retry_wait(value: str | None) -> float:
     try:
         seconds = float(value)
     except ValueError:
+        import email.utils
+
         when = email.utils.parsedate_to_datetime(value) if value.strip() else None
         seconds = when.timestamp() - time.time() if when is not None else DEFAULT_RETRY_WAIT_S
     return min(max(seconds, 0.0), MAX_RETRY_WAIT_S)
@@ -211,6 +210,9 @@ class Unreachable(Exception):
 def post(url: str, body: bytes, headers: Mapping[str, str], timeout_s: float) -> None:
     """POST ``body``; once more after a 429 or 503, waiting its Retry-After (at most 2 s). Raises
     Unreachable without an answer, OSError naming the status for any other non-2xx."""
+    import urllib.error  # only a run that sends something pays for the HTTP client
+    import urllib.request
+
     request = urllib.request.Request(url, data=body, headers=dict(headers), method="POST")
     for attempt in (1, 2):
         try:
