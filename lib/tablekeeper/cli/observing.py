@@ -64,9 +64,12 @@ class Observer:
             except Exception:
                 log.warning("OpenLineage end event not sent", exc_info=log.isEnabledFor(logging.DEBUG))
         if self.chosen.metrics is not None:
-            from tablekeeper.jobs.common.telemetry import export
+            try:
+                from tablekeeper.jobs.common.telemetry import export
 
-            export(result, self.chosen.metrics)
+                export(result, self.chosen.metrics)
+            except Exception:
+                log.warning("OTLP metrics not exported", exc_info=log.isEnabledFor(logging.DEBUG))
 
 
 def observer(
@@ -80,6 +83,21 @@ def observer(
     """The run's observer, or None when nothing is configured. ``catalog_file`` is the run's catalog
     file as parsed (its ``telemetry:`` block); ``catalogs`` the same with its storage settings in
     force, for loading the tables' metadata."""
+    try:
+        return _observer(args, job, table, run_id, catalog_file, catalogs)
+    except Exception:  # a bug here is a warning: the job runs unobserved, its outcome untouched
+        log.warning("metrics and lineage are off for this run", exc_info=log.isEnabledFor(logging.DEBUG))
+        return None
+
+
+def _observer(
+    args: argparse.Namespace,
+    job: str,
+    table: str,
+    run_id: str,
+    catalog_file: Callable[[], CatalogsConfig],
+    catalogs: Callable[[], CatalogsConfig],
+) -> Observer | None:
     try:
         config = catalog_file()
     except Exception:  # the job itself reports an unreadable catalog file
