@@ -8,6 +8,13 @@ follow the reason; the result file (or the ``tablekeeper:`` line of the output, 
 before it could write one) gives the reason itself. Exit codes 2 (usage), 3 (refused) and 5
 (commit state unknown) need a person, so they fail the task without retries.
 
+Every job gets ``--lineage-parent``: its OpenLineage events (when the job has OpenLineage
+configured) nest under this DAG run. With the OpenLineage provider installed the parent is the
+task instance as the provider names it (its ``lineage_parent_id`` macro); without it, the DAG run:
+namespace ``[openlineage] namespace`` (else OPENLINEAGE_NAMESPACE, else ``default``, the
+provider's convention), job name the dag_id, run id ``uuid5(NAMESPACE_URL, "airflow://<dag_id>/<run_id>")``,
+the same for every task of the run.
+
 Given ``health_task_id``, a task first asks that task's result (``tablekeeper health``) whether its
 job is needed (tablekeeper_health.verdict). Not needed: the task logs health's measure, pushes it
 as XCom ``skipped`` ({job, table, reason}) and is skipped. Needed: it logs health's reason and
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import tempfile
 import uuid
@@ -44,6 +52,7 @@ _TAIL_MARKER = "Last spark-submit output:"
 _SPARK_LOG_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR) ")
 # Java and Python stack frames: where an error happened, not what it was.
 _STACK_LINE = re.compile(r"^(at |\.\.\. \d+ more$|File \"|Traceback \(|\^+$)")
+LINEAGE_PARENT_OPTION = "--lineage-parent"
 
 
 class TablekeeperJobOperator(SparkSubmitOperator):
@@ -77,6 +86,8 @@ class TablekeeperJobOperator(SparkSubmitOperator):
         directory.mkdir(parents=True, exist_ok=True)
         result_file = directory / f"tablekeeper-{slug(self.dag_id)}-{self.task_id}-{uuid.uuid4().hex}.json"
         self.application_args = [*(self.application_args or []), "--result-file", str(result_file)]
+        if LINEAGE_PARENT_OPTION not in self.application_args:  # the tables file may name its own
+            self.application_args += [LINEAGE_PARENT_OPTION, lineage_parent(context)]
         try:
             try:
                 super().execute(context)
@@ -172,6 +183,33 @@ def table_args(table_option: str, entry: Entry, table: str) -> list[str]:
     if entry.catalog_file:
         args += ["--conf-file", entry.catalog_file]
     return args
+
+
+def lineage_parent(context: Context) -> str:
+    """``<namespace>/<job name>/<run id>`` of the run a job's OpenLineage events nest under (see the
+    module docstring)."""
+    try:
+        from airflow.providers.openlineage.plugins.macros import lineage_parent_id
+    except ImportError:
+        pass
+    else:
+        try:
+            return str(lineage_parent_id(context["ti"]))
+        except Exception:  # a provider that cannot name the task: the DAG run still can
+            log.warning("the OpenLineage provider gave no parent id: using the DAG run", exc_info=True)
+    dag_run = context["dag_run"]
+    run_id = uuid.uuid5(uuid.NAMESPACE_URL, f"airflow://{dag_run.dag_id}/{dag_run.run_id}")
+    return f"{_lineage_namespace()}/{dag_run.dag_id}/{run_id}"
+
+
+def _lineage_namespace() -> str:
+    try:
+        from airflow.configuration import conf
+
+        configured = conf.get("openlineage", "namespace", fallback=None)
+    except Exception:  # no Airflow configuration in this process
+        configured = None
+    return configured or os.environ.get("OPENLINEAGE_NAMESPACE") or "default"
 
 
 def _read_result(path: Path) -> dict[str, Any] | None:

@@ -25,6 +25,7 @@ from tests.support.db_servers import DbServer, run_mariadb, run_postgres
 from tests.support.glue_server import GlueEndpoint, run_glue_server
 from tests.support.hive_metastore import MetastoreServer, run_metastore
 from tests.support.object_store import S3_BUCKET, S3Endpoint, run_s3proxy
+from tests.support.observe_receiver import Receiver, run_receiver
 from tests.support.rest_catalog_server import (
     REST_WAREHOUSE,
     RestCatalogServer,
@@ -161,6 +162,20 @@ def delta_table_copy(tmp_path: Path) -> Iterator[object]:
 
 # Servers the interop and cluster tests talk to over loopback. Each starts on first request and
 # lives for the session, so a run that never asks for one pays nothing.
+
+
+@pytest.fixture(scope="session")
+def observe_server() -> Iterator[Receiver]:
+    """One loopback HTTP endpoint per session for OTLP metrics and OpenLineage events."""
+    with run_receiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture
+def receiver(observe_server: Receiver) -> Receiver:
+    """The session's endpoint, with nothing received and nothing queued."""
+    observe_server.reset()
+    return observe_server
 
 
 @pytest.fixture(scope="session")

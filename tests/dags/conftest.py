@@ -66,10 +66,19 @@ def write_tables(path: Path, doc: dict[str, Any]) -> Path:
     return path
 
 
-def local_tables(path: Path, warehouse: Path, defaults: dict[str, Any], **sections: Any) -> Path:
-    """A tables file for local Spark: jobs on ``warehouse``, runs only when tested, no retries."""
+def local_tables(
+    path: Path,
+    warehouse: Path,
+    defaults: dict[str, Any],
+    *,
+    env_vars: dict[str, str] | None = None,
+    **sections: Any,
+) -> Path:
+    """A tables file for local Spark: jobs on ``warehouse`` (and ``env_vars``), runs only when
+    tested, no retries."""
+    env = {"TABLEKEEPER_WAREHOUSE": str(warehouse), **(env_vars or {})}
     doc = {
-        "submit": {**LOCAL_SUBMIT, "env_vars": {"TABLEKEEPER_WAREHOUSE": str(warehouse)}},
+        "submit": {**LOCAL_SUBMIT, "env_vars": env},
         "defaults": {"schedule": None, "retries": 0, **defaults},
         **sections,
     }
@@ -152,6 +161,11 @@ def mapped_task_states(home: Path, dag_id: str) -> dict[tuple[str, int], tuple[s
             (dag_id,),
         ).fetchall()
     return {(task_id, index): (state, label) for task_id, index, state, label in rows}
+
+
+def dag_run_ids(home: Path, dag_id: str) -> list[str]:
+    with sqlite3.connect(home / "airflow.db") as db:
+        return [r for (r,) in db.execute("SELECT run_id FROM dag_run WHERE dag_id = ?", (dag_id,))]
 
 
 def xcoms(home: Path, dag_id: str, key: str) -> dict[tuple[str, int], Any]:

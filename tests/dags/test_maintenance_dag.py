@@ -3,13 +3,18 @@ health gate: a table of small files, expirable snapshots and an orphan gets ever
 recommends, comes out compacted and expired, with its orphan gone and every job's result in XCom;
 a healthy table's jobs are skipped with health's reason (compute-stats, which health does not
 judge, still runs after them); a job that fails (here health itself) fails its task with the job's
-own one-line reason and stops the chain."""
+own one-line reason and stops the chain. Every job's OpenLineage events nest under the DAG run."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
-from tests.dags.conftest import DagTest, local_tables, task_states, xcom_results, xcoms
+import pytest
+
+from tests.dags.conftest import DagTest, dag_run_ids, local_tables, task_states, xcom_results, xcoms
+from tests.support.observe_receiver import Receiver, no_telemetry_env
+from tests.support.openlineage_check import validate_event
 from tests.support.spark_submit import (
     ROWS_PER_FILE,
     iceberg_table_of_small_files,
@@ -22,8 +27,9 @@ JOBS = {"compact": {}, "expire-snapshots": {"older-than": "0s", "retain-last": 1
 FILES = 6
 
 
+@pytest.mark.usefixtures(no_telemetry_env.__name__)
 def test_maintenance_dag_runs_what_health_recommends_compacting_expiring_and_removing_orphans(
-    tmp_path: Path, dags_test: DagTest, airflow_home: Path
+    tmp_path: Path, dags_test: DagTest, airflow_home: Path, receiver: Receiver
 ) -> None:
     warehouse = tmp_path / "warehouse"
     before = iceberg_table_of_small_files(warehouse, "db.events", files=FILES)
@@ -38,6 +44,7 @@ def test_maintenance_dag_runs_what_health_recommends_compacting_expiring_and_rem
         {"jobs": JOBS},
         # list_files: health lists the table for orphans, so remove-orphans is gated too.
         tables=[{"table": "db.events", "health": {"list_files": True}}],
+        env_vars={"OPENLINEAGE_URL": receiver.url},
     )
     dag_id = "tablekeeper_maintenance__db_events"
 
@@ -85,6 +92,21 @@ def test_maintenance_dag_runs_what_health_recommends_compacting_expiring_and_rem
     assert sorted(after.scan().to_arrow().column("id").to_pylist()) == list(range(FILES * ROWS_PER_FILE))
     assert not orphan.exists()
     assert not any(Path(f.removeprefix("file://")).exists() for f in old_files)
+
+    # Each job's START and COMPLETE name the DAG run as their parent (no OpenLineage provider in
+    # this Airflow: the DAG run's id is derived from its dag_id and run_id).
+    [dag_run] = dag_run_ids(airflow_home, dag_id)
+    parent = ("default", dag_id, str(uuid.uuid5(uuid.NAMESPACE_URL, f"airflow://{dag_id}/{dag_run}")))
+    events = [validate_event(r.body)[0] for r in receiver.at("/api/v1/lineage")]
+    by_job: dict[str, list[str]] = {}
+    for event in events:
+        facet = event.run.facets["parent"]  # type: ignore[index]
+        assert (facet.job.namespace, facet.job.name, facet.run.runId) == parent
+        by_job.setdefault(event.job.name, []).append(event.eventType.value)  # type: ignore[union-attr]
+    assert by_job == {
+        f"{job}.db.events": ["START", "COMPLETE"]
+        for job in ("health", "compact", "expire-snapshots", "remove-orphans")
+    }
 
 
 def test_a_healthy_tables_jobs_are_skipped_with_healths_reason(

@@ -21,6 +21,7 @@ __all__ = [
     "CatalogConfig",
     "CatalogsConfig",
     "LedgerConfig",
+    "TelemetryConfig",
     "load_catalogs",
     "parse_catalogs",
 ]
@@ -43,6 +44,23 @@ class LedgerConfig:
 
 
 @dataclass(frozen=True)
+class TelemetryConfig:
+    """The file's ``telemetry:`` block: where runs send their metrics and lineage events (the
+    standard environment variables win, key by key: jobs.common.observe)."""
+
+    otlp_endpoint: str | None = None
+    openlineage_url: str | None = None
+    openlineage_namespace: str | None = None
+
+
+_TELEMETRY_KEYS = {
+    "otlp-endpoint": "otlp_endpoint",
+    "openlineage-url": "openlineage_url",
+    "openlineage-namespace": "openlineage_namespace",
+}
+
+
+@dataclass(frozen=True)
 class CatalogsConfig:
     default: str
     catalogs: Mapping[str, CatalogConfig] = field(hash=False)
@@ -51,6 +69,9 @@ class CatalogsConfig:
     ledger: LedgerConfig | None = None
     # A malformed ledger block: reported in each run's result, never failing the job itself.
     ledger_error: str | None = None
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    # A malformed telemetry block: a warning when a job starts, never failing it.
+    telemetry_error: str | None = None
 
     def get(self, name: str | None) -> CatalogConfig:
         key = name or self.default
@@ -131,9 +152,41 @@ def parse_catalogs(text: str, warehouse: Path, source: str = CATALOGS_FILE) -> C
     if (catalogs or unusable) and default not in catalogs and default not in unusable:
         raise ConfigError(f"{source}: default catalog {default!r} is not defined")
     ledger, ledger_error = _parse_ledger(doc.get("ledger"), source)
+    telemetry, telemetry_error = _parse_telemetry(doc.get("telemetry"), source, variables)
     return CatalogsConfig(
-        default=default, catalogs=catalogs, unusable=unusable, ledger=ledger, ledger_error=ledger_error
+        default=default,
+        catalogs=catalogs,
+        unusable=unusable,
+        ledger=ledger,
+        ledger_error=ledger_error,
+        telemetry=telemetry,
+        telemetry_error=telemetry_error,
     )
+
+
+def _parse_telemetry(
+    value: object, source: str, variables: Mapping[str, str]
+) -> tuple[TelemetryConfig, str | None]:
+    if value is None:
+        return TelemetryConfig(), None
+    example = "telemetry: {otlp-endpoint: <url>, openlineage-url: <url>, openlineage-namespace: <name>}"
+    if not isinstance(value, dict):
+        return TelemetryConfig(), f"{source}: 'telemetry' must be a mapping like {example}"
+    unknown = sorted(str(k) for k in value if k not in _TELEMETRY_KEYS)
+    if unknown:
+        keys = ", ".join(unknown)
+        return TelemetryConfig(), f"{source}: telemetry has unknown key(s) {keys}: use {example}"
+    given: dict[str, str] = {}
+    for key, name in _TELEMETRY_KEYS.items():
+        raw = value.get(key)
+        if raw is None or raw == "":
+            continue
+        try:
+            given[name] = expand(str(raw), variables)
+        except ConfigError as err:
+            return TelemetryConfig(), f"{source}: telemetry {key}: {err.message}"
+        register_uri_secrets(given[name])  # an endpoint may carry a password or a token parameter
+    return TelemetryConfig(**given), None
 
 
 def _parse_ledger(value: object, source: str) -> tuple[LedgerConfig | None, str | None]:

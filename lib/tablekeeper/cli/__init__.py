@@ -12,7 +12,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from tablekeeper import __version__
 from tablekeeper.errors import ExitCode, TablekeeperError, exit_code, task_error
@@ -206,10 +206,10 @@ def _catalog_file(args: argparse.Namespace) -> CatalogsConfig:
     return load_catalogs(path, Path(warehouse).resolve() if warehouse else None)
 
 
-def _catalogs(args: argparse.Namespace) -> CatalogsConfig:
+def _catalogs(args: argparse.Namespace, parsed: CatalogsConfig | None = None) -> CatalogsConfig:
     from tablekeeper.io.storage import configure_storage
 
-    catalogs = _catalog_file(args)
+    catalogs = parsed if parsed is not None else _catalog_file(args)
     # The job's catalog also says how to reach storage outside it (a Delta source, a path table).
     name = getattr(args, "catalog", None) or catalogs.default
     if name in catalogs.catalogs or name in catalogs.unusable:
@@ -232,19 +232,40 @@ def _emit(result: JobResult, result_file: str | None) -> None:
         Path(result_file).write_text(line + "\n", encoding="utf-8")
 
 
-def _run_job(args: argparse.Namespace, job: str, table: str, run: Callable[[], JobResult]) -> int:
-    """Run a job; whatever happens, stdout's last line is its JSON result."""
+def _run_job(
+    args: argparse.Namespace,
+    job: str,
+    table: str,
+    run: Callable[[], JobResult],
+    catalog_file: Callable[[], CatalogsConfig] | None = None,
+) -> int:
+    """Run a job; whatever happens, stdout's last line is its JSON result. The run's id is its
+    ledger row's and its OpenLineage events'; metrics and events go out only when configured."""
+    import traceback
     from dataclasses import replace
 
     from tablekeeper import progress
-    from tablekeeper.jobs.common.result import JobClock
-    from tablekeeper.spark.progress import watching
+    from tablekeeper.cli.observing import observer
+    from tablekeeper.jobs.common.result import JobClock, new_run_id
+    from tablekeeper.spark.progress import spark_tasks
 
+    loaded = catalog_file or _once(lambda: _catalog_file(args))
     clock = JobClock()
+    run_id = new_run_id()
+    watching = observer(args, job, table, run_id, loaded, lambda: _catalogs(args, loaded()))
+    if watching is not None:
+        watching.started()
+
+    def end(result: JobResult, code: ExitCode, stack_trace: str | None = None) -> None:
+        recorded = _recorded(args, result, code, run_id, loaded)
+        _emit(recorded, args.result_file)
+        if watching is not None:
+            watching.finished(recorded, stack_trace)
+
     try:
         try:
             # Phases and Spark's tasks on stderr (a terminal) or at INFO: never on stdout.
-            with progress.activate(job), watching():
+            with progress.activate(job), spark_tasks():
                 result = run()
         except TablekeeperError:
             raise
@@ -258,17 +279,39 @@ def _run_job(args: argparse.Namespace, job: str, table: str, run: Callable[[], J
         dry_run = bool(getattr(args, "dry_run", False))
         failed = clock.result(job, table, dry_run=dry_run, metrics=err.metrics)
         failed = replace(failed, status=err.status, error=err.message)
-        _emit(_recorded(args, failed, err.exit_code), args.result_file)
+        end(failed, err.exit_code, traceback.format_exc())
         raise
     except Exception as err:
         # Unexpected, yet a run still ends with its JSON result (exit 1): schedulers parse it.
         dry_run = bool(getattr(args, "dry_run", False))
         failed = clock.result(job, table, dry_run=dry_run, metrics={})
         failed = replace(failed, status="failed", error=unexpected_reason(err))
-        _emit(_recorded(args, failed, exit_code(err)), args.result_file)
+        end(failed, exit_code(err), traceback.format_exc())
         raise
-    _emit(_recorded(args, result, ExitCode.OK), args.result_file)
+    end(result, ExitCode.OK)
     return 0
+
+
+_T = TypeVar("_T")
+
+
+def _once(load: Callable[[], _T]) -> Callable[[], _T]:
+    """``load``'s value (or its error) the first time, then the same again: the catalog file is
+    parsed once per run, whoever asks (the job, its ledger row, its telemetry)."""
+    done: list[tuple[_T | None, BaseException | None]] = []
+
+    def get() -> _T:
+        if not done:
+            try:
+                done.append((load(), None))
+            except Exception as err:
+                done.append((None, err))
+        value, error = done[0]
+        if error is not None:
+            raise error
+        return value  # type: ignore[return-value]
+
+    return get
 
 
 def unexpected_reason(err: Exception) -> str:
@@ -286,7 +329,13 @@ def unexpected_reason(err: Exception) -> str:
     return f"unexpected {err.__class__.__name__}: {reason[:300]}"
 
 
-def _recorded(args: argparse.Namespace, result: JobResult, code: ExitCode) -> JobResult:
+def _recorded(
+    args: argparse.Namespace,
+    result: JobResult,
+    code: ExitCode,
+    run_id: str,
+    catalog_file: Callable[[], CatalogsConfig],
+) -> JobResult:
     """The result, appended to the ledger of runs when one is configured, saying where it went.
     A ledger that cannot be written changes neither the status nor the exit code."""
     from dataclasses import replace
@@ -306,9 +355,10 @@ def _recorded(args: argparse.Namespace, result: JobResult, code: ExitCode) -> Jo
     note = record_run(
         result,
         exit_code=int(code),
-        catalogs=lambda: _catalog_file(args),
+        catalogs=catalog_file,
         catalog=getattr(args, "ledger_catalog", None),
         table=getattr(args, "ledger_table", None),
+        run_id=run_id,
     )
     return result if note is None else replace(result, ledger=note)
 
@@ -345,12 +395,13 @@ def _run(args: argparse.Namespace, given: frozenset[str]) -> int:
     module = _job_module(JOBS[args.command].module)
     # health over a catalog names no table: its failures name the catalog.
     table = getattr(args, "table", None) or getattr(args, "target", None) or args.catalog or ""
+    catalog_file = _once(lambda: _catalog_file(args))
 
     def run() -> JobResult:
         from tablekeeper.jobs.common.ledger import preflight
 
         options = module.Options.from_args(args)
-        catalogs = _catalogs(args)  # also the storage settings a path table is reached with
+        catalogs = _catalogs(args, catalog_file())  # also the storage settings a path table is reached with
         _refuse_unhonoured(args, module, given)
         # A --ledger-table naming an ordinary table is refused before the job touches anything.
         preflight(catalogs, getattr(args, "ledger_catalog", None), getattr(args, "ledger_table", None))
@@ -364,7 +415,7 @@ def _run(args: argparse.Namespace, given: frozenset[str]) -> int:
         )
         return module.run(options, context)
 
-    return _run_job(args, args.command, table, run)
+    return _run_job(args, args.command, table, run, catalog_file)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,7 +16,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tablekeeper.errors import ConfigError, CountsDiffer
-from tablekeeper.jobs.common.context import JobContext, add_ledger_arguments, add_table_arguments
+from tablekeeper.jobs.common.context import (
+    JobContext,
+    add_ledger_arguments,
+    add_lineage_argument,
+    add_table_arguments,
+)
 from tablekeeper.jobs.common.result import JobClock, JobResult
 
 if TYPE_CHECKING:
@@ -99,6 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--snapshot-id", type=int, help="the Iceberg snapshot to read (default: current)")
     parser.add_argument("--result-file", help="also write the JSON result to this file")
     add_ledger_arguments(parser)
+    add_lineage_argument(parser)
 
 
 def count_rows(

@@ -40,7 +40,7 @@ def _tasks() -> str:
 
 
 @contextmanager
-def watching() -> Iterator[None]:
+def spark_tasks() -> Iterator[None]:
     """Poll Spark's tasks while the block runs (when the run reports progress at all)."""
     if progress.active() is None:
         yield

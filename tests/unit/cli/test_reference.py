@@ -14,8 +14,16 @@ from tablekeeper.cli import build_parser, reference
 from tablekeeper.jobs import JOBS
 
 ROOT = Path(__file__).resolve().parents[3]
-# Options of the run, not of the job: the context, the result and the ledger take them.
-RUN_OPTIONS = {"conf_file", "warehouse", "result_file", "ledger_catalog", "ledger_table", "help"}
+# Options of the run, not of the job: the context, the result, the ledger and lineage take them.
+RUN_OPTIONS = {
+    "conf_file",
+    "warehouse",
+    "result_file",
+    "ledger_catalog",
+    "ledger_table",
+    "lineage_parent",
+    "help",
+}
 # Options a job reads under another name (its from_args converts them).
 READ_AS = {
     "compute-stats": {"snapshot": "snapshot_id"},

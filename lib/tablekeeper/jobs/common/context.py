@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tablekeeper.catalog import Catalog, catalog_for, looks_like_path, resolve_table
 from tablekeeper.catalog.config import DEFAULT_LEDGER_TABLE, CatalogsConfig
+from tablekeeper.jobs.common.observe import Parent, parse_parent
 
 _Options = TypeVar("_Options")
 
@@ -146,6 +147,24 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
     parser.add_argument("--result-file", help="also write the JSON result to this file")
     add_ledger_arguments(parser)
+    add_lineage_argument(parser)
+
+
+def _parent(text: str) -> Parent:
+    try:
+        return parse_parent(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def add_lineage_argument(parser: argparse.ArgumentParser) -> None:
+    """The run's OpenLineage parent (the Airflow DAGs pass their DAG run; docs/observability.md)."""
+    parser.add_argument(
+        "--lineage-parent",
+        type=_parent,
+        help="the OpenLineage parent run, <namespace>/<job name>/<run id>, of this run's events "
+        "(default: OPENLINEAGE_PARENT_ID; used only when OpenLineage is configured)",
+    )
 
 
 def add_ledger_arguments(parser: argparse.ArgumentParser) -> None:

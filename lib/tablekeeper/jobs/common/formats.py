@@ -55,6 +55,7 @@ COMMON: Mapping[str, OnDelta] = MappingProxyType(
         "result_file": honoured("the JSON result is written there"),
         "ledger_catalog": honoured("the result is appended to the ledger"),
         "ledger_table": honoured("the result is appended to the ledger"),
+        "lineage_parent": honoured("the run's OpenLineage events name it as their parent"),
     }
 )
 

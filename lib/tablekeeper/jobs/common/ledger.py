@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import re
 import socket
 import urllib.parse
 import uuid
@@ -47,7 +46,15 @@ from tablekeeper.iceberg.transforms import parse_transform
 from tablekeeper.iceberg.types import BOOLEAN, INT, LONG, STRING, TIMESTAMPTZ, NestedField, Schema
 from tablekeeper.iceberg.updates import new_table_metadata
 from tablekeeper.io.storage import configure_storage, storage_properties
-from tablekeeper.jobs.common.result import EPOCH, JobResult, LedgerNote, iso_utc
+from tablekeeper.jobs.common.result import (
+    EPOCH,
+    JobResult,
+    LedgerNote,
+    iso_to_micros,
+    iso_utc,
+    new_run_id,
+    outcome,
+)
 from tablekeeper.redact import redact
 from tablekeeper.tables.iceberg import load_manifests, read_entries
 
@@ -56,7 +63,7 @@ log = logging.getLogger(__name__)
 SCHEMA = Schema(
     0,
     (
-        NestedField(1, "run_id", STRING, True, doc="a random UUID per run"),
+        NestedField(1, "run_id", STRING, True, doc="a UUID per run (v7), its OpenLineage runId"),
         NestedField(2, "job", STRING, True, doc="the subcommand, e.g. compact"),
         # Not `table`: a reserved word in SQL (Trino, ANSI Spark) would need quoting in every query.
         NestedField(3, "table_name", STRING, True, doc="the table as the run named it (or its catalog)"),
@@ -97,20 +104,6 @@ PROPERTIES: Mapping[str, str] = {
     "write.metadata.delete-after-commit.enabled": "true",
 }
 
-# Typed columns from the metric names the jobs report (Iceberg's procedure output names): the
-# first name present wins. files_deleted is deleted_files_count, else the sum of the per-kind
-# deleted_<kind>_count (expire-snapshots). Dry runs leave them null.
-_FIRST_OF: Mapping[str, tuple[str, ...]] = {
-    "files_rewritten": (
-        "rewritten_data_files_count",
-        "rewritten_delete_files_count",
-        "rewritten_manifests_count",
-    ),
-    "files_added": ("added_data_files_count", "added_delete_files_count", "added_manifests_count"),
-    "bytes_freed": ("bytes_freed",),
-}
-_DELETED_KIND = re.compile(r"^deleted_[a-z_]+_count$")
-
 _READ_THREADS = 8
 
 
@@ -149,9 +142,9 @@ class LedgerRow:
         cls, result: JobResult, *, exit_code: int | None, run_id: str | None = None, host: str | None = None
     ) -> LedgerRow:
         # What the run did: a dry run did nothing (its plan stays in result_json).
-        metrics: Mapping[str, Any] = {} if result.dry_run else result.metrics
+        done = outcome(result)
         return cls(
-            run_id=run_id or str(uuid.uuid4()),
+            run_id=run_id or new_run_id(),
             job=result.job,
             table_name=result.table,
             status=result.status,
@@ -160,10 +153,10 @@ class LedgerRow:
             duration_ms=result.duration_ms,
             exit_code=exit_code,
             error=redact(result.error) if result.error is not None else None,
-            files_rewritten=_first_count(metrics, _FIRST_OF["files_rewritten"]),
-            files_added=_first_count(metrics, _FIRST_OF["files_added"]),
-            files_deleted=_deleted_count(metrics),
-            bytes_freed=_first_count(metrics, _FIRST_OF["bytes_freed"]),
+            files_rewritten=done.files_rewritten,
+            files_added=done.files_added,
+            files_deleted=done.files_deleted,
+            bytes_freed=done.bytes_freed,
             tablekeeper_version=result.tablekeeper_version,
             host=host if host is not None else socket.gethostname(),
             # The ledger's own note is not part of what it records.
@@ -186,29 +179,6 @@ class LedgerRow:
         except ValueError:
             body["result"] = raw
         return body
-
-
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _first_count(metrics: Mapping[str, Any], names: Sequence[str]) -> int | None:
-    return next((v for n in names if (v := _int(metrics.get(n))) is not None), None)
-
-
-def _deleted_count(metrics: Mapping[str, Any]) -> int | None:
-    total = _int(metrics.get("deleted_files_count"))
-    if total is not None:
-        return total
-    kinds = [v for k, raw in metrics.items() if _DELETED_KIND.match(k) and (v := _int(raw)) is not None]
-    return sum(kinds) if kinds else None
-
-
-def iso_to_micros(text: str) -> int:
-    parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.timezone.utc)
-    return (parsed - EPOCH) // dt.timedelta(microseconds=1)
 
 
 def micros_to_iso(micros: int) -> str:
@@ -445,9 +415,11 @@ def record_run(
     catalogs: Callable[[], CatalogsConfig],
     catalog: str | None = None,
     table: str | None = None,
+    run_id: str | None = None,
 ) -> LedgerNote | None:
-    """Append ``result`` to the ledger when one is configured (None when not). Nothing here
-    raises: a failure is logged and said in the note, and the job's own outcome stands."""
+    """Append ``result`` to the ledger when one is configured (None when not), as ``run_id`` (the
+    id its OpenLineage events carry; a new one if None). Nothing here raises: a failure is logged
+    and said in the note, and the job's own outcome stands."""
     try:
         config = catalogs()
     except Exception as err:
@@ -461,7 +433,7 @@ def record_run(
         target = ledger_target(config, catalog, table)
         if target is None:
             return None
-        row = LedgerRow.from_result(result, exit_code=exit_code)
+        row = LedgerRow.from_result(result, exit_code=exit_code, run_id=run_id)
         append_rows(open_catalog(config, target.catalog), target.table, [row])
     except Exception as err:
         return _not_written(target, err)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import re
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -128,6 +131,13 @@ def utc_now_iso() -> str:
     return iso_utc(dt.datetime.now(dt.timezone.utc))
 
 
+def iso_to_micros(text: str) -> int:
+    parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return (parsed - EPOCH) // dt.timedelta(microseconds=1)
+
+
 def iso_ms(epoch_ms: int) -> str:
     return iso_utc(EPOCH + dt.timedelta(milliseconds=epoch_ms))
 
@@ -158,3 +168,68 @@ class JobClock:
             metrics=metrics,
             files=files,
         )
+
+
+def new_run_id() -> str:
+    """A UUIDv7 (RFC 9562): the run's id in the ledger and its OpenLineage events. Time-ordered, so
+    ids sort by start like the runs do; 74 random bits keep runs started in the same millisecond
+    apart."""
+    ms = (time.time_ns() // 1_000_000) & ((1 << 48) - 1)
+    rand = int.from_bytes(os.urandom(10), "big") & ((1 << 74) - 1)
+    # unix_ts_ms (48 bits) | version 7 (4) | rand_a (12) | variant 0b10 (2) | rand_b (62)
+    value = ms << 80 | 0x7 << 76 | (rand >> 62) << 64 | 0b10 << 62 | (rand & ((1 << 62) - 1))
+    return str(uuid.UUID(int=value))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a run did, in the typed counts the ledger's columns and the exported metrics share;
+    None where the job reports no such figure, and for dry runs (which change nothing)."""
+
+    files_rewritten: int | None = None
+    files_added: int | None = None
+    files_deleted: int | None = None
+    bytes_freed: int | None = None
+
+
+# From the metric names the jobs report (Iceberg's procedure output names): the first name present
+# wins. files_deleted is deleted_files_count, else the sum of the per-kind deleted_<kind>_count
+# (expire-snapshots).
+_FIRST_OF: Mapping[str, tuple[str, ...]] = {
+    "files_rewritten": (
+        "rewritten_data_files_count",
+        "rewritten_delete_files_count",
+        "rewritten_manifests_count",
+    ),
+    "files_added": ("added_data_files_count", "added_delete_files_count", "added_manifests_count"),
+    "bytes_freed": ("bytes_freed",),
+}
+_DELETED_KIND = re.compile(r"^deleted_[a-z_]+_count$")
+
+
+def outcome(result: JobResult) -> Outcome:
+    if result.dry_run:
+        return Outcome()
+    metrics = result.metrics
+    return Outcome(
+        files_rewritten=_first_count(metrics, _FIRST_OF["files_rewritten"]),
+        files_added=_first_count(metrics, _FIRST_OF["files_added"]),
+        files_deleted=_deleted_count(metrics),
+        bytes_freed=_first_count(metrics, _FIRST_OF["bytes_freed"]),
+    )
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _first_count(metrics: Mapping[str, Any], names: Sequence[str]) -> int | None:
+    return next((v for n in names if (v := _int(metrics.get(n))) is not None), None)
+
+
+def _deleted_count(metrics: Mapping[str, Any]) -> int | None:
+    total = _int(metrics.get("deleted_files_count"))
+    if total is not None:
+        return total
+    kinds = [v for k, raw in metrics.items() if _DELETED_KIND.match(k) and (v := _int(raw)) is not None]
+    return sum(kinds) if kinds else None

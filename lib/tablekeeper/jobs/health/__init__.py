@@ -36,6 +36,7 @@ from tablekeeper.jobs.common.context import (
     JobContext,
     add_engine_argument,
     add_ledger_arguments,
+    add_lineage_argument,
     add_table_arguments,
     delta_root,
     options_from_args,
@@ -378,6 +379,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--result-file", help="also write the JSON result to this file")
     add_ledger_arguments(parser)
+    add_lineage_argument(parser)
     add_engine_argument(parser)
 
 

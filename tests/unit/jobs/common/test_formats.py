@@ -40,6 +40,7 @@ SAMPLES: dict[str, list[str]] = {
     "columns": ["id"],
     "sort_by": ["p"],
     "branch": ["b"],
+    "lineage_parent": ["airflow/dag/0191e7a6-0b52-7c4e-9f2a-5d6b0c1e2f30"],
 }
 # The part of each sample that is its own option's baseline (max-commits is used with --partial-progress).
 BASELINES: dict[str, list[str]] = {"max_commits": ["--partial-progress"]}
