@@ -25,13 +25,12 @@ from tablekeeper.jobs.common.ledger import (
     HistoryQuery,
     LedgerRow,
     check_ledger,
-    iso_to_micros,
     ledger_target,
     micros_to_iso,
     open_catalog,
     read_runs,
 )
-from tablekeeper.jobs.common.result import JobResult, Prediction
+from tablekeeper.jobs.common.result import JobResult, Prediction, iso_to_micros
 
 log = logging.getLogger(__name__)
 
