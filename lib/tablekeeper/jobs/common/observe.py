@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from tablekeeper.catalog.config import TelemetryConfig
+from tablekeeper.clock import now_ms
 from tablekeeper.redact import redact, register_secret, register_uri_secrets
 
 log = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ def _retry_wait(value: str | None) -> float:
         import email.utils
 
         when = email.utils.parsedate_to_datetime(value) if value.strip() else None
-        seconds = when.timestamp() - time.time() if when is not None else DEFAULT_RETRY_WAIT_S
+        seconds = when.timestamp() - now_ms() / 1000 if when is not None else DEFAULT_RETRY_WAIT_S
     return min(max(seconds, 0.0), MAX_RETRY_WAIT_S)
 
 
