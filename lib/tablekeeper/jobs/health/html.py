@@ -318,15 +318,60 @@ def _manifest_pressure(m: Mapping[str, Any]) -> str | None:
 
 
 def _layout(m: Mapping[str, Any]) -> str:
-    """A ``layout`` metrics object, when health measured one: its scalar fields as they come."""
+    """Layout quality, when health measured it: files a point lookup opens per column, now and
+    after the sort rewrite health predicts, and the partitions where lookups cost most."""
     layout = m.get("layout")
     if not isinstance(layout, Mapping) or not layout:
         return ""
-    items = [(k, v) for k, v in layout.items() if v is None or isinstance(v, (str, int, float, bool))]
-    if not items:
-        return ""
-    body = "".join(f"<dt>{_t(k)}</dt><dd>{_t(_scalar(v))}</dd>" for k, v in items)
-    return f'<h3>Layout</h3><dl class="kv layout">{body}</dl>'
+    measured = [c for c in layout.get("columns") or () if isinstance(c, Mapping)]
+    after = layout.get("sort_compaction")
+    predicted = after.get("files_per_lookup_after") if isinstance(after, Mapping) else None
+    lead = after.get("column") if isinstance(after, Mapping) else None
+    rows: list[tuple[str, float, float, str, str]] = []
+    facts: list[tuple[str, str]] = [("judged by", str(layout.get("source", "-")))]
+    for c in measured:
+        now = c.get("files_per_lookup")
+        if not isinstance(now, (int, float)):
+            continue
+        then = predicted if c.get("column") == lead and isinstance(predicted, (int, float)) else now
+        rows.append((str(c.get("column")), float(now), float(then), f"{now:.2f}", f"{then:.2f}"))
+        facts.append(
+            (
+                f"{c.get('column')}",
+                f"{_percent(c.get('lookup_share'))} of a partition's files per lookup, overlap "
+                f"depth {_scalar(c.get('overlap_depth'))}, "
+                f"{_count(c.get('files_without_bounds'))} files without bounds",
+            )
+        )
+    out = ['<h3>Layout</h3><dl class="kv layout">']
+    out.append("".join(f"<dt>{_t(k)}</dt><dd>{_t(v)}</dd>" for k, v in facts) + "</dl>")
+    if rows:
+        strategy = after.get("strategy", "sort") if isinstance(after, Mapping) else "sort"
+        out.append(
+            '<div class="charts">'
+            + pairs("Data files a point lookup opens", rows, ("now", f"after a {strategy} rewrite"))
+            + "</div>"
+        )
+    worst = measured[0].get("worst_partitions") if measured else None
+    if isinstance(worst, list) and worst:
+        out.append(
+            '<table class="cards"><thead><tr><th>partition</th><th class="n">files</th>'
+            '<th class="n">files per lookup</th></tr></thead><tbody>'
+        )
+        for row in worst:
+            if not isinstance(row, Mapping):
+                continue
+            part = row.get("partition")
+            text = ", ".join(f"{k}={v}" for k, v in part.items()) if isinstance(part, Mapping) else str(part)
+            out.append(
+                "<tr>"
+                + _td(text or "(unpartitioned)", "partition", "name")
+                + _td(_count(row.get("files")), "files", "n")
+                + _td(_scalar(row.get("files_per_lookup")), "files per lookup", "n")
+                + "</tr>"
+            )
+        out.append("</tbody></table>")
+    return "".join(out)
 
 
 def _scalar(value: object) -> str:

@@ -64,7 +64,18 @@ def page(tables: list[TableHealth], runs: list[PastRun] | None = None) -> str:
 
 
 def test_every_value_is_escaped_and_nothing_is_fetched() -> None:
-    text = page([health(HOSTILE, layout={HOSTILE: HOSTILE})])
+    layout = {
+        "source": HOSTILE,
+        "columns": [
+            {
+                "column": HOSTILE,
+                "files_per_lookup": 2.0,
+                "worst_partitions": [{"partition": {HOSTILE: HOSTILE}}],
+            }
+        ],
+        "sort_compaction": {"column": HOSTILE, "strategy": HOSTILE, "files_per_lookup_after": 1.0},
+    }
+    text = page([health(HOSTILE, layout=layout)])
     assert "<script" not in text
     assert "&lt;script&gt;" in text
     tags = parsed(text)
@@ -81,15 +92,39 @@ def test_the_estimate_and_its_past_error_are_beside_the_recommendation() -> None
     assert "Past error over 2 runs: files 50%, time 25%" in text
 
 
-def test_layout_metrics_render_generically_when_present() -> None:
+def test_layout_shows_files_per_lookup_now_and_after_the_sort_rewrite() -> None:
     without = page([health()])
     assert "kv layout" not in without
-    text = page([health(layout={"clustering_depth": 2.5, "sorted": True, "nested": {"skip": 1}})])
-    tags = parsed(text)
+    layout = {
+        "source": "sort-order",
+        "columns": [
+            {
+                "column": "id",
+                "files_per_lookup": 5.8,
+                "lookup_share": 0.97,
+                "overlap_depth": 5.9,
+                "files_without_bounds": 0,
+                "worst_partitions": [
+                    {"spec_id": 0, "partition": {"cat": "a"}, "files": 6, "files_per_lookup": 5.9}
+                ],
+            },
+            {"column": "ts", "files_per_lookup": 2.0, "lookup_share": 0.3, "overlap_depth": 2.0},
+        ],
+        "sort_compaction": {
+            "strategy": "sort",
+            "column": "id",
+            "files_per_lookup_after": 1.0,
+            "data_files_after": 12,
+        },
+    }
+    tags = parsed(page([health(layout=layout)]))
     assert any(a.get("class") == "kv layout" for _, a in tags.tags)
     words = " ".join(tags.text)
-    assert "clustering_depth" in words and "2.5" in words and "True" in words
-    assert "nested" not in words  # only scalar fields
+    assert "97% of a partition's files per lookup" in words
+    assert "Data files a point lookup opens" in words
+    assert "5.80" in words and "1.00" in words  # id now, and after the rewrite
+    assert words.count("2.00") >= 2  # ts: the rewrite by id predicts nothing for it
+    assert "cat=a" in words
 
 
 def test_the_runs_section_says_why_it_is_empty_and_shows_runs() -> None:
