@@ -195,6 +195,21 @@ def test_partition_stats_match_iceberg_java(spark, catalogs, version: int) -> No
     again = run_compute_stats(options, catalog, f"db.{name}", context).metrics
     assert again["partition_statistics_file"] == path and "nothing to do" in str(again["note"])
     assert catalog.require(f"db.{name}").metadata_location == loaded.metadata_location
+    if version == 2:
+        return
+    # Sketches and partition statistics together: one commit registers both; Java loads both.
+    live = spark.sql(f"SELECT COUNT(*) FROM {table}").collect()[0][0]  # ids are unique
+    both = ComputeStatsOptions(f"db.{name}", columns=("id",), partition_stats=True, recompute=True)
+    combined = run_compute_stats(both, catalog, f"db.{name}", context).metrics
+    assert combined["replaced_partition_statistics_file"] == path and combined["ndv"] == {"id": live}
+    after = catalog.require(f"db.{name}").metadata
+    assert len(after.metadata_log) == len(loaded.metadata.metadata_log) + 1
+    t.refresh()
+    assert [f.path() for f in t.statisticsFiles()] == [combined["statistics_file"]]
+    assert [f.path() for f in t.partitionStatisticsFiles()] == [combined["partition_statistics_file"]]
+    assert sorted(_java_rows(spark, t, str(combined["partition_statistics_file"])), key=_key) == sorted(
+        java_rows, key=_key
+    )
 
 
 def test_unpartitioned_table_is_refused_as_java_refuses_it(spark, catalogs) -> None:  # type: ignore[no-untyped-def]
