@@ -8,6 +8,7 @@ thread and one row per partition.
 
 from __future__ import annotations
 
+import math
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -80,3 +81,44 @@ def read_partition_stats(
     return read_partition_stats_bytes(
         data, unified_partition_type(meta), f"partition statistics file {entry.statistics_path}"
     )
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN or infinity
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+def partition_stats_summary(
+    meta: TableMetadata, rows: tuple[PartitionStats, ...] | None, limit: int = 5
+) -> dict[str, object]:
+    """For a report: the current snapshot's partition statistics file (None: none registered),
+    its row count, and the ``limit`` partitions with the most data files (values JSON-ready)."""
+    entry = partition_statistics_file(meta)
+    if entry is None or rows is None:
+        return {
+            "file": None if entry is None else entry.statistics_path,
+            "partitions": None,
+            "top_by_data_files": [],
+        }
+    ranked = sorted(rows, key=lambda r: (-r.data_file_count, -r.total_data_file_size_in_bytes))[:limit]
+    return {
+        "file": entry.statistics_path,
+        "partitions": len(rows),
+        "top_by_data_files": [
+            {
+                "spec_id": r.spec_id,
+                "partition": {k: _json_value(v) for k, v in r.partition.items()},
+                "data_files": r.data_file_count,
+                "data_records": r.data_record_count,
+                "data_bytes": r.total_data_file_size_in_bytes,
+                "delete_files": r.delete_file_count,
+                "last_updated_at": r.last_updated_at,
+            }
+            for r in ranked
+        ],
+    }

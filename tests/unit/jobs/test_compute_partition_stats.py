@@ -20,6 +20,7 @@ from tablekeeper.iceberg.content import DATA, DataFile
 from tablekeeper.jobs.common.context import JobContext
 from tablekeeper.jobs.compute_stats import ComputeStatsOptions, run_compute_stats
 from tablekeeper.jobs.expire_snapshots import ExpireSnapshotsOptions, run_expire
+from tablekeeper.jobs.health.iceberg import _statistics
 from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
 from tablekeeper.tables.partition_stats import compute_partition_stats, read_partition_stats
 from tests.support.partitioned_tables import evolved_table
@@ -80,6 +81,47 @@ def test_partition_stats_only_commits_reruns_and_stays_reachable(tmp_path: Path)
         after.io, after.metadata, snapshot
     )
 
+    # health reports the file and the partitions with the most data files.
+    metrics: dict[str, object] = {}
+    notes: list[str] = []
+    _statistics(metrics, after, "db.t", notes)
+    assert notes == []
+    assert metrics["partition_stats"] == {
+        "file": path,
+        "partitions": 3,
+        "top_by_data_files": [
+            {
+                "spec_id": 1,  # as many files as the next, more bytes
+                "partition": {"cat": "a", "id_bucket": 1},
+                "data_files": 1,
+                "data_records": 20,
+                "data_bytes": 200,
+                "delete_files": 1,
+                "last_updated_at": after.metadata.snapshot(ids[2]).timestamp_ms,  # type: ignore[union-attr]
+            },
+            {
+                "spec_id": 0,
+                "partition": {"cat": "a", "id_bucket": None},
+                "data_files": 1,
+                "data_records": 10,
+                "data_bytes": 100,
+                "delete_files": 1,
+                "last_updated_at": after.metadata.snapshot(ids[2]).timestamp_ms,  # type: ignore[union-attr]
+            },
+            {
+                "spec_id": 0,
+                "partition": {"cat": "b", "id_bucket": None},
+                "data_files": 0,
+                "data_records": 0,
+                "data_bytes": 0,
+                "delete_files": 0,
+                "last_updated_at": after.metadata.snapshot(ids[3]).timestamp_ms,  # type: ignore[union-attr]
+            },
+        ],
+    }
+    _statistics(metrics, before, "db.t", notes)  # nothing registered yet
+    assert metrics["partition_stats"] == {"file": None, "partitions": None, "top_by_data_files": []}
+
     again = _run(catalog, partition_stats_only=True)
     assert again["partition_statistics_file"] == path and "nothing to do" in str(again["note"])
     assert catalog.require("db.t").metadata_location == after.metadata_location
@@ -94,6 +136,18 @@ def test_partition_stats_only_commits_reruns_and_stays_reachable(tmp_path: Path)
     # The registered file is reachable; the replaced one, no longer referenced, is an orphan.
     orphans = _orphans(catalog, before.metadata.location, tmp_path)
     assert path in orphans and redo["partition_statistics_file"] not in orphans
+
+    # A registered file that is gone: health says so, and a run recomputes it.
+    current = str(redo["partition_statistics_file"])
+    saved = Path(current.removeprefix("file://")).read_bytes()
+    Path(current.removeprefix("file://")).unlink()
+    _statistics(metrics, catalog.require("db.t"), "db.t", notes)
+    assert metrics["partition_stats"] == {"file": current, "partitions": None, "top_by_data_files": []}
+    assert len(notes) == 1 and f"{current} of snapshot {snapshot_id} is missing" in notes[0]
+    assert _run(catalog, partition_stats_only=True, dry_run=True)["note"] == (
+        f"partition statistics file {current} is missing: recomputed"
+    )
+    Path(current.removeprefix("file://")).write_bytes(saved)
 
     # A new snapshot, then expiry of the old one deletes its partition statistics file too.
     location = before.metadata.location
