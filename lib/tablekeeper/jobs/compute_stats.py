@@ -184,7 +184,7 @@ def plan_partition_stats(
         raise ConfigError(
             f"{identifier} is unpartitioned, and partition statistics describe partitions (Iceberg "
             "Java's PartitionStatsHandler refuses such a table too: 'Table must be partitioned'): "
-            "leave out --partition-stats"
+            f"leave out {'--partition-stats-only' if options.partition_stats_only else '--partition-stats'}"
         )
     existing = next((p for p in meta.partition_statistics if p.snapshot_id == snapshot.snapshot_id), None)
     missing = existing is not None and not table.io.exists(existing.statistics_path)

@@ -24,7 +24,7 @@ from tablekeeper.jobs.health.iceberg import _statistics
 from tablekeeper.jobs.remove_orphans import RemoveOrphansOptions, run_orphans
 from tablekeeper.tables.partition_stats import compute_partition_stats, read_partition_stats
 from tests.support.partitioned_tables import evolved_table
-from tests.support.small_tables import CATALOGS_YAML
+from tests.support.small_tables import CATALOGS_YAML, sql_table
 
 
 def _no_spark() -> None:
@@ -178,3 +178,19 @@ def test_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert result["status"] == "ok" and result["metrics"]["partitions"] == 3
     with pytest.raises(ConfigError, match="--partition-stats-only"):
         ComputeStatsOptions("db.t", columns=("id",), partition_stats_only=True)
+
+
+def test_an_unpartitioned_table_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    conf, _ = sql_table(tmp_path, [("a.parquet", 1, 10)], format_version=2)
+    before = SqlCatalog("c", f"sqlite:///{tmp_path}/c.db", str(tmp_path)).require("db.t").metadata_location
+    argv = ["compute-stats", "--table", "db.t", "--conf-file", str(conf), "--warehouse", str(tmp_path)]
+    assert main([*argv, "--partition-stats-only"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "db.t is unpartitioned" in err and "'Table must be partitioned'" in err
+    assert err.endswith("leave out --partition-stats-only")
+    assert (
+        SqlCatalog("c", f"sqlite:///{tmp_path}/c.db", str(tmp_path)).require("db.t").metadata_location
+        == before
+    )
