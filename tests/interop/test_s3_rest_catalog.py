@@ -205,6 +205,11 @@ def test_compact_then_expire_snapshots(spark, lake: Lake, capfd, caplog) -> None
 
     data = f"{S3_BUCKET}/rest/db/small/data"
     assert len(keys(lake, data)) == 14  # the 12 small files are still needed by old snapshots
+    # The compacted snapshot's partition statistics, committed as a REST set-partition-statistics.
+    stats = ok(lake, capfd, caplog, "compute-stats", "--table", "db.small", "--partition-stats-only")
+    pstats = stats["metrics"]["partition_statistics_file"]
+    assert stats["metrics"]["partitions"] == 2
+    assert pstats.startswith(f"s3://{S3_BUCKET}/rest/db/small/metadata/partition-stats-")
     now = datetime.now(timezone.utc).isoformat()
     dry = ok(lake, capfd, caplog, "expire-snapshots", "--table", "db.small", "--older-than", now, "--dry-run")
     assert keys(lake, data) and len(keys(lake, data)) == 14
@@ -215,6 +220,10 @@ def test_compact_then_expire_snapshots(spark, lake: Lake, capfd, caplog) -> None
     assert rows(spark, table) == before
     live = {r[0] for r in spark.sql(f"SELECT file_path FROM {table}.files").collect()}
     assert {f"s3://{k}" for k in keys(lake, data)} == live  # only what the current snapshot reaches
+    # The current snapshot's partition statistics file stays, registered, as Java loads it.
+    assert pstats.removeprefix("s3://") in keys(lake, f"{S3_BUCKET}/rest/db/small/metadata")
+    loaded = spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    assert [f.path() for f in loaded.partitionStatisticsFiles()] == [pstats]
 
 
 def test_remove_orphans_matches_s3a_listing_to_s3_metadata(spark, lake: Lake, capfd, caplog) -> None:  # type: ignore[no-untyped-def]

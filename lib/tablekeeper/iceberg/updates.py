@@ -15,6 +15,7 @@ from tablekeeper.iceberg.metadata import (
     MAIN_BRANCH,
     MIN_ROW_LINEAGE_VERSION,
     MetadataLogEntry,
+    PartitionStatisticsFile,
     Snapshot,
     SnapshotLogEntry,
     SnapshotRef,
@@ -152,6 +153,27 @@ def set_statistics(meta: TableMetadata, stats: StatisticsFile, *, timestamp_ms: 
     return replace(
         meta,
         statistics=(*kept[:at], stats, *kept[at:]),
+        last_updated_ms=max(timestamp_ms, meta.last_updated_ms),
+    )
+
+
+def set_partition_statistics(
+    meta: TableMetadata, stats: PartitionStatisticsFile, *, timestamp_ms: int
+) -> TableMetadata:
+    """Java's ``UpdatePartitionStatistics.setPartitionStatistics``: one partition statistics file
+    per snapshot, a new one replacing the old in place (the old file is then unreferenced)."""
+    if meta.snapshot(stats.snapshot_id) is None:
+        raise CommitConflict(
+            f"snapshot {stats.snapshot_id} is no longer in the table: it was expired while its "
+            "partition statistics were computed; run again"
+        )
+    kept = [s for s in meta.partition_statistics if s.snapshot_id != stats.snapshot_id]
+    at = next(
+        (i for i, s in enumerate(meta.partition_statistics) if s.snapshot_id == stats.snapshot_id), len(kept)
+    )
+    return replace(
+        meta,
+        partition_statistics=(*kept[:at], stats, *kept[at:]),
         last_updated_ms=max(timestamp_ms, meta.last_updated_ms),
     )
 

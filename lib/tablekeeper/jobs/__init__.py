@@ -78,7 +78,7 @@ register_job(
 register_job(
     "compute-stats",
     "tablekeeper.jobs.compute_stats",
-    "number-of-distinct-values sketches of columns (Puffin)",
+    "number-of-distinct-values sketches of columns (Puffin); partition statistics files",
 )
 register_job(
     "rewrite-position-deletes",

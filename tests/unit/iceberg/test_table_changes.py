@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import pytest
 
-from tablekeeper.errors import UnsupportedFeatureError
-from tablekeeper.iceberg.metadata import MAIN_BRANCH, Snapshot, SnapshotRef, StatisticsFile, with_changes
+from tablekeeper.errors import CommitConflict, UnsupportedFeatureError
+from tablekeeper.iceberg.metadata import (
+    MAIN_BRANCH,
+    PartitionStatisticsFile,
+    Snapshot,
+    SnapshotRef,
+    StatisticsFile,
+    with_changes,
+)
 from tablekeeper.iceberg.table_changes import table_change
 from tablekeeper.iceberg.types import LONG, NestedField, Schema
 from tablekeeper.iceberg.updates import (
     add_schema,
     add_snapshot,
     new_table_metadata,
+    set_partition_statistics,
     set_properties,
     set_ref,
     set_statistics,
@@ -167,3 +175,37 @@ def test_set_statistics_carries_the_snapshot_id_servers_before_iceberg_1_8_requi
     change = table_change(base, set_statistics(base, stats, timestamp_ms=T + 2))
     (update,) = [u.to_json() for u in change.updates if u.action == "set-statistics"]
     assert update["snapshot-id"] == 1 and update["statistics"]["snapshot-id"] == 1
+
+
+def test_partition_statistics_are_set_in_place_and_go_with_their_snapshot() -> None:
+    """Java's ``SetPartitionStatistics`` update: one entry per snapshot, replaced in place;
+    ``set_partition_statistics`` refuses a snapshot expired meanwhile (a conflict: run again)."""
+    base = add_snapshot(_base(), _snap(1, None, 1), timestamp_ms=T + 1)
+    base = add_snapshot(base, _snap(2, 1, 2), timestamp_ms=T + 2)
+    first = PartitionStatisticsFile(1, "s3://b/t/metadata/partition-stats-1-a.parquet", 10)
+    one = set_partition_statistics(base, first, timestamp_ms=T + 3)
+    assert one.last_updated_ms == T + 3
+    (update,) = [u.to_json() for u in table_change(base, one).updates]
+    assert update == {
+        "action": "set-partition-statistics",
+        "partition-statistics": {
+            "snapshot-id": 1,
+            "statistics-path": "s3://b/t/metadata/partition-stats-1-a.parquet",
+            "file-size-in-bytes": 10,
+        },
+    }
+    second = PartitionStatisticsFile(2, "s3://b/t/metadata/partition-stats-2-b.parquet", 20)
+    again = PartitionStatisticsFile(1, "s3://b/t/metadata/partition-stats-1-c.parquet", 30)
+    two = set_partition_statistics(
+        set_partition_statistics(one, second, timestamp_ms=T + 4), again, timestamp_ms=T + 5
+    )
+    assert two.partition_statistics == (again, second)
+    assert [
+        u.to_json()["partition-statistics"]["statistics-path"] for u in table_change(one, two).updates
+    ] == [
+        again.statistics_path,
+        second.statistics_path,
+    ]
+    gone = PartitionStatisticsFile(9, "s3://b/t/metadata/partition-stats-9-d.parquet", 1)
+    with pytest.raises(CommitConflict, match="snapshot 9 is no longer in the table"):
+        set_partition_statistics(base, gone, timestamp_ms=T + 6)

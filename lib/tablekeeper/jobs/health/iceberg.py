@@ -303,6 +303,15 @@ def _statistics(metrics: dict[str, Any], table: LoadedTable, identifier: str, no
             f"statistics file {entry.statistics_path} of snapshot {entry.snapshot_id} is missing: "
             f"run compute-stats --table {identifier} --snapshot {entry.snapshot_id}"
         )
+    # The current snapshot's partition statistics (compute-stats --partition-stats), when registered.
+    from tablekeeper.tables.partition_stats import partition_stats_summary, read_partition_stats
+
+    try:
+        rows = read_partition_stats(table.io, table.metadata)
+    except TablekeeperError as err:
+        rows = None
+        notes.append(f"partition statistics not read: {err.message}")
+    metrics["partition_stats"] = partition_stats_summary(table.metadata, rows)
 
 
 def _position_deletes(
