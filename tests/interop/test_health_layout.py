@@ -106,3 +106,61 @@ def test_sort_compaction_leaves_what_health_predicted(layouts: dict[str, Any]) -
     assert layouts["compact"].metrics["rewritten_data_files_count"] == advice["expected"]["files_rewritten"]
     assert abs(measured - predicted) <= 0.2 * predicted, (measured, predicted)
     assert _sort_advice(layouts["after"]) == []
+
+
+# --------------------------------------------------------------------------------------------
+# Delta: the same measure from the files' stats, judged by the named columns or the clustering
+
+
+def _delta_health(context: JobContext, path: str, columns: str | None = None) -> dict[str, Any]:
+    result = health.run(health.HealthOptions(table=path, output="json", layout_columns=columns), context)
+    (table,) = result.tables  # type: ignore[attr-defined]
+    body: dict[str, Any] = table.to_json()
+    return body
+
+
+@pytest.fixture(scope="module")
+def delta_layouts(spark, catalogs, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    from tablekeeper.jobs import compact
+
+    context = JobContext(catalogs, spark=lambda: spark, submitted=lambda: spark)
+    root = tmp_path_factory.mktemp("delta-layout")
+    scattered, clustered = str(root / "scattered"), str(root / "clustered")
+    rows = spark.range(0, ROWS // 4).selectExpr(
+        "xxhash64(id) AS id", "sha2(CAST(id AS STRING), 256) AS payload"
+    )
+    rows.repartition(FILES_PER_PARTITION).write.format("delta").save(scattered)
+    spark.sql(f"CREATE TABLE delta.`{clustered}` (id BIGINT, payload STRING) USING delta CLUSTER BY (id)")
+    rows.repartition(FILES_PER_PARTITION).write.format("delta").mode("append").save(clustered)
+    out = {
+        "scattered": _delta_health(context, scattered, "id"),
+        "unnamed": _delta_health(context, scattered),
+        "clustered": _delta_health(context, clustered),
+    }
+    options = compact.CompactOptions(table=scattered, strategy="sort", sort_order="zorder(id)")
+    out["compact"] = compact.run(options, context)
+    out["after"] = _delta_health(context, scattered, "id")
+    return out
+
+
+def test_delta_files_overlapping_on_the_named_column_get_a_zorder(delta_layouts: dict[str, Any]) -> None:
+    scattered = delta_layouts["scattered"]
+    (advice,) = _sort_advice(scattered)
+    assert advice["expected"]["sort_order"] == "zorder(id)"
+    assert advice["expected"]["command"] == 'compact --strategy sort --sort-order "zorder(id)"'
+    lead = scattered["metrics"]["layout"]["columns"][0]
+    assert lead["files_per_lookup"] > FILES_PER_PARTITION * 0.9
+    # A Delta table says nothing of which lookups matter unless it is clustered: not judged.
+    assert "layout" not in delta_layouts["unnamed"]["metrics"]
+    measured = delta_layouts["after"]["metrics"]["layout"]["columns"][0]["files_per_lookup"]
+    predicted = advice["expected"]["files_per_lookup_after"]
+    assert abs(measured - predicted) <= 0.2 * predicted, (measured, predicted)
+
+
+def test_a_clustered_delta_table_is_judged_by_its_clustering_columns(delta_layouts: dict[str, Any]) -> None:
+    clustered = delta_layouts["clustered"]
+    layout = clustered["metrics"]["layout"]
+    assert layout["source"] == "clustering"
+    assert [c["column"] for c in layout["columns"]] == ["id"]
+    (advice,) = [r for r in clustered["recommendations"] if r["job"] == "compact"]
+    assert advice["expected"]["command"] == "compact"  # OPTIMIZE clusters; ZORDER BY is refused there

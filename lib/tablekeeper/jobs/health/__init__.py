@@ -129,7 +129,7 @@ def check_one(
     if target.delta:
         from tablekeeper.jobs.health.delta import delta_health
 
-        return delta_health(target.name, base, cli, now_ms=now_ms)
+        return delta_health(target.name, base, cli, now_ms=now_ms, layout_columns=layout)
     from tablekeeper.jobs.health.iceberg import iceberg_health
 
     assert target.catalog is not None
@@ -237,7 +237,9 @@ def run(options: HealthOptions, context: JobContext) -> JobResult:
         if root is not None:
             from tablekeeper.jobs.health.delta import delta_health
 
-            one = delta_health(root, base, cli, now_ms=now)
+            one = delta_health(
+                root, base, cli, now_ms=now, layout_columns=parse_columns(options.layout_columns)
+            )
         else:
             from tablekeeper.jobs.health.iceberg import iceberg_health
 
@@ -398,7 +400,9 @@ DELTA_OPTIONS = delta_options(
         "namespace": refused("with --table there is one table; use --catalog without --table"),
         "tables": refused("with --table there is one table; use --catalog without --table"),
         "engine": refused("one Delta table is checked on the driver; drop it"),
-        "layout_columns": refused("layout is judged on Iceberg tables only; drop it"),
+        "layout_columns": honoured(
+            "the files' min and max values of these columns (default: its clustering columns)"
+        ),
     },
     without=("dry_run",),  # health changes nothing: it takes no --dry-run
 )

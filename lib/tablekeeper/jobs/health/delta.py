@@ -9,7 +9,7 @@ a bin of one file is left alone), ``remove-orphans`` is VACUUM (files removed lo
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,6 +26,7 @@ from tablekeeper.delta.values import (
 from tablekeeper.iceberg.rewrite_plan import pack
 from tablekeeper.io import FileIO
 from tablekeeper.jobs.common.result import iso_ms
+from tablekeeper.jobs.health.delta_layout import check_delta_layout
 from tablekeeper.jobs.health.model import Recommendation, TableHealth, Thresholds
 from tablekeeper.tables.delta import Replay, load_snapshot
 
@@ -118,15 +119,23 @@ def _json_records(text: str) -> int | None:
 
 
 def delta_health(
-    root: str, base: Thresholds, cli: Mapping[str, str], *, now_ms: int, replay: Replay | None = None
+    root: str,
+    base: Thresholds,
+    cli: Mapping[str, str],
+    *,
+    now_ms: int,
+    replay: Replay | None = None,
+    layout_columns: Sequence[str] | None = None,
 ) -> TableHealth:
     snapshot = load_snapshot(root, replay=replay)
     configuration = snapshot.metadata.configuration
     thresholds = base.for_table(configuration, cli)
-    return _health(root, snapshot, thresholds, now_ms)
+    return _health(root, snapshot, thresholds, now_ms, layout_columns)
 
 
-def _health(root: str, snapshot: DeltaSnapshot, th: Thresholds, now_ms: int) -> TableHealth:
+def _health(
+    root: str, snapshot: DeltaSnapshot, th: Thresholds, now_ms: int, layout: Sequence[str] | None = None
+) -> TableHealth:
     files = snapshot.files
     sizes = [int(s or 0) for s in files.column("size").to_pylist()]
     dvs = files.column("dv").to_pylist()
@@ -204,6 +213,10 @@ def _health(root: str, snapshot: DeltaSnapshot, th: Thresholds, now_ms: int) -> 
                 files_removed=len(expired),
             )
         )
+    notes: list[str] = []
+    check_delta_layout(advice, metrics, snapshot, th, layout, notes)
+    if notes:
+        metrics["notes"] = notes
     if since_checkpoint >= max(1, th.delta_max_commits_since_checkpoint):
         advice.append(
             Recommendation(
