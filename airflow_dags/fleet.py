@@ -11,7 +11,8 @@ tables of a catalog namespace, maintained as ``tablekeeper health`` ranks them.
    table, labelled with its name): a task per fleet job in the maintenance chain's order, each
    gated like a table's DAG: it runs only when health recommended that job for its table, and is
    skipped otherwise, the reason in its log and XCom ``skipped``. A table that needs nothing gets
-   no instance, so no task.
+   no instance, so no task. A compact health asked for because of the table's layout (a sort or
+   Z-order of every file) gets those options before the fleet's own compact options.
 
 Two jobs never touch one table at once: in a table's instance the jobs are chained (trigger rule
 ``none_failed``: a skipped job lets the next one run, a failed one stops that table's later jobs
@@ -94,15 +95,20 @@ def fleet_dag(spec: Fleet) -> DAG:
             return planned
 
         @task_group(group_id=TABLE_GROUP)
-        def maintain(table: str, table_args: list[str]) -> None:
-            """One table's recommended jobs, one after the other."""
+        def maintain(table: str, table_args: list[str], compact_args: list[str]) -> None:
+            """One table's recommended jobs, one after the other (compact with the sort or Z-order
+            health's layout check asked for, when it did)."""
             chain(
                 *(
                     job_task(
                         job=job,
                         table=table,
                         # The table's arguments arrive as one list; the operator splices it in.
-                        args=[table_args, *option_args(options)],
+                        args=[
+                            table_args,
+                            *([compact_args] if job == "compact" else []),
+                            *option_args(options),
+                        ],
                         entry=spec,
                         health_task_id=HEALTH_TASK,
                         trigger_rule=TriggerRule.NONE_FAILED,

@@ -143,7 +143,8 @@ def fleet_plan(
     catalog_file: str | None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The tables of a fleet's health result that get job tasks, in health's order, each as the
-    keyword arguments of the fleet's table group (``table``, ``table_args``: how a job names it);
+    keyword arguments of the fleet's table group (``table``, ``table_args``: how a job names it,
+    ``compact_args``: the sort health's layout check asks of compact, if any);
     and one line per table saying what it gets or why nothing."""
     planned: list[dict[str, Any]] = []
     lines: list[str] = []
@@ -166,9 +167,27 @@ def fleet_plan(
                 args += ["--catalog", catalog]
             if catalog_file:
                 args += ["--conf-file", catalog_file]
-            planned.append({"table": name, "table_args": args})
+            planned.append({"table": name, "table_args": args, "compact_args": compact_args(entry)})
             lines.append(f"{name}: {', '.join(wanted)}")
     return planned, lines
+
+
+def compact_args(entry: Any) -> list[str]:
+    """The options health's compact advice names for this table when it is a layout's: a sort or
+    Z-order rewrite (``--strategy sort``, ``--rewrite-all``, ``--sort-order``), which a bin-pack
+    with the fleet's options would not do. The fleet's own compact options come after, so an
+    explicit choice there still wins."""
+    for r in (entry or {}).get("recommendations") or []:
+        expected = r.get("expected") or {}
+        if r.get("job") != "compact" or expected.get("strategy") != "sort":
+            continue
+        args = ["--strategy", "sort"]
+        if expected.get("rewrite_all"):
+            args.append("--rewrite-all")
+        if expected.get("sort_order"):
+            args += ["--sort-order", str(expected["sort_order"])]
+        return args
+    return []
 
 
 def describe(health: Any) -> list[str]:

@@ -46,6 +46,12 @@ COMPACT = {
     "threshold": "compact.min-files=5",
     "expected": {"data_files_before": 12, "data_files_after": 1},
 }
+LAYOUT = {
+    "job": "compact",
+    "reason": "a point lookup on a opens 6.0 data files of its partition on average",
+    "threshold": "compact.max-files-per-lookup=2",
+    "expected": {"strategy": "sort", "rewrite_all": True, "sort_order": "zorder(a, b)"},
+}
 
 
 def test_gated_jobs_and_healths_options(gate: ModuleType, tables_module: ModuleType) -> None:
@@ -135,6 +141,7 @@ def test_fleet_plan_keeps_healths_order_and_says_why_a_table_gets_nothing(gate: 
         entry(table="db.owned", recommendations=[COMPACT]),
         entry(table="db.manifests", recommendations=[{"job": "rewrite-manifests"}]),
         entry(table="/w/db/d", format="delta", recommendations=[COMPACT]),
+        entry(table="db.sorted", recommendations=[LAYOUT]),
         entry(table="db.broken", error="corrupt"),
         entry(table="db.fine"),
         table="local.db",
@@ -146,14 +153,27 @@ def test_fleet_plan_keeps_healths_order_and_says_why_a_table_gets_nothing(gate: 
         {
             "table": "db.big",
             "table_args": ["--table", "db.big", "--catalog", "local", "--conf-file", "/c/catalogs.yaml"],
+            "compact_args": [],
         },
-        {"table": "/w/db/d", "table_args": ["--table", "/w/db/d", "--conf-file", "/c/catalogs.yaml"]},
+        {
+            "table": "/w/db/d",
+            "table_args": ["--table", "/w/db/d", "--conf-file", "/c/catalogs.yaml"],
+            "compact_args": [],
+        },
+        {
+            # health's layout check asked compact for a sort of every file: the fleet's compact
+            # gets those options before its own.
+            "table": "db.sorted",
+            "table_args": ["--table", "db.sorted", "--catalog", "local", "--conf-file", "/c/catalogs.yaml"],
+            "compact_args": ["--strategy", "sort", "--rewrite-all", "--sort-order", "zorder(a, b)"],
+        },
     ]
     assert lines == [
         "db.big: compact, expire-snapshots",  # the chain's order, not health's
         "db.owned: left to its own DAG in the tables file",
         "db.manifests: health recommends rewrite-manifests, which this fleet does not run",
         "/w/db/d: compact",
+        "db.sorted: compact",
         "db.broken: unreadable, no jobs: corrupt",
         "db.fine: nothing to do",
     ]
