@@ -59,7 +59,8 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[PastRun
         cli(conf, root, "expire-snapshots", "--table", "db.orders", *run)
         append(root, "db.orders", 2)
     path = root / "report" / "health.html"
-    result = cli(conf, root, "health", "--catalog", "tk", "--html", str(path), *run)
+    # Layout judged by lookups on id: the tables holding one get the files-per-lookup chart.
+    result = cli(conf, root, "health", "--catalog", "tk", "--html", str(path), "--layout-columns", "id", *run)
     assert result["status"] == "ok" and path.is_file()
     ledger = sql_catalog(root).load_table("tablekeeper.runs")
     runs = [PastRun.from_row(r) for r in read_runs(ledger, HistoryQuery(job="expire-snapshots", limit=None))]
@@ -100,8 +101,11 @@ def test_the_report_in_chromium(browser: Any, report: tuple[Path, list[PastRun]]
         " return [r.width, r.height, e.querySelectorAll('rect, line, text').length] })",
     )
     # The jobs of the summary; per readable table (the three, and the ledger, a table of the
-    # catalog too) a histogram, delete and metadata pressure; the durations predicted and actual.
-    assert len(charts) == 1 + 4 * 3 + 1
+    # catalog too) a histogram, delete and metadata pressure, and the layout's files per lookup
+    # where the table has an id; the durations predicted and actual.
+    layouts = page.eval_on_selector_all("dl.kv.layout", "els => els.length")
+    assert layouts >= 3, layouts
+    assert len(charts) == 1 + 4 * 3 + layouts + 1
     assert all(w > 100 and h > 20 and drawn > 2 for w, h, drawn in charts), charts
     ranked = page.eval_on_selector_all("#ranking tbody td.name", "els => els.map(e => e.textContent)")
     assert ranked[0] == "db.orders" and set(ranked) == {
