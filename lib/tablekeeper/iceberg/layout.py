@@ -136,6 +136,21 @@ class LayoutTally:
         files.high.append(max(lo, hi))
         files.rows.append(f.record_count)
 
+    def merge(self, other: LayoutTally) -> None:
+        """Add the files of another tally of the same column (manifests read apart)."""
+        for key, theirs in other.partitions.items():
+            mine = self.partitions.get(key)
+            if mine is None:
+                self.partitions[key] = theirs
+                continue
+            mine.low.extend(theirs.low)
+            mine.high.extend(theirs.high)
+            mine.rows.extend(theirs.rows)
+            mine.unbounded_rows += theirs.unbounded_rows
+            mine.unbounded += theirs.unbounded
+            mine.nulls_only += theirs.nulls_only
+            mine.data_bytes += theirs.data_bytes
+
     def measure(self) -> list[PartitionLayout]:
         return [self._partition(files) for files in self.partitions.values()]
 

@@ -89,3 +89,16 @@ def test_sorted_prediction() -> None:
     assert sorted_lookup(10, 1000, 10) == pytest.approx(1.9)
     assert sorted_lookup(1, 1000, 3) == 1.0
     assert sorted_lookup(16, 1000, None, columns=2) == pytest.approx(4.0)
+
+
+def test_tallies_read_apart_merge_to_the_same_figures() -> None:
+    ranges = [(0, 50), (10, 60), (100, 150), (120, 130), (5, 5)]
+    whole, first, second = LayoutTally(1, LONG), LayoutTally(1, LONG), LayoutTally(1, LONG)
+    for i, (lo, hi) in enumerate(ranges):
+        entry = _entry(struct.pack("<q", lo), struct.pack("<q", hi), rows=10 + i)
+        whole.add(entry)
+        (first if i < 2 else second).add(entry)
+    first.add(_entry(None, None))
+    whole.add(_entry(None, None))
+    first.merge(second)
+    assert first.measure() == whole.measure()

@@ -10,7 +10,10 @@ checks forever).
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from tablekeeper.catalog.base import LoadedTable
@@ -26,11 +29,14 @@ from tablekeeper.iceberg.layout import (
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.rewrite_plan import RewriteOptions
 from tablekeeper.iceberg.types import Schema, walk_fields
+from tablekeeper.io import FileIO
 from tablekeeper.jobs.health.model import Recommendation, Thresholds
 from tablekeeper.tables.iceberg import iter_entries
 
 # Theta sketches (compute-stats, Iceberg's analyze) carry the column's distinct count.
 _THETA = "apache-datasketches-theta-v1"
+# Below this many manifests a table's bounds are read in this process (more cost more to start).
+PROCESS_MIN_MANIFESTS = 64
 # A sort rewrite is worth recommending only when it at least cuts lookups by this factor.
 _MIN_GAIN = 1.5
 
@@ -61,6 +67,44 @@ def layout_columns(
     return "sort-order", chosen
 
 
+def _bounds_slice(args: tuple[TableMetadata, Sequence[ManifestFile], Sequence[int]]) -> list[LayoutTally]:
+    meta, manifests, ids = args
+    schema: Schema = meta.schema()
+    tallies = [LayoutTally(fid, schema.find_type(fid) or schema.as_struct()) for fid in ids]
+    io = FileIO.for_location(manifests[0].manifest_path)
+    for entry in iter_entries(io, meta, manifests):
+        for tally in tallies:
+            tally.add(entry)
+    return tallies
+
+
+def read_bounds(
+    table: LoadedTable, manifests: Sequence[ManifestFile], ids: Sequence[int]
+) -> list[LayoutTally]:
+    """The columns' bounds from the live data files of ``manifests``: in this process for a few
+    manifests, else one contiguous slice per core in its own process (decoding Avro holds the
+    GIL), as health's size tally reads them."""
+    live = [m for m in manifests if m.has_live_files()]
+    meta = table.metadata
+    workers = max(1, min(os.cpu_count() or 1, len(live) // PROCESS_MIN_MANIFESTS * 2 or 1))
+    if workers == 1 or not live:
+        if not live:
+            schema = meta.schema()
+            return [LayoutTally(fid, schema.find_type(fid) or schema.as_struct()) for fid in ids]
+        return _bounds_slice((meta, live, ids))
+    step = -(-len(live) // workers)
+    slices = [live[i : i + step] for i in range(0, len(live), step)]
+    # forkserver: a fork of a process that holds a JVM gateway or threads is not safe.
+    context = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(len(slices), mp_context=context) as pool:
+        parts = list(pool.map(_bounds_slice, [(meta, part, ids) for part in slices]))
+    merged = parts[0]
+    for part in parts[1:]:
+        for mine, theirs in zip(merged, part, strict=True):
+            mine.merge(theirs)
+    return merged
+
+
 def _distinct(meta: TableMetadata, field_id: int) -> int | None:
     snapshot = meta.current_snapshot()
     for stats in meta.statistics:
@@ -89,11 +133,7 @@ def check_layout(
     source, columns = layout_columns(meta, named, notes)
     if not columns:
         return
-    schema: Schema = meta.schema()
-    tallies = [LayoutTally(fid, schema.find_type(fid) or schema.as_struct()) for _, fid in columns]
-    for entry in iter_entries(table.io, meta, data_manifests):
-        for tally in tallies:
-            tally.add(entry)
+    tallies = read_bounds(table, data_manifests, [fid for _, fid in columns])
     names = {s.spec_id: tuple(f.name for f in s.fields) for s in meta.partition_specs}
     measured: list[tuple[ColumnLayout, list[PartitionLayout]]] = []
     for (name, fid), tally in zip(columns, tallies, strict=True):
