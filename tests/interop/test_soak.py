@@ -15,7 +15,7 @@ pytestmark = pytest.mark.spark
 
 # Every phase of every job is killed deterministically by the kill-point matrix (test_kill_points);
 # this run adds random phases under a live writer, long enough for each job to be killed.
-KILLS = 6
+KILLS = 4
 
 
 def test_random_kills_while_iceberg_spark_appends(spark, catalogs, warehouse: Path) -> None:  # type: ignore[no-untyped-def]

@@ -213,16 +213,21 @@ def lookup_cost(
     return mean, overlap_depth
 
 
-def sorted_lookup(files_after: int, rows: int, distinct: int | None, columns: int = 1) -> float:
-    """Files a lookup opens after a sort rewrite writes ``files_after`` files of ``rows`` rows:
-    one, plus the chance that the key's rows straddle a file boundary (``distinct`` keys of equal
-    rows; unknown: every key distinct). Z-order on ``columns`` columns keeps each column's order
-    only in part: a lookup on one opens about ``files ** (1 - 1/columns)`` of them."""
+def sorted_lookup(
+    files_after: int, data_bytes: int, max_file_bytes: int, distinct: int | None, columns: int = 1
+) -> float:
+    """Files a lookup opens after a sort rewrite of a partition of ``data_bytes`` into about
+    ``files_after`` files. The rewrite range-partitions by the key, so a key's rows stay in one
+    task, written as one file unless they pass the maximum file size: with ``distinct`` keys of
+    equal size a lookup opens ``ceil(bytes per key / maximum)`` files (unknown: every key
+    distinct, one file). Z-order on ``columns`` columns keeps each column's order only in part: a
+    lookup on one opens about ``files ** (1 - 1/columns)`` of them."""
     k = max(1, files_after)
     if columns > 1:
         return float(min(k, max(1.0, k ** (1 - 1 / columns))))
-    keys = max(1, min(distinct or rows, rows)) if rows else 1
-    return float(min(k, 1 + (k - 1) / keys))
+    if not distinct:
+        return 1.0
+    return float(min(k, max(1, math.ceil(data_bytes / distinct / max(1, max_file_bytes)))))
 
 
 @dataclass(frozen=True)

@@ -84,11 +84,13 @@ def test_strings_placed_by_their_leading_bytes() -> None:
 
 
 def test_sorted_prediction() -> None:
-    assert sorted_lookup(10, 1_000_000, None) == pytest.approx(1.0, abs=1e-4)
-    # Ten keys over ten files: a key straddles about one boundary.
-    assert sorted_lookup(10, 1000, 10) == pytest.approx(1.9)
-    assert sorted_lookup(1, 1000, 3) == 1.0
-    assert sorted_lookup(16, 1000, None, columns=2) == pytest.approx(4.0)
+    assert sorted_lookup(10, 10_000, 1_800, None) == 1.0  # every key distinct: one file
+    # Range partitioning keeps a key's rows in one task: ten keys of 1,000 bytes, one file each.
+    assert sorted_lookup(10, 10_000, 1_800, 10) == 1.0
+    # Two keys of 5,000 bytes, files of at most 1,800: three files each.
+    assert sorted_lookup(6, 10_000, 1_800, 2) == 3.0
+    assert sorted_lookup(1, 1000, 1_800, 3) == 1.0
+    assert sorted_lookup(16, 1000, 1_800, None, columns=2) == pytest.approx(4.0)
 
 
 def test_tallies_read_apart_merge_to_the_same_figures() -> None:

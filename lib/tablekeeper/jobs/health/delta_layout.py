@@ -163,6 +163,6 @@ def _after(parts: Sequence[PartitionLayout], target: int, dims: int) -> tuple[fl
         k = max(1, math.ceil(p.data_bytes / target)) if p.files else 0
         files += k
         if p.rows:
-            weighted += p.rows * sorted_lookup(k, p.rows, None, dims)
+            weighted += p.rows * sorted_lookup(k, p.data_bytes, target, None, dims)
             total += p.rows
     return (weighted / total if total else 0.0), files

@@ -106,17 +106,27 @@ def read_bounds(
 
 
 def _distinct(meta: TableMetadata, field_id: int) -> int | None:
-    snapshot = meta.current_snapshot()
+    """The column's distinct count from the newest theta sketch of it: the current snapshot's,
+    else an older one's (a rewrite keeps the rows, so the count still holds; without it a table
+    of few keys would be advised to sort again after every sort)."""
+    times = {s.snapshot_id: s.timestamp_ms for s in meta.snapshots}
+    current = meta.current_snapshot()
+    best: tuple[tuple[bool, int], int] | None = None
     for stats in meta.statistics:
-        if snapshot is None or stats.snapshot_id != snapshot.snapshot_id:
-            continue
         for blob in stats.blob_metadata:
-            if blob.type == _THETA and tuple(blob.fields) == (field_id,) and "ndv" in blob.properties:
-                try:
-                    return int(blob.properties["ndv"])
-                except ValueError:
-                    return None
-    return None
+            if blob.type != _THETA or tuple(blob.fields) != (field_id,) or "ndv" not in blob.properties:
+                continue
+            try:
+                ndv = int(blob.properties["ndv"])
+            except ValueError:
+                continue
+            rank = (
+                current is not None and stats.snapshot_id == current.snapshot_id,
+                times.get(stats.snapshot_id, -1),
+            )
+            if best is None or rank > best[0]:
+                best = (rank, ndv)
+    return best[1] if best is not None else None
 
 
 def check_layout(
@@ -210,7 +220,7 @@ def _after_sort(
         if not p.rows:
             continue
         keys = min(distinct, p.rows) if distinct else None
-        weighted += p.rows * sorted_lookup(k, p.rows, keys, columns)
+        weighted += p.rows * sorted_lookup(k, p.data_bytes, options.max_file_size, keys, columns)
         total_rows += p.rows
     return (weighted / total_rows if total_rows else 0.0), files
 

@@ -247,8 +247,8 @@ def _delta_run(
     spark = _RecordingSpark()
     checks: list[object] = []
 
-    def health(root: str, base: object, given: object, **_: object) -> TableHealth:
-        checks.append(given)
+    def health(root: str, base: object, given: object, **kw: object) -> TableHealth:
+        checks.append((given, kw.get("layout_columns")))
         return TableHealth(root, "delta")
 
     with monkeypatch.context() as patch:
