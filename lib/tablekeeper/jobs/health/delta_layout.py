@@ -22,14 +22,14 @@ from tablekeeper.delta.to_iceberg import MissingRecordCount, data_file, map_sche
 from tablekeeper.delta.values import OPTIMIZE_MAX_FILE_SIZE
 from tablekeeper.errors import TablekeeperError
 from tablekeeper.iceberg.content import ManifestEntry
-from tablekeeper.iceberg.layout import LayoutTally, PartitionLayout, placeable, sorted_lookup, summarize
+from tablekeeper.iceberg.layout import LayoutTally, placeable
+from tablekeeper.jobs.health.layout import advise, after_rewrite, measure_columns
 from tablekeeper.jobs.health.model import Recommendation, Thresholds
 
 CLUSTERING_DOMAIN = "delta.clustering"
 # Delta's OPTIMIZE writes files up to this (delta.optimize.maxFileSize; the table's
 # delta.targetFileSize when set).
 TARGET_PROPERTY = "delta.targetFileSize"
-_MIN_GAIN = 1.5
 
 
 def _clustering(snapshot: DeltaSnapshot, logical: dict[tuple[str, ...], tuple[str, ...]]) -> list[str]:
@@ -92,77 +92,34 @@ def check_delta_layout(
         entry = ManifestEntry(status=1, snapshot_id=None, data_file=df)
         for tally in tallies:
             tally.add(entry)
-    measured = []
-    for (name, fid), tally in zip(chosen, tallies, strict=True):
-        parts = tally.measure()
-        unbounded = sum(p.unbounded for p in tally.partitions.values())
-        measured.append((summarize(name, fid, parts, unbounded), parts))
-    lead, parts = measured[0]
+    measured = measure_columns(chosen, tallies)
     try:
         target = int(configuration.get(TARGET_PROPERTY) or OPTIMIZE_MAX_FILE_SIZE)
     except ValueError:
         target = OPTIMIZE_MAX_FILE_SIZE
-    dims = len(chosen)
-    after, files_after = _after(parts, max(1, target), dims)
-    names = {0: partition_columns}
-    metrics["layout"] = {
-        "source": source,
-        "columns": [c.to_json(names) for c, _ in measured],
-        "sort_compaction": {
-            "strategy": "clustering" if source == "clustering" else "zorder",
-            "column": lead.column,
-            "files_per_lookup_after": round(after, 3),
-            "data_files_after": files_after,
-        },
-    }
-    before = lead.files_per_lookup
-    limit = th.compact_max_files_per_lookup
-    if before < limit or after * _MIN_GAIN > before:
-        return
+    target = max(1, target)
+    predicted = after_rewrite(
+        measured[0][1], lambda size: max(1, math.ceil(size / target)), target, None, len(chosen)
+    )
     joined = ", ".join(n for n, _ in chosen)
     if source == "clustering":
         # OPTIMIZE on a clustered table clusters; ZORDER BY is refused there.
-        command, how = "compact", "OPTIMIZE (liquid clustering)"
-        effect: dict[str, Any] = {"strategy": "binpack", "sort_order": None}
+        how = "OPTIMIZE (liquid clustering)"
+        effect: dict[str, Any] = {"strategy": "binpack", "sort_order": None, "command": "compact"}
     else:
-        command = f'compact --strategy sort --sort-order "zorder({joined})"'
         how = f"OPTIMIZE ZORDER BY ({joined})"
-        effect = {"strategy": "sort", "sort_order": f"zorder({joined})"}
-    binpack = next((r for r in advice if r.job == "compact"), None)
-    if binpack is not None:
-        advice.remove(binpack)
-    advice.append(
-        Recommendation(
-            "compact",
-            f"a point lookup on {lead.column} opens {before:.1f} files of its partition on average "
-            f"({lead.lookup_share:.0%} of them): the files' {lead.column} ranges overlap; {how} leaves "
-            f"about {after:.1f}"
-            + (f" (and also does what bin-packing would: {binpack.reason})" if binpack else ""),
-            f"compact.max-files-per-lookup={limit:g}",
-            {
-                **effect,
-                "command": command,
-                "column": lead.column,
-                "files_per_lookup_before": round(before, 3),
-                "files_per_lookup_after": round(after, 3),
-                "overlap_depth_before": round(lead.overlap_depth, 3),
-                "data_files_before": lead.files,
-                "data_files_after": files_after,
-                "files_rewritten": lead.files,
-                "bytes_rewritten": sum(p.data_bytes for p in parts),
-            },
-            files_removed=max(0, lead.files - files_after),
-        )
+        command = f'compact --strategy sort --sort-order "zorder({joined})"'
+        effect = {"strategy": "sort", "sort_order": f"zorder({joined})", "command": command}
+    advise(
+        advice,
+        metrics,
+        source,
+        {0: partition_columns},
+        measured,
+        predicted,
+        th,
+        strategy="clustering" if source == "clustering" else "zorder",
+        files_word="files",
+        how=f"; {how}",
+        effect=effect,
     )
-
-
-def _after(parts: Sequence[PartitionLayout], target: int, dims: int) -> tuple[float, int]:
-    total = weighted = 0.0
-    files = 0
-    for p in parts:
-        k = max(1, math.ceil(p.data_bytes / target)) if p.files else 0
-        files += k
-        if p.rows:
-            weighted += p.rows * sorted_lookup(k, p.data_bytes, target, None, dims)
-            total += p.rows
-    return (weighted / total if total else 0.0), files

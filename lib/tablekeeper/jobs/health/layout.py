@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -145,31 +145,16 @@ def check_layout(
         return
     tallies = read_bounds(table, data_manifests, [fid for _, fid in columns])
     names = {s.spec_id: tuple(f.name for f in s.fields) for s in meta.partition_specs}
-    measured: list[tuple[ColumnLayout, list[PartitionLayout]]] = []
-    for (name, fid), tally in zip(columns, tallies, strict=True):
-        parts = tally.measure()
-        unbounded = sum(p.unbounded for p in tally.partitions.values())
-        measured.append((summarize(name, fid, parts, unbounded), parts))
+    measured = measure_columns(columns, tallies)
     zorder = source == "columns" and len(columns) > 1
     lead, parts = measured[0]
-    after, files_after = _after_sort(
-        parts, options, _distinct(meta, lead.field_id), len(columns) if zorder else 1
+    after, files_after = after_rewrite(
+        parts,
+        options.expected_output_files,
+        options.max_file_size,
+        _distinct(meta, lead.field_id),
+        len(columns) if zorder else 1,
     )
-    layout: dict[str, Any] = {
-        "source": source,
-        "columns": [c.to_json(names) for c, _ in measured],
-        "sort_compaction": {
-            "strategy": "zorder" if zorder else "sort",
-            "column": lead.column,
-            "files_per_lookup_after": round(after, 3),
-            "data_files_after": files_after,
-        },
-    }
-    metrics["layout"] = layout
-    limit = thresholds.compact_max_files_per_lookup
-    before = lead.files_per_lookup
-    if before < limit or after * _MIN_GAIN > before:
-        return
     sort_order = None
     if source == "columns":
         joined = ", ".join(n for n, _ in columns)
@@ -177,23 +162,79 @@ def check_layout(
     command = "compact --strategy sort --rewrite-all" + (
         f' --sort-order "{sort_order}"' if sort_order else ""
     )
-    # One compact per table: a sort rewrite of every file also fixes the sizes a bin-pack would.
+    advise(
+        advice,
+        metrics,
+        source,
+        names,
+        measured,
+        (after, files_after),
+        thresholds,
+        strategy="zorder" if zorder else "sort",
+        files_word="data files",
+        how=f", whatever their sizes; a {'Z-order' if zorder else 'sort'} rewrite",
+        effect={"strategy": "sort", "sort_order": sort_order, "rewrite_all": True, "command": command},
+    )
+
+
+def measure_columns(
+    columns: Sequence[tuple[str, int]], tallies: Sequence[LayoutTally]
+) -> list[tuple[ColumnLayout, list[PartitionLayout]]]:
+    """Each column's layout over the table, and its partitions' (the first column leads)."""
+    measured: list[tuple[ColumnLayout, list[PartitionLayout]]] = []
+    for (name, fid), tally in zip(columns, tallies, strict=True):
+        parts = tally.measure()
+        unbounded = sum(p.unbounded for p in tally.partitions.values())
+        measured.append((summarize(name, fid, parts, unbounded), parts))
+    return measured
+
+
+def advise(
+    advice: list[Recommendation],
+    metrics: dict[str, Any],
+    source: str,
+    names: Mapping[int, tuple[str, ...]],
+    measured: Sequence[tuple[ColumnLayout, Sequence[PartitionLayout]]],
+    predicted: tuple[float, int],
+    thresholds: Thresholds,
+    *,
+    strategy: str,
+    files_word: str,
+    how: str,
+    effect: Mapping[str, Any],
+) -> None:
+    """The layout metrics, and the compact advice when a lookup on the lead column opens too many
+    files and the rewrite (``how``, with the options in ``effect``) would cut that enough; it
+    replaces a bin-pack advice (a rewrite of every file fixes sizes too)."""
+    lead, parts = measured[0]
+    after, files_after = predicted
+    metrics["layout"] = {
+        "source": source,
+        "columns": [c.to_json(names) for c, _ in measured],
+        "sort_compaction": {
+            "strategy": strategy,
+            "column": lead.column,
+            "files_per_lookup_after": round(after, 3),
+            "data_files_after": files_after,
+        },
+    }
+    limit = thresholds.compact_max_files_per_lookup
+    before = lead.files_per_lookup
+    if before < limit or after * _MIN_GAIN > before:
+        return
     binpack = next((r for r in advice if r.job == "compact"), None)
     if binpack is not None:
         advice.remove(binpack)
     advice.append(
         Recommendation(
             "compact",
-            f"a point lookup on {lead.column} opens {before:.1f} data files of its partition on average "
-            f"({lead.lookup_share:.0%} of them): the files' {lead.column} ranges overlap, whatever their "
-            f"sizes; a {'Z-order' if zorder else 'sort'} rewrite leaves about {after:.1f}"
+            f"a point lookup on {lead.column} opens {before:.1f} {files_word} of its partition on average "
+            f"({lead.lookup_share:.0%} of them): the files' {lead.column} ranges overlap{how} leaves "
+            f"about {after:.1f}"
             + (f" (and also does what bin-packing would: {binpack.reason})" if binpack else ""),
             f"compact.max-files-per-lookup={limit:g}",
             {
-                "strategy": "sort",
-                "sort_order": sort_order,
-                "rewrite_all": True,
-                "command": command,
+                **effect,
                 "column": lead.column,
                 "files_per_lookup_before": round(before, 3),
                 "files_per_lookup_after": round(after, 3),
@@ -208,19 +249,24 @@ def check_layout(
     )
 
 
-def _after_sort(
-    parts: Sequence[PartitionLayout], options: RewriteOptions, distinct: int | None, columns: int
+def after_rewrite(
+    parts: Sequence[PartitionLayout],
+    files_of: Callable[[int], int],
+    max_file_bytes: int,
+    distinct: int | None,
+    columns: int,
 ) -> tuple[float, int]:
-    """Files per lookup after rewriting every partition sorted (rows-weighted), and files written."""
+    """Files per lookup after rewriting every partition in key order (rows-weighted), and the
+    files written; ``files_of`` says how many files a partition's bytes make."""
     total_rows = weighted = 0.0
     files = 0
     for p in parts:
-        k = options.expected_output_files(p.data_bytes) if p.files else 0
+        k = files_of(p.data_bytes) if p.files else 0
         files += k
         if not p.rows:
             continue
         keys = min(distinct, p.rows) if distinct else None
-        weighted += p.rows * sorted_lookup(k, p.data_bytes, options.max_file_size, keys, columns)
+        weighted += p.rows * sorted_lookup(k, p.data_bytes, max_file_bytes, keys, columns)
         total_rows += p.rows
     return (weighted / total_rows if total_rows else 0.0), files
 
