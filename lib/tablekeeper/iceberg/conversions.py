@@ -30,6 +30,7 @@ Errors: values handed in by our own code that break the convention raise ``TypeE
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
 import struct
 import uuid
@@ -492,3 +493,15 @@ def native_to_value(t: IcebergType, value: object) -> object:
     if isinstance(t, PrimitiveType) and t.name == "uuid" and isinstance(value, str):
         return uuid.UUID(value)
     return value
+
+
+def json_value(value: object) -> object:
+    """A decoded value (a partition's, a bound's) as a JSON document can hold it: NaN and the
+    infinities as text (JSON has none), bytes as hex, other non-JSON values by their text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)

@@ -9,7 +9,6 @@ executors) merge in manifest order, which keeps the packing order ``plan_rewrite
 
 from __future__ import annotations
 
-import math
 import zlib
 from array import array
 from collections.abc import Iterable, Mapping
@@ -24,7 +23,7 @@ from tablekeeper.iceberg.content import (
     ManifestEntry,
     ManifestFile,
 )
-from tablekeeper.iceberg.conversions import native_to_value
+from tablekeeper.iceberg.conversions import json_value, native_to_value
 from tablekeeper.iceberg.delete_index import AppliedDeletes
 from tablekeeper.iceberg.manifest import id_names, open_avro, record_type
 from tablekeeper.iceberg.metadata import TableMetadata
@@ -320,22 +319,12 @@ def top_small_partitions(
         rows.append(
             {
                 "spec_id": spec_id,
-                "partition": {n: _plain(v) for n, v in zip(fields, values, strict=False)},
+                "partition": {n: json_value(v) for n, v in zip(fields, values, strict=False)},
                 "small_files": files,
                 "small_bytes": size,
             }
         )
     return rows
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN or infinity
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
 
 
 def tally_entries(

@@ -27,7 +27,7 @@ from decimal import Decimal
 import numpy as np
 
 from tablekeeper.iceberg.content import DATA, ManifestEntry
-from tablekeeper.iceberg.conversions import from_bytes, type_kind
+from tablekeeper.iceberg.conversions import from_bytes, json_value, type_kind
 from tablekeeper.iceberg.partitioning import partition_key
 from tablekeeper.iceberg.types import DecimalType, IcebergType, is_primitive
 
@@ -255,7 +255,7 @@ class ColumnLayout:
                 {
                     "spec_id": p.spec_id,
                     "partition": {
-                        n: _plain(v) for n, v in zip(names.get(p.spec_id, ()), p.partition, strict=False)
+                        n: json_value(v) for n, v in zip(names.get(p.spec_id, ()), p.partition, strict=False)
                     },
                     "files": p.files,
                     "files_per_lookup": round(p.files_per_lookup, 3),
@@ -282,13 +282,3 @@ def summarize(
     depth = weighted((p.rows, p.overlap_depth) for p in parts)
     worst = tuple(sorted(parts, key=lambda p: (-p.files_per_lookup, -p.files))[:WORST_PARTITIONS])
     return ColumnLayout(column, field_id, files, rows, per_lookup, share, depth, unbounded, worst)
-
-
-def _plain(value: object) -> object:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)

@@ -8,11 +8,11 @@ thread and one row per partition.
 
 from __future__ import annotations
 
-import math
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from tablekeeper.errors import CorruptMetadataError, FileNotFound, UnsupportedFeatureError
+from tablekeeper.iceberg.conversions import json_value
 from tablekeeper.iceberg.metadata import PartitionStatisticsFile, Snapshot, TableMetadata
 from tablekeeper.iceberg.partition_stats import (
     PartitionStats,
@@ -83,16 +83,6 @@ def read_partition_stats(
     )
 
 
-def _json_value(value: object) -> object:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # JSON has no NaN or infinity
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
-
-
 def partition_stats_summary(
     meta: TableMetadata, rows: tuple[PartitionStats, ...] | None, limit: int = 5
 ) -> dict[str, object]:
@@ -112,7 +102,7 @@ def partition_stats_summary(
         "top_by_data_files": [
             {
                 "spec_id": r.spec_id,
-                "partition": {k: _json_value(v) for k, v in r.partition.items()},
+                "partition": {k: json_value(v) for k, v in r.partition.items()},
                 "data_files": r.data_file_count,
                 "data_records": r.data_record_count,
                 "data_bytes": r.total_data_file_size_in_bytes,

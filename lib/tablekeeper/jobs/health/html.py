@@ -10,7 +10,7 @@ with what health predicted beside what they did.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
@@ -353,24 +353,36 @@ def _layout(m: Mapping[str, Any]) -> str:
             + "</div>"
         )
     worst = measured[0].get("worst_partitions") if measured else None
-    if isinstance(worst, list) and worst:
-        out.append(
-            '<table class="cards"><thead><tr><th>partition</th><th class="n">files</th>'
-            '<th class="n">files per lookup</th></tr></thead><tbody>'
+    out.append(
+        _partition_table(
+            "",
+            worst,
+            [
+                ("files", lambda r: _count(r.get("files"))),
+                ("files per lookup", lambda r: _scalar(r.get("files_per_lookup"))),
+            ],
         )
-        for row in worst:
-            if not isinstance(row, Mapping):
-                continue
-            part = row.get("partition")
-            text = ", ".join(f"{k}={v}" for k, v in part.items()) if isinstance(part, Mapping) else str(part)
-            out.append(
-                "<tr>"
-                + _td(text or "(unpartitioned)", "partition", "name")
-                + _td(_count(row.get("files")), "files", "n")
-                + _td(_scalar(row.get("files_per_lookup")), "files per lookup", "n")
-                + "</tr>"
-            )
-        out.append("</tbody></table>")
+    )
+    return "".join(out)
+
+
+def _partition_table(
+    title: str, rows: object, columns: Sequence[tuple[str, Callable[[Mapping[str, Any]], str]]]
+) -> str:
+    """Rows naming a ``partition`` (field -> value) as a table, one number column each of
+    ``columns`` (its header and how a row shows it); nothing when there are no rows."""
+    if not isinstance(rows, list) or not rows:
+        return ""
+    heads = "".join(f'<th class="n">{_t(head)}</th>' for head, _ in columns)
+    out = [f'{title}<table class="cards"><thead><tr><th>partition</th>{heads}</tr></thead><tbody>']
+    for row in rows:
+        if not isinstance(row, Mapping):
+            continue
+        part = row.get("partition")
+        text = ", ".join(f"{k}={v}" for k, v in part.items()) if isinstance(part, Mapping) else str(part)
+        cells = "".join(_td(show(row), head, "n") for head, show in columns)
+        out.append("<tr>" + _td(text or "(unpartitioned)", "partition", "name") + cells + "</tr>")
+    out.append("</tbody></table>")
     return "".join(out)
 
 
@@ -383,27 +395,14 @@ def _scalar(value: object) -> str:
 
 
 def _partitions(m: Mapping[str, Any]) -> str:
-    rows = m.get("top_small_file_partitions")
-    if not isinstance(rows, list) or not rows:
-        return ""
-    out = [
-        '<h3>Partitions with the most small files</h3><table class="cards"><thead><tr><th>partition</th>'
-        '<th class="n">small files</th><th class="n">bytes</th></tr></thead><tbody>'
-    ]
-    for row in rows:
-        if not isinstance(row, Mapping):
-            continue
-        part = row.get("partition")
-        text = ", ".join(f"{k}={v}" for k, v in part.items()) if isinstance(part, Mapping) else str(part)
-        out.append(
-            "<tr>"
-            + _td(text or "(unpartitioned)", "partition", "name")
-            + _td(_count(row.get("small_files")), "small files", "n")
-            + _td(_bytes(row.get("small_bytes")), "bytes", "n")
-            + "</tr>"
-        )
-    out.append("</tbody></table>")
-    return "".join(out)
+    return _partition_table(
+        "<h3>Partitions with the most small files</h3>",
+        m.get("top_small_file_partitions"),
+        [
+            ("small files", lambda r: _count(r.get("small_files"))),
+            ("bytes", lambda r: _bytes(r.get("small_bytes"))),
+        ],
+    )
 
 
 def _table(i: int, h: TableHealth) -> str:
