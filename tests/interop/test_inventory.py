@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tablekeeper import clock
 from tablekeeper.catalog import catalog_for
 from tablekeeper.catalog.config import parse_catalogs
 from tablekeeper.cli import main
@@ -133,13 +134,20 @@ def _same_as_listing(store: Store, write: Callable[[list[Listed], int], str], or
     """Dry runs from the report and from a listing agree; the run from the report deletes them."""
     time.sleep(1.1)  # the planted files older than the cut-off
     listed = store.run("--dry-run")
-    manifest = write(store.listed(), int(time.time() * 1000))
-    dry = store.run("--dry-run", "--inventory", manifest)
-    assert set(dry["files"]) == set(listed["files"]) == orphans, (dry, listed)
-    assert dry["metrics"]["orphan_file_count"] == 2 and dry["metrics"]["changed_since_inventory_count"] == 0
-    assert dry["metrics"]["inventory"]["manifest"] == manifest
-    before = store.objects()
-    done = store.run("--inventory", manifest)
+    # GCS and Azure manifests say their time to the second: the report is taken at a whole second
+    # and the runs see the clock one --older-than (1 s) after it, so the cut-off is the report's
+    # time however long the runs take (a later cut-off would rightly refuse the report as stale).
+    taken = int(time.time())
+    manifest = write(store.listed(), taken * 1000)
+    with clock.injected(lambda: taken + 1.0):
+        dry = store.run("--dry-run", "--inventory", manifest)
+        assert set(dry["files"]) == set(listed["files"]) == orphans, (dry, listed)
+        assert (
+            dry["metrics"]["orphan_file_count"] == 2 and dry["metrics"]["changed_since_inventory_count"] == 0
+        )
+        assert dry["metrics"]["inventory"]["manifest"] == manifest
+        before = store.objects()
+        done = store.run("--inventory", manifest)
     assert done["metrics"]["deleted_files_count"] == 2, done
     assert store.objects() == before - orphans
 
