@@ -92,6 +92,18 @@ def _mask_uris(text: str) -> str:
     )
 
 
+# For Spark's own redaction (``spark.redaction.regex``, matched against each setting's name and
+# its value): a value carrying a URI password or a secret query parameter, such as a JDBC catalog's
+# ``uri`` with an ``sslpassword=`` or ``sslkey=``, is hidden whole in the UI and event logs.
+# Java's regex dialect reads it as Python's does.
+SECRET_IN_URI_PATTERN = (
+    r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@?#]*:[^/\s?#]+@"
+    r"|[?&;][A-Za-z0-9_.\-]*(?:"
+    + "|".join(re.escape(part) for part in _SECRET_PARAM_PARTS)
+    + r")[A-Za-z0-9_.\-]*="
+)
+
+
 def redact(text: str) -> str:
     """Text fit to print: known secrets masked, and any URI's password and secret parameters."""
     with _lock:

@@ -22,6 +22,7 @@ from tablekeeper.catalog.spark_conf import ICEBERG_CATALOG, iceberg_catalog_conf
 from tablekeeper.errors import ConfigError
 from tablekeeper.io.storage import STORAGE_ENV, on_storage_change
 from tablekeeper.io.stores import hadoop_settings
+from tablekeeper.redact import SECRET_IN_URI_PATTERN
 from tablekeeper.settings import PACKAGE_ROLES, JarSpec, jar_specs, jars_dir, spark_defaults
 from tablekeeper.spark.class_archive import JAVA_OPTIONS_KEY, java_options
 from tablekeeper.spark.compat import check_session_line
@@ -45,7 +46,8 @@ _S3A_STORE_KEYS = frozenset(
 # Azure's account keys (adls.connection-string.<account>, adls.auth.shared-key.account.key) and
 # the GCS connector's Authorization header (fs.gs.storage.http.headers.Authorization: a token).
 SPARK_REDACTION = (
-    r"(?i)secret|password|token|access[.]?key|credential|connection-string|account[.]key|authorization"
+    r"(?i)secret|password|token|access[.]?key|credential|connection-string|account[.]key|authorization|"
+    + SECRET_IN_URI_PATTERN
 )
 # Classes whose absence means a runtime jar is missing from the session's classpath.
 REQUIRED_CLASSES: Mapping[str, str] = {
