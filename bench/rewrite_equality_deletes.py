@@ -10,7 +10,9 @@ its own process on a fresh copy, on a local Spark session of the same size (JVM 
 excluded, reported as setup):
 
 - ``iceberg``: ``CALL system.rewrite_data_files`` with ``delete-file-threshold`` 1: every data file
-  an equality delete applies to is rewritten with the deletes applied;
+  an equality delete applies to is rewritten with the deletes applied; with
+  ``remove-dangling-deletes``, so the equality delete files no data file needs any more leave the
+  table as they do with tablekeeper (a reader's planning no longer reads them);
 - ``tablekeeper``: ``rewrite-equality-deletes`` (positions found on the executors, no data
   rewritten).
 
@@ -19,12 +21,20 @@ before either engine runs, so the rewrite writes as many files as it reads and b
 read the same layout (by default the rewrite also compacts the small files).
 
 Each child measures, through Iceberg Spark, a point query (``WHERE id = ...``, the median of five
-ids) and a full scan (count and sum of ids, the median of three) before and after its job, the
-same scan over the live data files read as plain Parquet with no deletes, the bytes its job wrote
-(the files live after that were not before), and checks the rows are the ones the table held.
-Engines alternate over ``--repeat`` runs; times are medians over the runs. Goal: tablekeeper at
-most 0.2x the rewrite's time and 0.05x its bytes written, with scans after it within 1.2x of the
-rewritten table's.
+ids), a full scan (every column: count, sums of ``id``, ``p`` and the lengths of ``s``) and a
+narrow scan (count and sum of ``id``, the cheapest scan there is, where a delete's per-row cost
+weighs most), each the median of three, before and after its job; the narrow scan over the live
+data files read as plain Parquet with no deletes; the bytes its job wrote (the files live after
+that were not before); and checks the rows are the ones the table held. Engines alternate over
+``--repeat`` runs; times are medians over the runs. Goal: tablekeeper at most 0.2x the rewrite's
+time and 0.05x its bytes written, with scans after it within 1.2x of the rewritten table's.
+
+The floor a delete file sets: the build also writes ``bench.ref``, the same rows in the same 200
+data files, and deletes the same ids from it with Iceberg Spark's own merge-on-read ``DELETE``
+(deletion vectors on v3, position delete files on v2, at the table's ``write.delete.granularity``);
+the tablekeeper child scans it as it was before that DELETE and after. Any delete file costs a
+reader per row of the data files it applies to (Iceberg's vectorized reader checks every row's
+position); that ratio is what Iceberg itself pays for the same deletes.
 """
 
 from __future__ import annotations
@@ -47,8 +57,12 @@ TABLE = "bench.cdc"
 IDS_PER_FILE = 5
 FILES_PER_COMMIT = 100
 EXPECTED = "expected.json"
+REFERENCE = "bench.ref"
 POINT_IDS = 5
 FULL_SCANS = 3
+# Every column, so the scan pays for decoding what a reader of the whole table reads.
+FULL = "count(*), coalesce(sum(id), 0), coalesce(sum(p), 0), coalesce(sum(length(s)), 0)"
+NARROW = "count(*), coalesce(sum(id), 0)"
 
 
 def _spark(work: Path):  # type: ignore[no-untyped-def]
@@ -61,30 +75,57 @@ def _spark(work: Path):  # type: ignore[no-untyped-def]
     )
 
 
-def _rows(spark: Any) -> tuple[int, int]:
+def _rows(spark: Any, table: str = f"b.{TABLE}", columns: str = NARROW) -> tuple[int, int]:
+    # Never answered from the manifests' counts: the scan reads the files.
     spark.conf.set("spark.sql.iceberg.aggregate-push-down.enabled", "false")
-    spark.sql(f"REFRESH TABLE b.{TABLE}")
-    row = spark.sql(f"SELECT count(*), coalesce(sum(id), 0) FROM b.{TABLE}").collect()[0]
+    if " VERSION AS OF " not in table:
+        spark.sql(f"REFRESH TABLE {table}")
+    row = spark.sql(f"SELECT {columns} FROM {table}").collect()[0]
     return int(row[0]), int(row[1])
 
 
-def _scans(spark: Any, rows: int) -> tuple[float, float]:
-    """Seconds of a full scan (median of FULL_SCANS) and of a point query (median of POINT_IDS
-    ids), Iceberg Spark: the first scan of a table state also loads the reader's classes for
-    what it holds (deletion vectors, position deletes), which a median leaves out."""
-    fulls = []
+def _scan(spark: Any, table: str, columns: str) -> float:
+    """Seconds of one scan, the median of FULL_SCANS: the first scan of a table state also loads
+    the reader's classes for what it holds (deletion vectors, position deletes), which a median
+    leaves out."""
+    times = []
     for _ in range(FULL_SCANS):
         t = time.perf_counter()
-        _rows(spark)
-        fulls.append(time.perf_counter() - t)
-    full = statistics.median(fulls)
+        _rows(spark, table, columns)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _points(spark: Any, table: str, rows: int) -> float:
+    """Seconds of a point query, the median over POINT_IDS ids (the same ids for every table)."""
     points = []
     for k in range(POINT_IDS):
         wanted = (k * 7_919 + 1) * (rows // (POINT_IDS * 7_919 + 1))
         t = time.perf_counter()
-        spark.sql(f"SELECT * FROM b.{TABLE} WHERE id = {wanted}").collect()
+        spark.sql(f"SELECT * FROM {table} WHERE id = {wanted}").collect()
         points.append(time.perf_counter() - t)
-    return full, statistics.median(points)
+    return statistics.median(points)
+
+
+def _scans(spark: Any, rows: int) -> tuple[float, float, float]:
+    """Seconds of a full scan, a narrow scan and a point query, Iceberg Spark."""
+    table = f"b.{TABLE}"
+    return _scan(spark, table, FULL), _scan(spark, table, NARROW), _points(spark, table, rows)
+
+
+def _reference_scans(spark: Any, before: int, rows: int) -> dict[str, float]:
+    """Iceberg's own merge-on-read DELETE of the same ids on the same data: the scans of the table
+    before it and after it."""
+    spark.sql(f"REFRESH TABLE b.{REFERENCE}")
+    old, now = f"b.{REFERENCE} VERSION AS OF {before}", f"b.{REFERENCE}"
+    return {
+        "reference_full_scan_before_delete": _scan(spark, old, FULL),
+        "reference_full_scan_after_delete": _scan(spark, now, FULL),
+        "reference_narrow_scan_before_delete": _scan(spark, old, NARROW),
+        "reference_narrow_scan_after_delete": _scan(spark, now, NARROW),
+        "reference_point_query_before_delete": _points(spark, old, rows),
+        "reference_point_query_after_delete": _points(spark, now, rows),
+    }
 
 
 def _live(work: Path) -> dict[str, int]:
@@ -108,7 +149,8 @@ def _plain_scan(spark: Any, work: Path) -> float:
     files = live_files(loaded.io, loaded.metadata, loaded.metadata.current_snapshot())
     paths = [e.data_file.file_path for e in files.data]
     t = time.perf_counter()
-    spark.read.parquet(*paths).selectExpr("count(*)", "coalesce(sum(id), 0)").collect()
+    spark.read.parquet(*paths).createOrReplaceTempView("plain")
+    spark.sql(f"SELECT {NARROW} FROM plain").collect()
     return time.perf_counter() - t
 
 
@@ -123,7 +165,7 @@ def _deleted_ids(f: int, partitions: int, rows: int, deletes: int) -> tuple[int,
 
 
 def build(
-    work: Path, partitions: int, data_files: int, rows: int, deletes: int, version: int
+    work: Path, partitions: int, data_files: int, rows: int, deletes: int, version: int, granularity: str
 ) -> dict[str, int]:
     from tests.support.java_deletes import EqualityDelete, commit_equality_delete_files
 
@@ -131,26 +173,35 @@ def build(
     work.mkdir(parents=True)
     spark = _spark(work)
     spark.sql("CREATE NAMESPACE IF NOT EXISTS b.bench")
-    spark.sql(
-        f"CREATE TABLE b.{TABLE} (id INT, p INT, s STRING) USING iceberg PARTITIONED BY (p) "
-        f"TBLPROPERTIES ('format-version'='{version}', 'write.distribution-mode'='none')"
-    )
-    # Each write task holds a contiguous range of ids inside one partition: one data file each.
-    spark.range(0, rows, 1, data_files).selectExpr(
-        "CAST(id AS INT) AS id",
-        f"CAST(id * {partitions} DIV {rows} AS INT) AS p",
-        "md5(CAST(id AS STRING)) AS s",
-    ).writeTo(f"b.{TABLE}").append()
+    for table in (TABLE, REFERENCE):
+        spark.sql(
+            f"CREATE TABLE b.{table} (id INT, p INT, s STRING) USING iceberg PARTITIONED BY (p) "
+            f"TBLPROPERTIES ('format-version'='{version}', 'write.distribution-mode'='none', "
+            f"'write.delete.mode'='merge-on-read', 'write.delete.granularity'='{granularity}')"
+        )
+        # Each write task holds a contiguous range of ids inside one partition: one data file each.
+        spark.range(0, rows, 1, data_files).selectExpr(
+            "CAST(id AS INT) AS id",
+            f"CAST(id * {partitions} DIV {rows} AS INT) AS p",
+            "md5(CAST(id AS STRING)) AS s",
+        ).writeTo(f"b.{table}").append()
+    deleted: list[int] = []
     for start in range(0, deletes, FILES_PER_COMMIT):
         batch = []
         for f in range(start, min(deletes, start + FILES_PER_COMMIT)):
             p, ids = _deleted_ids(f, partitions, rows, deletes)
             batch.append(EqualityDelete(("id",), tuple((i,) for i in ids), (p,)))
+            deleted.extend(ids)
         commit_equality_delete_files(spark, f"b.{TABLE}", batch)
+    before = spark.sql(f"SELECT snapshot_id FROM b.{REFERENCE}.snapshots").collect()[0][0]
+    spark.createDataFrame([(i,) for i in deleted], "id INT").createOrReplaceTempView("deleted")
+    spark.sql(f"DELETE FROM b.{REFERENCE} WHERE id IN (SELECT id FROM deleted)")
     count, id_sum = _rows(spark)
+    if _rows(spark, f"b.{REFERENCE}") != (count, id_sum):
+        raise SystemExit("the reference table's DELETE left other rows than the equality deletes")
     spark.stop()
     live = _live(work)
-    return {"rows": count, "id_sum": id_sum, "files": len(live)}
+    return {"rows": count, "id_sum": id_sum, "files": len(live), "reference_before": int(before)}
 
 
 def _keep_file_size(spark: Any, work: Path) -> int:
@@ -167,7 +218,7 @@ def _keep_file_size(spark: Any, work: Path) -> int:
     return size
 
 
-def run_engine(engine: str, work: Path, target: str) -> dict[str, object]:
+def run_engine(engine: str, work: Path, target: str, reference_before: int) -> dict[str, object]:
     """Inside the child: one engine on the saved state."""
     from tablekeeper.catalog import catalog_for
 
@@ -179,12 +230,12 @@ def run_engine(engine: str, work: Path, target: str) -> dict[str, object]:
     target_size = _keep_file_size(spark, work) if target == "data-files" else 0
     before = _live(work)
     rows_before = _rows(spark)
-    full_before, point_before = _scans(spark, rows_before[0])
+    full_before, narrow_before, point_before = _scans(spark, rows_before[0])
     t0 = time.perf_counter()
     if engine == "iceberg":
         spark.sql(
             f"CALL b.system.rewrite_data_files(table => '{TABLE}', "
-            "options => map('delete-file-threshold', '1'))"
+            "options => map('delete-file-threshold', '1', 'remove-dangling-deletes', 'true'))"
         ).collect()
     else:
         from tablekeeper.jobs.rewrite_equality_deletes import (
@@ -196,8 +247,9 @@ def run_engine(engine: str, work: Path, target: str) -> dict[str, object]:
     seconds = time.perf_counter() - t0
     after = _live(work)
     count, id_sum = _rows(spark)
-    full_after, point_after = _scans(spark, count)
+    full_after, narrow_after, point_after = _scans(spark, count)
     plain = _plain_scan(spark, work)
+    reference = _reference_scans(spark, reference_before, count) if engine == "tablekeeper" else {}
     return {
         "engine": engine,
         "seconds": round(seconds, 3),
@@ -207,12 +259,15 @@ def run_engine(engine: str, work: Path, target: str) -> dict[str, object]:
         "files_after": len(after),
         "full_scan_before": round(full_before, 3),
         "full_scan_after": round(full_after, 3),
+        "narrow_scan_before": round(narrow_before, 3),
+        "narrow_scan_after": round(narrow_after, 3),
         "point_query_before": round(point_before, 3),
         "point_query_after": round(point_after, 3),
         "plain_parquet_scan_after": round(plain, 3),
         "rows": count,
         "id_sum": id_sum,
         "target_file_size": target_size,
+        **{k: round(v, 3) for k, v in reference.items()},
     }
 
 
@@ -242,11 +297,21 @@ def main() -> None:
         "rewrite also compacts the small files) or the data files' mean size (it writes as many "
         "files as it reads, so both engines' scans after read the same layout)",
     )
+    parser.add_argument(
+        "--delete-granularity",
+        choices=("file", "partition"),
+        default="file",
+        help="the tables' write.delete.granularity (v2): one position delete file per data file "
+        "(Iceberg Spark's default) or one per partition, which Iceberg Spark's executors read "
+        "once and cache",
+    )
     parser.add_argument("--child", nargs=1, help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--reference-before", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_engine(args.child[0], Path(args.work), args.target_file_size)))
+        result = run_engine(args.child[0], Path(args.work), args.target_file_size, args.reference_before)
+        print(json.dumps(result))
         return
     if args.data_files % args.partitions or args.deletes % args.partitions or args.rows >= 2**31:
         parser.error("--data-files and --deletes must be multiples of --partitions, --rows under 2**31")
@@ -257,9 +322,18 @@ def main() -> None:
     t = time.perf_counter()
     marker = saved / (
         f"built-v{args.format_version}-{args.partitions}-{args.data_files}-{args.rows}-{args.deletes}"
+        f"-{args.delete_granularity}-with-reference"
     )
     if not marker.exists():
-        expected = build(work, args.partitions, args.data_files, args.rows, args.deletes, args.format_version)
+        expected = build(
+            work,
+            args.partitions,
+            args.data_files,
+            args.rows,
+            args.deletes,
+            args.format_version,
+            args.delete_granularity,
+        )
         shutil.rmtree(saved, ignore_errors=True)
         shutil.copytree(work, saved)
         (saved / EXPECTED).write_text(json.dumps(expected))
@@ -268,7 +342,7 @@ def main() -> None:
     shape = (
         f"v{args.format_version} table, {args.partitions} partitions, {args.data_files:,} data files, "
         f"{args.deletes:,} equality delete files, {expected['rows']:,} rows, "
-        f"target file size: {args.target_file_size}"
+        f"target file size: {args.target_file_size}, delete granularity: {args.delete_granularity}"
     )
     print(
         f"rewrite-equality-deletes: table ready in {time.perf_counter() - t:.1f}s ({shape})", file=sys.stderr
@@ -286,17 +360,34 @@ def main() -> None:
         saved,
         work,
         same_rows,
-        ("--target-file-size", args.target_file_size),
+        (
+            "--target-file-size",
+            args.target_file_size,
+            "--reference-before",
+            str(expected["reference_before"]),
+        ),
     )
     keep = ("bytes_written", "files_before", "files_after")
     scans = (
         "full_scan_before",
         "full_scan_after",
+        "narrow_scan_before",
+        "narrow_scan_after",
         "point_query_before",
         "point_query_after",
         "plain_parquet_scan_after",
     )
+    reference = (
+        "reference_full_scan_before_delete",
+        "reference_full_scan_after_delete",
+        "reference_narrow_scan_before_delete",
+        "reference_narrow_scan_after_delete",
+        "reference_point_query_before_delete",
+        "reference_point_query_after_delete",
+    )
     results = summarize(runs, ENGINES, keep, scans)
+    ours_runs = [r for r in runs if r["engine"] == "tablekeeper" and "error" not in r]
+    floor = {k: statistics.median(float(r[k]) for r in ours_runs) for k in reference} if ours_runs else {}  # type: ignore[arg-type]
     print(f"\n(rewrite-equality-deletes) {shape}; median of {args.repeat} alternating runs\n")
     header = (
         "engine",
@@ -306,11 +397,12 @@ def main() -> None:
         "files",
         "scan before",
         "scan after",
-        "plain scan",
+        "narrow after",
+        "plain narrow",
         "point before",
         "point after",
     )
-    print("{:<12} {:>8} {:>6} {:>11} {:>13} {:>12} {:>11} {:>11} {:>13} {:>12}".format(*header))
+    print("{:<12} {:>8} {:>6} {:>11} {:>13} {:>12} {:>11} {:>12} {:>12} {:>13} {:>12}".format(*header))
     for r in results:
         if "error" in r:
             print(f"{r['engine']!s:<12} failed: {r['error']}")
@@ -319,7 +411,8 @@ def main() -> None:
         print(
             f"{r['engine']!s:<12} {float(r['seconds']):>8.2f} {float(r['setup_seconds']):>6.1f} "  # type: ignore[arg-type]
             f"{int(r['bytes_written']) / 1e6:>11.2f} {files:>13} {float(r['full_scan_before']):>12.2f} "  # type: ignore[call-overload,arg-type]
-            f"{float(r['full_scan_after']):>11.2f} {float(r['plain_parquet_scan_after']):>11.2f} "  # type: ignore[arg-type]
+            f"{float(r['full_scan_after']):>11.2f} {float(r['narrow_scan_after']):>12.2f} "  # type: ignore[arg-type]
+            f"{float(r['plain_parquet_scan_after']):>12.2f} "  # type: ignore[arg-type]
             f"{float(r['point_query_before']):>13.2f} "  # type: ignore[arg-type]
             f"{float(r['point_query_after']):>12.2f}"  # type: ignore[arg-type]
         )
@@ -331,24 +424,42 @@ def main() -> None:
             "time": float(ours["seconds"]) / float(theirs["seconds"]),  # type: ignore[arg-type]
             "bytes_written": int(ours["bytes_written"]) / max(1, int(theirs["bytes_written"])),  # type: ignore[call-overload]
             "full_scan_vs_rewritten": float(ours["full_scan_after"]) / float(theirs["full_scan_after"]),  # type: ignore[arg-type]
+            "narrow_scan_vs_rewritten": float(ours["narrow_scan_after"]) / float(theirs["narrow_scan_after"]),  # type: ignore[arg-type]
             "point_query_vs_rewritten": float(ours["point_query_after"]) / float(theirs["point_query_after"]),  # type: ignore[arg-type]
         }
         goals = {
             "time": 0.2,
             "bytes_written": 0.05,
             "full_scan_vs_rewritten": 1.2,
+            "narrow_scan_vs_rewritten": 1.2,
             "point_query_vs_rewritten": 1.2,
         }
         print()
         for name, value in ratios.items():
             met = "met" if value <= goals[name] else "not met"
             print(f"tablekeeper / iceberg {name}: {value:.3f}x (goal at most {goals[name]}x: {met})")
+    if floor:
+        print("\nIceberg's own merge-on-read DELETE of the same ids on the same data (bench.ref):")
+        for scan in ("full_scan", "narrow_scan", "point_query"):
+            was = floor[f"reference_{scan}_before_delete"]
+            now = floor[f"reference_{scan}_after_delete"]
+            ratios[f"reference_{scan}_after_vs_before_delete"] = now / was
+            name = scan.replace("_", " ")
+            print(f"  {name} {was:.2f}s before it, {now:.2f}s after it: {now / was:.3f}x")
     suffix = "" if args.format_version == 2 else "_v3"
     suffix += "" if args.target_file_size == "iceberg-default" else "_kept_file_size"
+    suffix += "" if args.delete_granularity == "file" else "_partition_deletes"
     out = OUT / f"rewrite_equality_deletes{suffix}.json"
     out.write_text(
         json.dumps(
-            {"shape": shape, "expected": expected, "results": results, "ratios": ratios, "runs": runs},
+            {
+                "shape": shape,
+                "expected": expected,
+                "results": results,
+                "reference": floor,
+                "ratios": ratios,
+                "runs": runs,
+            },
             indent=2,
         )
     )
