@@ -255,7 +255,9 @@ class MetastoreClient:
 
     def locks_of(self, db: str, table: str, agent: str) -> list[int]:
         """The ids of the table's locks asked for by ``agent`` (a lock whose answer was lost)."""
-        request = struct_of((1, TType.STRING, text(db)), (2, TType.STRING, text(table)))
+        # The metastore stores a lock's names lowercased but filters show_locks by the names as
+        # sent: a table named with capitals would find none of its own locks.
+        request = struct_of((1, TType.STRING, text(db.lower())), (2, TType.STRING, text(table.lower())))
         answer = self.call("show_locks", (1, TType.STRUCT, request))
         found = answer.get(1) if isinstance(answer, TStruct) else None
         if not isinstance(found, TList):

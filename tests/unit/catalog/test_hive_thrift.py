@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from tablekeeper.catalog.hive import parse_uris
-from tablekeeper.catalog.hive_metastore import SdField, TableField
+from tablekeeper.catalog.hive_metastore import MetastoreClient, SdField, TableField
 from tablekeeper.catalog.hive_tables import (
     committed_table,
     hive_type,
@@ -216,3 +216,27 @@ def test_metastore_uris_parse_and_bad_ones_are_refused() -> None:
     for bad in ("http://a:9083", "thrift://:9083", "thrift://a:99999", "thrift://a:9083/db"):
         with pytest.raises(ConfigError, match="is not a metastore address: use thrift://host:9083"):
             parse_uris("h", bad)
+
+
+class _Recorded(MetastoreClient):
+    """A client whose calls are recorded and answered with one lock per agent, as show_locks
+    answers (no connection is made)."""
+
+    def __init__(self) -> None:
+        super().__init__((), 1.0)
+        self.sent: list[tuple[str, tuple[tuple[int, TType, object], ...]]] = []
+
+    def call(self, method: str, *args: tuple[int, TType, object]) -> TStruct:
+        self.sent.append((method, args))
+        lock = struct_of((1, TType.I64, 7), (13, TType.STRING, text("tk-agent")))
+        return struct_of((1, TType.LIST, TList(TType.STRUCT, (lock,))))
+
+
+def test_a_lost_lock_is_looked_up_by_the_lowercased_names_the_metastore_stored() -> None:
+    client = _Recorded()
+    assert client.locks_of("Sales", "Orders", "tk-agent") == [7]
+    assert client.locks_of("Sales", "Orders", "another") == []
+    method, args = client.sent[0]
+    request = args[0][2]
+    assert method == "show_locks" and isinstance(request, TStruct)
+    assert (request.text(1), request.text(2)) == ("sales", "orders")
