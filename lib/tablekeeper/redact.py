@@ -33,11 +33,13 @@ _MIN_LENGTH = 4  # shorter values would mask ordinary words
 _SECRET_PARAM_PARTS = (*_SECRET_NAME_PARTS, "key", "pwd", "auth", "signature", "sig")
 # scheme://user:password@host: the password goes whether or not it was ever registered. It runs to
 # the authority's last '@' (URI parsers split there): a password with an unescaped '@' is masked whole.
-_USERINFO = re.compile(
-    r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@?#]*:)(?P<secret>[^/\s?#]+)(?=@[^@/\s?#]*(?:[/?#\s'\"]|$))"
-)
+# The pieces are shared with SECRET_IN_URI_PATTERN below, so the two cannot drift apart.
+_USER_HEAD = r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@?#]*:"
+_USER_SECRET = r"[^/\s?#]+"
+_USERINFO = re.compile(rf"(?P<head>{_USER_HEAD})(?P<secret>{_USER_SECRET})(?=@[^@/\s?#]*(?:[/?#\s'\"]|$))")
 # name=value after ? & or ; (JDBC drivers use both separators): masked when the name is secret.
-_PARAM = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z0-9_.\-]+)=)(?P<value>[^&;\s'\"]*)")
+_PARAM_NAME = r"[A-Za-z0-9_.\-]"
+_PARAM = re.compile(rf"(?P<head>[?&;](?P<name>{_PARAM_NAME}+)=)(?P<value>[^&;\s'\"]*)")
 
 _lock = threading.Lock()
 _secrets: set[str] = set()
@@ -97,10 +99,8 @@ def _mask_uris(text: str) -> str:
 # ``uri`` with an ``sslpassword=`` or ``sslkey=``, is hidden whole in the UI and event logs.
 # Java's regex dialect reads it as Python's does.
 SECRET_IN_URI_PATTERN = (
-    r"[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@?#]*:[^/\s?#]+@"
-    r"|[?&;][A-Za-z0-9_.\-]*(?:"
-    + "|".join(re.escape(part) for part in _SECRET_PARAM_PARTS)
-    + r")[A-Za-z0-9_.\-]*="
+    f"{_USER_HEAD}{_USER_SECRET}@"
+    f"|[?&;]{_PARAM_NAME}*(?:{'|'.join(re.escape(part) for part in _SECRET_PARAM_PARTS)}){_PARAM_NAME}*="
 )
 
 
