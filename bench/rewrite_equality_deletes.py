@@ -45,6 +45,7 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,8 @@ FULL_SCANS = 3
 # Every column, so the scan pays for decoding what a reader of the whole table reads.
 FULL = "count(*), coalesce(sum(id), 0), coalesce(sum(p), 0), coalesce(sum(length(s)), 0)"
 NARROW = "count(*), coalesce(sum(id), 0)"
+# What the tablekeeper child measures on the reference table, before its DELETE and after.
+REFERENCE_SCANS = ("full_scan", "narrow_scan", "point_query")
 
 
 def _spark(work: Path):  # type: ignore[no-untyped-def]
@@ -75,34 +78,40 @@ def _spark(work: Path):  # type: ignore[no-untyped-def]
     )
 
 
-def _rows(spark: Any, table: str = f"b.{TABLE}", columns: str = NARROW) -> tuple[int, int]:
-    # Never answered from the manifests' counts: the scan reads the files.
+def _source(table: str, version: int | None) -> str:
+    return table if version is None else f"{table} VERSION AS OF {version}"
+
+
+def _rows(
+    spark: Any, table: str = f"b.{TABLE}", columns: str = NARROW, version: int | None = None
+) -> tuple[int, int]:
+    # Never answered from the manifests' counts: the scan reads the files. Every scan, of a
+    # snapshot or of the current state, reloads the table first, as a new reader would.
     spark.conf.set("spark.sql.iceberg.aggregate-push-down.enabled", "false")
-    if " VERSION AS OF " not in table:
-        spark.sql(f"REFRESH TABLE {table}")
-    row = spark.sql(f"SELECT {columns} FROM {table}").collect()[0]
+    spark.sql(f"REFRESH TABLE {table}")
+    row = spark.sql(f"SELECT {columns} FROM {_source(table, version)}").collect()[0]
     return int(row[0]), int(row[1])
 
 
-def _scan(spark: Any, table: str, columns: str) -> float:
+def _scan(spark: Any, table: str, columns: str, version: int | None = None) -> float:
     """Seconds of one scan, the median of FULL_SCANS: the first scan of a table state also loads
     the reader's classes for what it holds (deletion vectors, position deletes), which a median
     leaves out."""
     times = []
     for _ in range(FULL_SCANS):
         t = time.perf_counter()
-        _rows(spark, table, columns)
+        _rows(spark, table, columns, version)
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
 
-def _points(spark: Any, table: str, rows: int) -> float:
+def _points(spark: Any, table: str, rows: int, version: int | None = None) -> float:
     """Seconds of a point query, the median over POINT_IDS ids (the same ids for every table)."""
     points = []
     for k in range(POINT_IDS):
         wanted = (k * 7_919 + 1) * (rows // (POINT_IDS * 7_919 + 1))
         t = time.perf_counter()
-        spark.sql(f"SELECT * FROM {table} WHERE id = {wanted}").collect()
+        spark.sql(f"SELECT * FROM {_source(table, version)} WHERE id = {wanted}").collect()
         points.append(time.perf_counter() - t)
     return statistics.median(points)
 
@@ -116,15 +125,16 @@ def _scans(spark: Any, rows: int) -> tuple[float, float, float]:
 def _reference_scans(spark: Any, before: int, rows: int) -> dict[str, float]:
     """Iceberg's own merge-on-read DELETE of the same ids on the same data: the scans of the table
     before it and after it."""
-    spark.sql(f"REFRESH TABLE b.{REFERENCE}")
-    old, now = f"b.{REFERENCE} VERSION AS OF {before}", f"b.{REFERENCE}"
+    table = f"b.{REFERENCE}"
+    measures: dict[str, Callable[[int | None], float]] = {
+        "full_scan": lambda version: _scan(spark, table, FULL, version),
+        "narrow_scan": lambda version: _scan(spark, table, NARROW, version),
+        "point_query": lambda version: _points(spark, table, rows, version),
+    }
     return {
-        "reference_full_scan_before_delete": _scan(spark, old, FULL),
-        "reference_full_scan_after_delete": _scan(spark, now, FULL),
-        "reference_narrow_scan_before_delete": _scan(spark, old, NARROW),
-        "reference_narrow_scan_after_delete": _scan(spark, now, NARROW),
-        "reference_point_query_before_delete": _points(spark, old, rows),
-        "reference_point_query_after_delete": _points(spark, now, rows),
+        f"reference_{name}_{when}_delete": measures[name](version)
+        for name in REFERENCE_SCANS
+        for when, version in (("before", before), ("after", None))
     }
 
 
@@ -317,7 +327,9 @@ def main() -> None:
         parser.error("--data-files and --deletes must be multiples of --partitions, --rows under 2**31")
     OUT.mkdir(parents=True, exist_ok=True)
     version = "" if args.format_version == 2 else f"_v{args.format_version}"
-    saved = OUT / f"rewrite_equality_deletes_saved{version}"
+    # One saved state per version and granularity: switching between them does not rebuild.
+    granularity = "" if args.delete_granularity == "file" else "_partition_deletes"
+    saved = OUT / f"rewrite_equality_deletes_saved{version}{granularity}"
     work = OUT / "rewrite_equality_deletes_work"
     t = time.perf_counter()
     marker = saved / (
@@ -377,17 +389,11 @@ def main() -> None:
         "point_query_after",
         "plain_parquet_scan_after",
     )
-    reference = (
-        "reference_full_scan_before_delete",
-        "reference_full_scan_after_delete",
-        "reference_narrow_scan_before_delete",
-        "reference_narrow_scan_after_delete",
-        "reference_point_query_before_delete",
-        "reference_point_query_after_delete",
-    )
     results = summarize(runs, ENGINES, keep, scans)
-    ours_runs = [r for r in runs if r["engine"] == "tablekeeper" and "error" not in r]
-    floor = {k: statistics.median(float(r[k]) for r in ours_runs) for k in reference} if ours_runs else {}  # type: ignore[arg-type]
+    # Only the tablekeeper runs measure the reference table: its medians over them.
+    reference = [f"reference_{n}_{when}_delete" for n in REFERENCE_SCANS for when in ("before", "after")]
+    on_reference = summarize(runs, ("tablekeeper",), (), reference)[0]
+    floor = {} if "error" in on_reference else {k: float(on_reference[k]) for k in reference}  # type: ignore[arg-type]
     print(f"\n(rewrite-equality-deletes) {shape}; median of {args.repeat} alternating runs\n")
     header = (
         "engine",
@@ -440,7 +446,7 @@ def main() -> None:
             print(f"tablekeeper / iceberg {name}: {value:.3f}x (goal at most {goals[name]}x: {met})")
     if floor:
         print("\nIceberg's own merge-on-read DELETE of the same ids on the same data (bench.ref):")
-        for scan in ("full_scan", "narrow_scan", "point_query"):
+        for scan in REFERENCE_SCANS:
             was = floor[f"reference_{scan}_before_delete"]
             now = floor[f"reference_{scan}_after_delete"]
             ratios[f"reference_{scan}_after_vs_before_delete"] = now / was
