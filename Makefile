@@ -35,12 +35,14 @@ VERSION := $(shell awk -F'"' '/^version = /{print $$2; exit}' pyproject.toml)
 WHEEL := dist/tablekeeper-$(VERSION)-py3-none-any.whl
 PY_FILES_ZIP := dist/tablekeeper.zip
 LIB_FILES := $(shell find lib/tablekeeper -name '*.py' -o -name py.typed)
+# A comment mark inside $(shell): make needs it escaped, and awk warns of the escape it sees.
+HASH := \#
 # Coordinates live only in conf/jars.txt ("<role> <group:artifact:version[:classifier[:packaging]]>"
 # lines; a packaging other than jar is a test server's distribution archive, e.g. tar.gz),
 # another line's Spark-side jars in conf/lines/<line>/jars.txt (the test servers, roles test-*, run
 # in JVMs of their own and are conf/jars.txt's for every line). Roles test-* go to $(JARS)/<role>/,
 # the rest to $(JARS)/.
-JAR_LINES = $(shell awk '!/^[[:space:]]*\#/ && NF >= 2 && (FILENAME == "$(LINE_JARS_TXT)" || $$1 ~ /^test-/) {print $$1 "=" $$2}' \
+JAR_LINES = $(shell awk '!/^[[:space:]]*$(HASH)/ && NF >= 2 && (FILENAME == "$(LINE_JARS_TXT)" || $$1 ~ /^test-/) {print $$1 "=" $$2}' \
   $(LINE_JARS_TXT) $(if $(filter-out conf/jars.txt,$(LINE_JARS_TXT)),conf/jars.txt))
 MVN_DEPENDENCY := org.apache.maven.plugins:maven-dependency-plugin:3.8.1
 PYTEST_ARGS ?=
