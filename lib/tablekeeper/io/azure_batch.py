@@ -3,10 +3,11 @@
 pyarrow's Azure filesystem deletes one blob at a time, and on an account without a hierarchical
 namespace it first leases the blob and makes sure its directory keeps a marker blob: four requests
 a file, and concurrent deletes in one directory waiting on each other's leases. A batch sends one
-request for up to 256 deletes. pyarrow offers no batch, so the requests, their signing (the shared
-key's HMAC, each sub-request signed on its own, or the SAS token on every URL) and the retries of
-what the service throttles are here. An account reached through Azure's default credential chain
-(known only to pyarrow's client) keeps pyarrow's deletes.
+request for up to 256 deletes. pyarrow offers no batch, so the requests and their signing (the
+shared key's HMAC, each sub-request signed on its own, or the SAS token on every URL) are here; the
+retries of what the service throttles are ``tablekeeper.io.batch_delete``'s, shared with GCS. An
+account reached through Azure's default credential chain (known only to pyarrow's client) keeps
+pyarrow's deletes.
 """
 
 from __future__ import annotations
@@ -15,21 +16,17 @@ import base64
 import hashlib
 import hmac
 import re
-import time
-import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Sequence
 from email.utils import formatdate
 
+from tablekeeper.io.batch_delete import Answers, delete_with_retries, part_answers
 from tablekeeper.io.stores import StoreDeletes
-from tablekeeper.redact import redact
 
 BATCH_LIMIT = 256  # the Blob Batch API's maximum of sub-requests
 API_VERSION = "2021-08-06"
-_ATTEMPTS = 6
-_RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 
 
 def _sign(
@@ -63,18 +60,9 @@ def _sign(
     return f"SharedKey {account}:{base64.b64encode(digest).decode()}"
 
 
-def _answers(content_type: str, data: bytes) -> dict[int, tuple[int, str]]:
-    """Content-ID -> (status, error code) of a batch reply's parts."""
-    boundary = content_type.partition("boundary=")[2].strip().strip('"')
-    out: dict[int, tuple[int, str]] = {}
-    for part in data.decode("utf-8", "replace").split(f"--{boundary}")[1:]:
-        head, _, inner = part.partition("\r\n\r\n")
-        cid = re.search(r"(?im)^content-id:\s*(\d+)", head)
-        status = re.match(r"HTTP/\d(?:\.\d)?\s+(\d{3})", inner.lstrip())
-        code = re.search(r"(?im)^x-ms-error-code:\s*(\S+)", inner)
-        if cid and status:
-            out[int(cid.group(1))] = (int(status.group(1)), code.group(1) if code else "")
-    return out
+def _error_code(answer: str) -> str:
+    code = re.search(r"(?im)^x-ms-error-code:\s*(\S+)", answer)
+    return code.group(1) if code else ""
 
 
 def delete_blobs(
@@ -92,13 +80,8 @@ def delete_blobs(
     requests, and throttled sub-requests, are sent again with backoff. Paths are container-relative."""
     prefix = urllib.parse.urlsplit(base).path.rstrip("/")  # "/acct" on an emulator, else ""
     pending = [b.lstrip("/") for b in blobs]
-    deleted: list[str] = []
-    missing: list[str] = []
-    failures: list[tuple[str, str]] = []
-    reason = ""
-    for attempt in range(_ATTEMPTS):
-        if attempt:
-            time.sleep(min(8.0, 0.2 * 2**attempt))
+
+    def send(pending: Sequence[str]) -> Answers:
         boundary = f"batch_{uuid.uuid4()}"
         date = formatdate(usegmt=True)
         parts = []
@@ -131,33 +114,7 @@ def delete_blobs(
         if sas and not key:
             url += "&" + sas
         request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=60) as reply:
-                answers = _answers(reply.headers.get("Content-Type", ""), reply.read())
-        except urllib.error.HTTPError as err:
-            reason = f"batch request answered {err.code} {err.headers.get('x-ms-error-code', '')}".strip()
-            if err.code in _RETRYABLE:
-                continue
-            break
-        except OSError as err:
-            reason = f"batch request failed: {redact(str(err))}"
-            continue
-        retry: list[str] = []
-        for i, blob in enumerate(pending):
-            status, code = answers.get(i, (0, "no answer for this call"))
-            if 200 <= status < 300:
-                deleted.append(f"{container}/{blob}")
-            elif status == 404:
-                missing.append(f"{container}/{blob}")
-            elif status in _RETRYABLE or status == 0:
-                retry.append(blob)
-                reason = f"{status or ''} {code}".strip()
-            else:
-                failures.append((f"{container}/{blob}", f"{status} {code}".strip()))
-        pending = retry
-        if not pending:
-            break
-    failures += [
-        (f"{container}/{b}", f"still failing after {_ATTEMPTS} attempts ({reason})") for b in pending
-    ]
-    return StoreDeletes(tuple(deleted), tuple(missing), tuple(failures))
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return part_answers(reply.headers.get("Content-Type", ""), reply.read(), r"(\d+)", _error_code)
+
+    return delete_with_retries(pending, send, label=lambda blob: f"{container}/{blob}")

@@ -26,7 +26,6 @@ import datetime as dt
 import functools
 import json
 import logging
-import re
 import threading
 import time
 import urllib.error
@@ -41,6 +40,7 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from tablekeeper.errors import ConfigError, StorageError
+from tablekeeper.io.batch_delete import Answers, delete_with_retries, part_answers
 from tablekeeper.io.stores import Store, StoreDeletes, register_store
 from tablekeeper.redact import redact, register_secret
 
@@ -333,8 +333,6 @@ def _service_account_filesystem(settings: GcsSettings) -> pafs.FileSystem:
 
 
 BATCH_LIMIT = 100  # GCS takes at most 100 calls in one batch request
-_BATCH_ATTEMPTS = 6
-_RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 
 
 def _bearer(gcs: GcsSettings) -> str | None:
@@ -363,18 +361,9 @@ def _batch_body(boundary: str, paths: Sequence[str], host: str) -> bytes:
     return ("".join(parts) + f"--{boundary}--\r\n").encode()
 
 
-def _batch_answers(content_type: str, data: bytes) -> dict[int, tuple[int, str]]:
-    """Content-ID number -> (status, first line of the answer's body) of a batch reply."""
-    boundary = content_type.partition("boundary=")[2].strip().strip('"')
-    answers: dict[int, tuple[int, str]] = {}
-    for part in data.decode("utf-8", "replace").split(f"--{boundary}")[1:]:
-        head, _, inner = part.partition("\r\n\r\n")
-        cid = re.search(r"(?im)^content-id:\s*<response-(\d+)>", head)
-        status = re.match(r"HTTP/\d(?:\.\d)?\s+(\d{3})", inner.lstrip())
-        if cid and status:
-            body = inner.partition("\r\n\r\n")[2].strip().splitlines()
-            answers[int(cid.group(1))] = (int(status.group(1)), body[0][:200] if body else "")
-    return answers
+def _first_body_line(answer: str) -> str:
+    body = answer.partition("\r\n\r\n")[2].strip().splitlines()
+    return body[0][:200] if body else ""
 
 
 def batch_delete(_: str | None, settings: Mapping[str, str], paths: Sequence[str]) -> StoreDeletes | None:
@@ -386,14 +375,8 @@ def batch_delete(_: str | None, settings: Mapping[str, str], paths: Sequence[str
         return None
     base = gcs.service_url or "https://storage.googleapis.com"
     host = urlsplit(base).netloc
-    pending = list(paths)
-    deleted: list[str] = []
-    missing: list[str] = []
-    failures: list[tuple[str, str]] = []
-    reason = ""
-    for attempt in range(_BATCH_ATTEMPTS):
-        if attempt:
-            time.sleep(min(8.0, 0.2 * 2**attempt))
+
+    def send(pending: Sequence[str]) -> Answers:
         boundary = "tablekeeper-" + uuid.uuid4().hex
         headers = {"Content-Type": f"multipart/mixed; boundary={boundary}"}
         if auth:
@@ -404,34 +387,11 @@ def batch_delete(_: str | None, settings: Mapping[str, str], paths: Sequence[str
             headers=headers,
             method="POST",
         )
-        try:
-            with urllib.request.urlopen(request, timeout=60) as reply:
-                answers = _batch_answers(reply.headers.get("Content-Type", ""), reply.read())
-        except urllib.error.HTTPError as err:
-            reason = f"batch request answered {err.code}"
-            if err.code in _RETRYABLE:
-                continue
-            break
-        except OSError as err:
-            reason = f"batch request failed: {redact(str(err))}"
-            continue
-        retry: list[str] = []
-        for i, path in enumerate(pending):
-            status, text = answers.get(i, (0, "no answer for this call"))
-            if 200 <= status < 300:
-                deleted.append(path)
-            elif status == 404:
-                missing.append(path)
-            elif status in _RETRYABLE or status == 0:
-                retry.append(path)
-                reason = f"{status or 'no answer'}: {text}"
-            else:
-                failures.append((path, f"{status}: {redact(text)}"))
-        pending = retry
-        if not pending:
-            break
-    failures += [(path, f"still failing after {_BATCH_ATTEMPTS} attempts ({reason})") for path in pending]
-    return StoreDeletes(tuple(deleted), tuple(missing), tuple(failures))
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            content_type = reply.headers.get("Content-Type", "")
+            return part_answers(content_type, reply.read(), r"<response-(\d+)>", _first_body_line)
+
+    return delete_with_retries(paths, send)
 
 
 def _open(authority: str, settings: Mapping[str, str]) -> pafs.FileSystem:
