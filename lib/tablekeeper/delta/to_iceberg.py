@@ -34,6 +34,7 @@ from tablekeeper.delta.values import (
     parse_partition_value,
     parse_stats,
     stats_value,
+    timestamp_lower_bound,
     timestamp_upper_bound,
     zoneless_timestamp_columns,
 )
@@ -210,12 +211,14 @@ def map_schema(
     configuration: Mapping[str, str],
     *,
     previous: it.Schema | None = None,
+    previous_names: NameMapping | None = None,
     last_column_id: int = 0,
     format_version: int = 2,
     rewrite_unreadable: bool = False,
 ) -> MappedSchema:
-    """``previous``: the Iceberg schema this one evolves. Without column-mapping ids, a field keeps
-    the id its name path had there; new fields take ids above ``last_column_id``. Columns Delta
+    """``previous``: the Iceberg schema this one evolves (``previous_names``: the name mapping it
+    was written with). Without column-mapping ids, a field keeps the id its name path had there;
+    new fields take ids above ``last_column_id``. Columns Delta
     widened are checked against the promotions Iceberg allows at ``format_version``. Columns some
     files hold in a form Iceberg readers cannot read are refused, or with ``rewrite_unreadable``
     listed in ``unreadable`` (the caller rewrites those files)."""
@@ -298,7 +301,6 @@ def map_schema(
         mapped: list[MappedField] = []
         # Ids of a struct's own fields first, so top-level columns get the lowest fresh ids.
         own = [(f.column_id if mapping.enabled and f.column_id else fresh((*path, f.name))) for f in fields]
-        physicals = {mapping.physical_name(f) for f in fields}
         for f, fid in zip(fields, own, strict=True):
             physical = mapping.physical_name(f)
             fpath, fphys = (*path, f.name), (*phys, physical)
@@ -317,15 +319,16 @@ def map_schema(
                     doc=None if doc is None else str(doc),
                 )
             )
-            # Files carry physical names (logical ones without column mapping); list both, unless
-            # the logical name is a sibling's physical name (a column renamed after mapping was
-            # enabled in place, whose physical name is its old name): the physical name wins.
-            alias = f.name != physical and f.name not in physicals
-            names = (physical, f.name) if alias else (physical,)
-            mapped.append(MappedField(names, fid, tuple(children)))
+            # Files carry physical names (the logical ones without column mapping, and files
+            # written before it was enabled in place, which made each name its physical name). Not
+            # the logical name too: a file holding that name holds another column, such as one
+            # dropped before this one was added under its name, which Delta reads as null.
+            mapped.append(MappedField((physical,), fid, tuple(children)))
         return out, mapped
 
     fields, mapped = convert_fields(struct.fields, (), ())
+    if mapping.enabled and previous is not None:
+        _refuse_moved_ids(ids_by_path, physical_by_path, previous, previous_names)
     return MappedSchema(
         it.Schema(0, tuple(fields)),
         NameMapping(tuple(mapped)),
@@ -333,6 +336,40 @@ def map_schema(
         physical_by_path,
         tuple(unreadable),
     )
+
+
+def _refuse_moved_ids(
+    ids: Mapping[tuple[str, ...], int],
+    physical: Mapping[tuple[str, ...], tuple[str, ...]],
+    previous: it.Schema,
+    previous_names: NameMapping | None,
+) -> None:
+    """Column mapping enabled on a table that had none gives its columns Delta's ids, which need
+    not be the ones the target gave them by name (Delta numbers nested fields depth first). A
+    column keeps its physical name for life (enabling in place makes each name its physical
+    name), so a physical name path the target held under another id is the same column moved:
+    under its new id the target's earlier metrics and partition fields would describe another
+    column. A column added again after a drop has a physical name of its own."""
+    moved = []
+    for path, fid in ids.items():
+        phys = physical.get(path)
+        if phys is None:
+            continue
+        if previous_names is not None:
+            before = previous_names.find(phys)
+            old = before.field_id if before is not None else None
+        else:  # a target written before it kept a name mapping: names as they were
+            old = ids_by_name_path(previous).get(phys)
+        # An id the previous schema no longer held (a dropped column's, kept for its files) moves nothing.
+        if old is not None and old != fid and previous.find_field(old) is not None:
+            moved.append(f"{'.'.join(path)} {old} -> {fid}")
+    if moved:
+        raise UnsupportedFeatureError(
+            "this Delta version enables column mapping and gives columns the target already holds "
+            f"other field ids ({', '.join(moved[:5])}{', ...' if len(moved) > 5 else ''}); the "
+            "target's metrics and partition fields would then describe the wrong columns: convert "
+            "into a new target with --mode full --history latest"
+        )
 
 
 def _all_fields(struct: DeltaStruct) -> list[DeltaField]:
@@ -550,6 +587,8 @@ def lower_bytes(c: MetricColumn, raw: Any) -> bytes | None:
     b = c.fast(raw) if c.fast is not None else None
     if b is None:
         lo = stats_value(c.delta_type, raw)
+        if lo is not None and isinstance(c.delta_type, DeltaPrimitive) and c.delta_type.name == "timestamp":
+            lo = timestamp_lower_bound(lo, zoned=True)  # an offset cut to minutes: see the function
         if lo is not None:
             b = to_bytes(c.iceberg_type, lo)
     if b is not None and c.floating:
@@ -572,7 +611,8 @@ def upper_bytes(c: MetricColumn, raw: Any) -> bytes | None:
 
 def _safe_upper(t: DeltaType, value: Any) -> Any | None:
     if isinstance(t, DeltaPrimitive) and t.name in ("timestamp", "timestamp_ntz"):
-        return timestamp_upper_bound(value)  # Delta writes maxima truncated to milliseconds
+        # Delta writes maxima truncated to milliseconds (and some offsets cut to minutes).
+        return timestamp_upper_bound(value, zoned=t.name == "timestamp")
     if (
         isinstance(t, DeltaPrimitive)
         and t.name == "string"

@@ -275,8 +275,27 @@ def leaf_stats(
     return out
 
 
-def timestamp_upper_bound(max_micros: int) -> int:
-    """Delta truncates timestamp maxima to milliseconds; the true maximum may be 999 µs later."""
+# Delta Spark 3.2 and 3.3 wrote a timestamp stat's zone offset cut to whole minutes (LMT
+# +00:53:28 as +00:53, delta-io/delta#5249), so a value from before its zone's offset was a whole
+# number of minutes may be up to 59 s off either way. The last offset with seconds in the time zone
+# database (Africa/Monrovia's) ended in January 1972; later values are exact.
+_CUT_OFFSETS_END = (dt.datetime(1972, 1, 8, tzinfo=dt.timezone.utc) - _EPOCH) // dt.timedelta(microseconds=1)
+_CUT_OFFSET_ERROR = 59_000_000
+
+
+def timestamp_lower_bound(min_micros: int, zoned: bool) -> int:
+    """A timestamp stat's minimum as a safe lower bound (``zoned``: a timestamp with time zone,
+    written with an offset)."""
+    if zoned and min_micros < _CUT_OFFSETS_END + _CUT_OFFSET_ERROR:
+        return min_micros - _CUT_OFFSET_ERROR
+    return min_micros
+
+
+def timestamp_upper_bound(max_micros: int, zoned: bool = False) -> int:
+    """Delta truncates timestamp maxima to milliseconds; the true maximum may be 999 µs later
+    (and, ``zoned``, up to 59 s later for a value from before 1972: see ``_CUT_OFFSETS_END``)."""
+    if zoned and max_micros < _CUT_OFFSETS_END + _CUT_OFFSET_ERROR:
+        return max_micros + 999 + _CUT_OFFSET_ERROR
     return max_micros + 999
 
 

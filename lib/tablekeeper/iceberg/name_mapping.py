@@ -208,10 +208,13 @@ def name_mapping_to_json(mapping: NameMapping) -> str:
     return json.dumps([_field_to_json(f) for f in mapping.fields], separators=(",", ":"), ensure_ascii=False)
 
 
-def merge_name_mappings(newer: NameMapping, older: NameMapping) -> NameMapping:
+def merge_name_mappings(
+    newer: NameMapping, older: NameMapping, *, keep_former_names: bool = True
+) -> NameMapping:
     """``newer`` plus the fields only ``older`` has, so files written under an earlier schema still
     resolve after a column was dropped or renamed. On a clash (a name or id at one level taken
-    by both) the newer field wins; fields with the same id merge their children."""
+    by both) the newer field wins; fields with the same id merge their children, keeping the
+    older names too unless ``keep_former_names`` is off."""
     taken_ids = {f.field_id for f in _walk(newer.fields) if f.field_id is not None}
 
     def merge(new: tuple[MappedField, ...], old: tuple[MappedField, ...]) -> tuple[MappedField, ...]:
@@ -224,7 +227,9 @@ def merge_name_mappings(newer: NameMapping, older: NameMapping) -> NameMapping:
                 continue
             # Former names of the field are kept as aliases unless a sibling now uses them.
             sibling_names = {n for g in new if g is not f for n in g.names}
-            extra = tuple(n for n in prior.names if n not in f.names and n not in sibling_names)
+            extra = tuple(
+                n for n in prior.names if keep_former_names and n not in f.names and n not in sibling_names
+            )
             out.append(MappedField(f.names + extra, f.field_id, merge(f.fields, prior.fields)))
         used = {n for f in out for n in f.names}
         for f in old:

@@ -162,6 +162,19 @@ def walk_fields(t: IcebergType) -> Iterator[NestedField]:
         yield from walk_fields(t.value)
 
 
+def clashing_names(schema: Schema) -> list[str]:
+    """Full names (dotted, list and map children as element/key/value) two fields share, such
+    as a column ``a.b`` beside a struct ``a`` holding ``b``: Iceberg Java cannot index such a
+    schema ("multiple fields for name"), so no engine could load a table holding it."""
+    seen: set[str] = set()
+    clashes: list[str] = []
+    for name in _names(schema.as_struct()).values():
+        if name in seen:
+            clashes.append(name)
+        seen.add(name)
+    return clashes
+
+
 def _names(t: IcebergType, prefix: str = "") -> dict[int, str]:
     out: dict[int, str] = {}
     children: list[tuple[int, str, IcebergType]] = []

@@ -25,7 +25,7 @@ from tablekeeper.iceberg.metadata import (
 )
 from tablekeeper.iceberg.partitioning import UNPARTITIONED, UNSORTED, PartitionSpec, SortOrder
 from tablekeeper.iceberg.transforms import parse_transform
-from tablekeeper.iceberg.types import Schema, check_evolution
+from tablekeeper.iceberg.types import Schema, check_evolution, clashing_names
 
 DEFAULT_PREVIOUS_VERSIONS_MAX = 100
 
@@ -49,6 +49,7 @@ def new_table_metadata(
 ) -> TableMetadata:
     if format_version not in (1, 2, 3):
         raise UnsupportedFeatureError(f"cannot create a format version {format_version} table: use 1, 2 or 3")
+    _refuse_clashing_names(schema)
     props = {"write.parquet.compression-codec": "zstd", **(properties or {})}
     meta = TableMetadata(
         format_version=format_version,
@@ -202,6 +203,15 @@ def with_previous_metadata(meta: TableMetadata, base: TableMetadata, base_locati
     return replace(meta, metadata_log=log[-limit:])
 
 
+def _refuse_clashing_names(schema: Schema) -> None:
+    clashes = clashing_names(schema)
+    if clashes:
+        raise UnsupportedFeatureError(
+            f"two fields would share the full name {clashes[0]!r} (a column whose name holds a dot "
+            "beside a struct and its field): Iceberg readers cannot index such a schema; rename one"
+        )
+
+
 def add_schema(
     meta: TableMetadata,
     schema: Schema,
@@ -215,6 +225,7 @@ def add_schema(
     problems = check_evolution(meta.schema(), schema, meta.format_version, retyped)
     if problems:
         raise ConfigError(f"schema change refused: {problems[0]}")
+    _refuse_clashing_names(schema)
     existing = next((s for s in meta.schemas if s.fields == schema.fields), None)
     if existing is None:
         existing = replace(schema, schema_id=max(s.schema_id for s in meta.schemas) + 1)

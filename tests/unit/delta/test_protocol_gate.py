@@ -28,3 +28,10 @@ def test_known_reader_features_pass() -> None:
     Protocol(
         3, 7, ("deletionVectors", "columnMapping"), ("deletionVectors", "columnMapping")
     ).check_readable()
+
+
+def test_nanosecond_timestamps_are_refused_by_name_not_misread() -> None:
+    """No mapping of the proposed nanosecond type is specified: the feature, not a column of an
+    unknown type found later, is named."""
+    with pytest.raises(UnsupportedFeatureError, match=r"'timestampNanos' is not supported"):
+        Protocol(3, 7, ("timestampNanos",), ("timestampNanos",)).check_readable()

@@ -704,8 +704,101 @@ def test_column_mapping_ids_come_from_the_delta_schema() -> None:
     mapped = map_schema(struct, NAME_CM, CM_CONFIG)
     assert ids_by_name_path(mapped.schema) == {("id",): 1, ("s",): 3, ("s", "x"): 7}
     assert mapped.physical_by_path[("s", "x")] == ("col-s", "col-x")
-    assert mapped.name_mapping.find(("col-s", "col-x")) == MappedField(("col-x", "x"), 7)
-    assert mapped.name_mapping.find(("s", "x")) == MappedField(("col-x", "x"), 7)
+    # Files are read by physical name only, as Delta reads them.
+    assert mapped.name_mapping.find(("col-s", "col-x")) == MappedField(("col-x",), 7)
+    assert mapped.name_mapping.find(("s", "x")) is None
+
+
+def test_a_column_added_again_after_a_drop_does_not_read_the_dropped_ones_values() -> None:
+    """Mapping enabled in place makes each name its physical name; ``a`` dropped and added again
+    gets a physical name of its own. Files of before hold the old ``a``, which Delta reads as null
+    for the new column: the name mapping must not lead the logical name to it."""
+    from tablekeeper.iceberg.name_mapping import merge_name_mappings
+
+    first = map_schema(
+        delta_schema(fld("id", "long"), fld("a", "string")),
+        column_mapping({}, supports_column_mapping=False),
+        {},
+    )
+    enabled = map_schema(
+        delta_schema(fld("id", "long", cm(1, "id")), fld("a", "string", cm(2, "a"))),
+        NAME_CM,
+        CM_CONFIG,
+        previous=first.schema,
+        last_column_id=2,
+    )
+    again = map_schema(
+        delta_schema(fld("id", "long", cm(1, "id")), fld("a", "string", cm(3, "col-9b1e"))),
+        NAME_CM,
+        CM_CONFIG,
+        previous=enabled.schema,
+        last_column_id=2,
+    )
+    assert ids_by_name_path(again.schema) == {("id",): 1, ("a",): 3}
+    names = merge_name_mappings(again.name_mapping, enabled.name_mapping)
+    found = names.find(("a",))
+    assert found is not None and found.field_id == 2  # the dropped column's id, in no schema now
+    assert names.find(("col-9b1e",)) == MappedField(("col-9b1e",), 3)
+
+
+def test_enabling_column_mapping_that_moves_a_columns_id_is_refused_by_name() -> None:
+    """Without column mapping the target numbers a struct's own fields first (s=1, b=2, s.x=3);
+    Delta, enabling mapping in place, numbers depth first (s=1, s.x=2, b=3). Under the new ids the
+    target's earlier metrics would describe the other column: refused, naming the fix."""
+    nested = {"type": "struct", "fields": [fld("x", "string")]}
+    before = map_schema(
+        delta_schema(fld("s", nested), fld("b", "string")),
+        column_mapping({}, supports_column_mapping=False),
+        {},
+    )
+    assert ids_by_name_path(before.schema) == {("s",): 1, ("b",): 2, ("s", "x"): 3}
+    moved = delta_schema(
+        fld("s", {"type": "struct", "fields": [fld("x", "string", cm(2, "x"))]}, cm(1, "s")),
+        fld("b", "string", cm(3, "b")),
+    )
+    with pytest.raises(UnsupportedFeatureError, match=r"b 2 -> 3.*--mode full --history latest"):
+        map_schema(moved, NAME_CM, CM_CONFIG, previous=before.schema, last_column_id=3)
+    # Ids that agree convert as before.
+    kept = delta_schema(
+        fld("s", {"type": "struct", "fields": [fld("x", "string", cm(3, "x"))]}, cm(1, "s")),
+        fld("b", "string", cm(2, "b")),
+    )
+    same = map_schema(kept, NAME_CM, CM_CONFIG, previous=before.schema, last_column_id=3)
+    assert ids_by_name_path(same.schema) == ids_by_name_path(before.schema)
+    # Renamed too before the next run: the physical names still say which column moved.
+    renamed = delta_schema(
+        fld("s", {"type": "struct", "fields": [fld("y", "string", cm(2, "x"))]}, cm(1, "s")),
+        fld("c", "string", cm(3, "b")),
+    )
+    with pytest.raises(UnsupportedFeatureError, match=r"c 2 -> 3"):
+        map_schema(
+            renamed,
+            NAME_CM,
+            CM_CONFIG,
+            previous=before.schema,
+            previous_names=before.name_mapping,
+            last_column_id=3,
+        )
+
+
+def test_a_column_renamed_back_to_its_first_name_keeps_its_id_and_converts() -> None:
+    """Mapping enabled in place (a: id 1, physical a), a renamed to a_old and a new a added
+    (physical col-u, id 3), then the new a dropped and a_old renamed back to a: the physical name
+    a still has id 1, so nothing moved."""
+    middle = map_schema(
+        delta_schema(fld("a_old", "string", cm(1, "a")), fld("a", "string", cm(3, "col-u"))),
+        NAME_CM,
+        CM_CONFIG,
+    )
+    back = map_schema(
+        delta_schema(fld("a", "string", cm(1, "a"))),
+        NAME_CM,
+        CM_CONFIG,
+        previous=middle.schema,
+        previous_names=middle.name_mapping,
+        last_column_id=3,
+    )
+    assert ids_by_name_path(back.schema) == {("a",): 1}
 
 
 @pytest.mark.parametrize(
@@ -1038,3 +1131,49 @@ def test_variant_and_unknown_columns_get_null_counts_but_never_bounds() -> None:
     m = metrics_from_stats(stats, struct, mapped, has_dv=False)
     assert set(m["lower"]) == set(m["upper"]) == {1}
     assert m["nulls"] == {1: 0, 2: 1, 3: 2}
+
+
+def test_a_dotted_column_beside_the_struct_field_it_spells_is_refused_by_name() -> None:
+    """Delta takes a column ``a.b`` beside a struct ``a`` holding ``b``; Iceberg Java indexes
+    fields by full name and refuses the schema, so the target would load nowhere."""
+    from tablekeeper.iceberg.updates import new_table_metadata
+
+    struct = delta_schema(fld("a.b", "string"), fld("a", {"type": "struct", "fields": [fld("b", "long")]}))
+    schema = map_schema(struct, column_mapping({}, supports_column_mapping=False), {}).schema
+    with pytest.raises(UnsupportedFeatureError, match=r"full name 'a\.b'.*rename one"):
+        new_table_metadata(schema=schema, location="file:///t", timestamp_ms=1)
+    fine = delta_schema(fld("a.b", "string"), fld("a", {"type": "struct", "fields": [fld("c", "long")]}))
+    schema = map_schema(fine, column_mapping({}, supports_column_mapping=False), {}).schema
+    assert new_table_metadata(schema=schema, location="file:///t", timestamp_ms=1).schema() == schema
+
+
+def test_timestamp_bounds_from_before_1972_widen_by_the_minute_an_offset_may_have_lost() -> None:
+    """Delta Spark 3.2/3.3 wrote offsets cut to minutes (LMT -07:52:58 as -07:52), so an old value
+    may be 58 s off: its bounds widen by 59 s. A later value, and a zone-less one, only get the
+    999 µs of the millisecond truncation."""
+    import struct as st
+
+    schema = delta_schema(fld("ts", "timestamp"), fld("ntz", "timestamp_ntz"))
+    mapped = map_schema(schema, NO_CM, {})
+    stats = parse_stats(
+        json.dumps(
+            {
+                "numRecords": 2,
+                "minValues": {"ts": "1880-01-01T00:00:00.000-07:52", "ntz": "1880-01-01T00:00:00.000"},
+                "maxValues": {"ts": "2020-01-01T00:00:00.000Z", "ntz": "1880-01-01T00:00:01.000"},
+            }
+        )
+    )
+    m = metrics_from_stats(stats, schema, mapped, has_dv=False)
+
+    def micros(b: bytes) -> int:
+        return int(st.unpack("<q", b)[0])
+
+    old = -2840140800 * 1_000_000 + (7 * 60 + 52) * 60_000_000  # 1880-01-01T07:52Z
+    assert micros(m["lower"][1]) == old - 59_000_000
+    assert micros(m["upper"][1]) == 1577836800 * 1_000_000 + 999
+    wall = -2840140800 * 1_000_000
+    assert (micros(m["lower"][2]), micros(m["upper"][2])) == (wall, wall + 1_000_000 + 999)
+    late = parse_stats(json.dumps({"numRecords": 1, "maxValues": {"ts": "1900-01-01T00:00:00.000-07:52"}}))
+    upper = micros(metrics_from_stats(late, schema, mapped, has_dv=False)["upper"][1])
+    assert upper == -2208988800 * 1_000_000 + (7 * 60 + 52) * 60_000_000 + 999 + 59_000_000

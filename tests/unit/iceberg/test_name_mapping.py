@@ -214,3 +214,17 @@ def test_pyiceberg_builds_the_same_mapping_from_the_same_schema() -> None:
     their_schema = PySchema.model_validate_json(json.dumps(schema_to_json(NESTED)))
     theirs = create_mapping_from_schema(their_schema)
     assert _pyiceberg_tree(theirs) == _our_tree(name_mapping_from_schema(NESTED).fields)
+
+
+def test_a_merge_can_leave_a_fields_former_names_behind() -> None:
+    """A target written by an older converter listed a logical name beside a physical one; under
+    column mapping only the physical name is a name files hold, so the merge drops the former
+    ones while it keeps the fields only the older mapping has (dropped columns')."""
+    from tablekeeper.iceberg.name_mapping import merge_name_mappings
+
+    older = NameMapping((MappedField(("col-u", "x"), 3), MappedField(("gone",), 2)))
+    newer = NameMapping((MappedField(("col-u",), 3),))
+    assert merge_name_mappings(newer, older).find(("x",)) == MappedField(("col-u", "x"), 3)
+    merged = merge_name_mappings(newer, older, keep_former_names=False)
+    assert merged.find(("x",)) is None and merged.find(("col-u",)) == MappedField(("col-u",), 3)
+    assert merged.find(("gone",)) == MappedField(("gone",), 2)

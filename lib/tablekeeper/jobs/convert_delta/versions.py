@@ -186,11 +186,13 @@ def evolve(
     """The target's metadata with the Delta version's schema, partitioning and version recorded;
     ``rewrite``: columns some files hold unreadably are allowed (those files get rewritten)."""
     mapping, config = snap.column_mapping, snap.metadata.configuration
+    known = meta.properties.get(NAME_MAPPING_PROPERTY)
     mapped = map_schema(
         snap.schema,
         mapping,
         config,
         previous=meta.schema(),
+        previous_names=parse_name_mapping(known) if known else None,
         last_column_id=meta.last_column_id,
         format_version=meta.format_version,
         rewrite_unreadable=rewrite,
@@ -217,10 +219,11 @@ def evolve(
         updated, partition_spec(mapped, snap.partition_columns), timestamp_ms=timestamp_ms
     )
     names = mapped.name_mapping
-    known = meta.properties.get(NAME_MAPPING_PROPERTY)
     if known:
-        # Files of earlier versions keep the names they were written with.
-        names = merge_name_mappings(names, parse_name_mapping(known))
+        # Files of earlier versions keep the names they were written with: dropped columns'.
+        # Under column mapping a column's one name in any file is its physical name, so the
+        # names a target written before listed beside it (logical ones) are not carried on.
+        names = merge_name_mappings(names, parse_name_mapping(known), keep_former_names=not mapping.enabled)
     props = {NAME_MAPPING_PROPERTY: name_mapping_to_json(names), VERSION_PROPERTY: str(snap.version)}
     return mapped, set_properties(updated, props, timestamp_ms=timestamp_ms)
 
