@@ -202,3 +202,68 @@ def test_a_concurrent_delete_of_a_planned_file_makes_the_job_plan_again(spark, c
     assert m["plans"] == 2, m
     assert {r[0] for r in _rows(spark, table)} == set(range(30)) - {2, 12, 22, 4}
     assert 2 not in _content_counts(spark, table)
+
+
+def test_a_delete_under_a_spec_of_void_fields_is_global(spark, catalogs) -> None:  # type: ignore[no-untyped-def]
+    """A v1 table's dropped partition field stays in its spec as a void one; Iceberg Java calls
+    that spec unpartitioned, so an equality delete written under it applies to every partition's
+    older files: all are resolved before the delete goes."""
+    name = "eqdel_void"
+    table = _create(spark, name, 1)
+    spark.sql(f"ALTER TABLE {table} DROP PARTITION FIELD cat")
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('format-version'='2')")
+    _insert(spark, table, range(30, 34))
+    meta = catalog_for(catalogs.get(FS_CATALOG)).require(f"db.{name}").metadata
+    spec = meta.default_spec_id
+    assert [f.transform for f in meta.spec().fields] == ["void"]
+    commit_equality_deletes(spark, table, ["id"], [[2], [13], [31]], partition=[None], spec_id=spec)
+    before = _rows(spark, table)
+    assert not {2, 13, 31} & {r[0] for r in before}, "Iceberg Java applies the void spec's delete everywhere"
+    m = _run(spark, catalogs, name)
+    assert _rows(spark, table) == before
+    assert m["removed_equality_delete_files_count"] == 1 and m["kept_equality_delete_files"] == [], m
+    assert 2 not in _content_counts(spark, table)
+
+
+def test_imported_files_resolve_as_iceberg_java_reads_them(spark, catalogs, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Files imported with ``add_files`` under ``cat=eu`` whose ``cat`` column says otherwise.
+    Iceberg Java reads every row's ``cat`` from the partition tuple, so an equality delete on
+    ``cat = 'eu'`` removes a row the file holds as ``us``; but its planning first skips a delete
+    file whose value ranges rule out the data file's (statistics from the file: only ``us``), so
+    there the same delete removes nothing. The job resolves exactly what Java reads; a compaction
+    then writes the values Java reads, and PyIceberg (which reads a file's own column) agrees."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    name = "eqdel_imported"
+    table = f"{FS_CATALOG}.db.{name}"
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    spark.sql(
+        f"CREATE TABLE {table} (id INT, name STRING, cat STRING) USING iceberg PARTITIONED BY (cat) "
+        "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read')"
+    )
+    source = tmp_path / "imported"
+    (source / "cat=eu").mkdir(parents=True)
+    types = pa.schema([("id", pa.int32()), ("name", pa.string()), ("cat", pa.string())])
+    for part, ids, cats in (("0", [1, 2, 3], ["us", None, "eu"]), ("1", [4, 5], ["us", "us"])):
+        rows = {"id": ids, "name": [f"n{i}" for i in ids], "cat": cats}
+        pq.write_table(pa.table(rows, schema=types), source / "cat=eu" / f"part-{part}.parquet")
+    imported = f"`parquet`.`{source}`"
+    spark.sql(f"CALL {FS_CATALOG}.system.add_files(table => 'db.{name}', source_table => '{imported}')")
+    assert _rows(spark, table) == [(i, f"n{i}", "eu") for i in range(1, 6)]
+    commit_equality_deletes(spark, table, ["id", "cat"], [[1, "eu"], [2, "eu"], [4, "eu"]], partition=["eu"])
+    before = _rows(spark, table)
+    assert before == [(3, "n3", "eu"), (4, "n4", "eu"), (5, "n5", "eu")]
+
+    m = _run(spark, catalogs, name)
+    assert _rows(spark, table) == before
+    assert (m["matched_rows"], m["removed_equality_delete_files_count"]) == (2, 1), m
+
+    from tablekeeper.jobs.compact import CompactOptions, run_compact
+
+    catalog = catalog_for(catalogs.get(FS_CATALOG))
+    options = CompactOptions(f"db.{name}", where="cat = 'eu'", rewrite_all=True, writer="spark")
+    compacted = run_compact(options, catalog, f"db.{name}", spark).metrics
+    assert compacted["rewritten_data_files_count"] == 2, compacted
+    assert _rows(spark, table) == before
+    assert_pyiceberg_same_rows(spark, table, catalog.require(f"db.{name}").metadata_location)

@@ -419,7 +419,7 @@ def _check_new_deletes(
         return
     started = base.snapshot(start) if start is not None else None
     start_seq = started.sequence_number if started is not None else 0
-    unpartitioned = {s.spec_id for s in base.partition_specs if s.is_unpartitioned}
+    unpartitioned = base.unpartitioned_spec_ids
     paths = {e.data_file.file_path for e in removed}
     scopes = {(e.data_file.spec_id, partition_key(e.data_file.partition)) for e in removed}
     for m in load_manifests(io, newer[0]):

@@ -447,13 +447,16 @@ def storage(column: pa.Array) -> pa.Array:
     return column.storage if isinstance(column.type, pa.BaseExtensionType) else column
 
 
-def fill(column: pa.Array, t: IcebergType, value: Any) -> pa.Array:
-    """``column`` (of Iceberg type ``t``) with its nulls replaced by ``value`` (a partition value
-    in the project's convention)."""
-    if value is None or column.null_count == 0:
-        return column
+def partition_constant(column: pa.Array, t: IcebergType, value: Any) -> pa.Array:
+    """``column`` (of Iceberg type ``t``) as Iceberg Java reads an identity partition column: the
+    file's partition value (the project's convention; None for null) in every row, whatever the
+    file holds (``PartitionUtil.constantsMap``: files converted from Delta hold no such column, an
+    imported file may hold values its partition tuple contradicts)."""
+    n = len(column)
+    if value is None:
+        return column if column.null_count == n else pa.nulls(n, type=column.type)
     scalar = arrow_scalar(t, value)
     if isinstance(column.type, pa.BaseExtensionType):
-        filled = pc.coalesce(column.storage, scalar.value)
-        return pa.ExtensionArray.from_storage(column.type, filled)
-    return pc.coalesce(column, scalar)
+        storage = pa.repeat(scalar.value, n).cast(column.type.storage_type)
+        return pa.ExtensionArray.from_storage(column.type, storage)
+    return pa.repeat(scalar, n).cast(column.type)

@@ -9,18 +9,28 @@
   its ``referenced_data_file``, or its ``file_path`` column bounds, when it has them, must allow it.
 - An equality delete file applies when the data file's data sequence number is strictly less than
   the delete file's and the partitions are equal, or the delete file's spec is unpartitioned
-  (a global equality delete).
+  (a global equality delete). Given the table's fields, it also needs what Iceberg Java's planning
+  asks (``DeleteFileIndex.canContainEqDeletesForFile``): for each primitive equality column, the
+  two files' null counts and value ranges must allow a common value. Java skips the delete file
+  for a data file otherwise, so a reader never applies it there, whatever the rows hold: a NaN
+  (left out of float bounds) or a value a file's partition tuple overrides. Applying it there
+  anyway would change the rows Iceberg Spark reads.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from tablekeeper.errors import CorruptMetadataError
+from tablekeeper.iceberg.bounds import java_order
 from tablekeeper.iceberg.content import EQUALITY_DELETES, POSITION_DELETES, DataFile, ManifestEntry
+from tablekeeper.iceberg.conversions import from_bytes
 from tablekeeper.iceberg.partitioning import partition_key
+from tablekeeper.iceberg.types import NestedField, PrimitiveType, Schema, walk_fields
 
 # The position-delete file_path column: its bounds say which data files a delete file names.
 DELETE_FILE_PATH_ID = 2147483546
@@ -74,6 +84,85 @@ def _names(delete: DataFile, path: str) -> bool:
     return target is None or target == path
 
 
+FieldLookup = Callable[[int], NestedField | None]
+
+
+def field_lookup(schemas: Iterable[Schema]) -> FieldLookup:
+    """Fields by id over all of a table's schemas, the newest last (Java's ``Schema.indexFields``
+    over them): an equality delete may name a column a later schema dropped."""
+    fields: dict[int, NestedField] = {}
+    for schema in schemas:
+        fields.update((f.id, f) for f in walk_fields(schema.as_struct()))
+    return fields.get
+
+
+def _java_key(t: PrimitiveType) -> Callable[[Any], Any]:
+    if t.name in ("float", "double"):
+        # Float.compare: NaN above everything, -0.0 below +0.0.
+        return lambda v: (1, 0.0, 0.0) if math.isnan(v) else (0, v, math.copysign(1.0, v))
+    if t.name == "string":
+        return lambda v: v.encode("utf-16-be")  # Java compares strings by UTF-16 code unit
+    return java_order(t) or (lambda v: v)
+
+
+def _count(counts: Mapping[int, int] | None, fid: int) -> int | None:
+    return None if counts is None else counts.get(fid)
+
+
+@dataclass(frozen=True)
+class _Column:
+    """One column's statistics in one file, as Java's planning reads them (bounds as sort keys
+    in Java's order; None where a bound is unknown)."""
+
+    has_null: bool
+    all_null: bool
+    none_null: bool
+    lower: Any
+    upper: Any
+
+
+def _column(f: NestedField, file: DataFile) -> _Column:
+    nulls, values = _count(file.null_value_counts, f.id), _count(file.value_counts, f.id)
+    lower = upper = None
+    if file.lower_bounds is not None and file.upper_bounds is not None:
+        lo, hi = file.lower_bounds.get(f.id), file.upper_bounds.get(f.id)
+        if lo is not None and hi is not None:
+            assert isinstance(f.type, PrimitiveType)
+            key = _java_key(f.type)
+            lower, upper = key(from_bytes(f.type, lo)), key(from_bytes(f.type, hi))
+    return _Column(
+        has_null=not f.required and (nulls is None or nulls > 0),
+        all_null=not f.required and nulls is not None and values is not None and nulls == values,
+        none_null=f.required or (nulls is not None and nulls <= 0),
+        lower=lower,
+        upper=upper,
+    )
+
+
+def _disjoint(data: _Column, delete: _Column) -> bool:
+    """Java's per-column test: True when no row of the data file can equal a delete row."""
+    if data.has_null and delete.has_null:
+        return False  # nulls are deleted, and the data holds some
+    if (data.all_null and delete.none_null) or (delete.all_null and data.none_null):
+        return True
+    if data.lower is None or delete.lower is None:
+        return False  # a bound unknown: it may match
+    return bool(data.lower > delete.upper or delete.lower > data.upper)
+
+
+def may_share_values(data: DataFile, delete: DataFile, fields: FieldLookup) -> bool:
+    """Whether Iceberg Java's planning lets the equality delete file ``delete`` apply to ``data``
+    (``canContainEqDeletesForFile``): False only when, for some primitive equality column, the
+    null counts or the value ranges rule out every common value."""
+    for fid in delete.equality_ids or ():
+        f = fields(fid)
+        if f is None or not isinstance(f.type, PrimitiveType):
+            continue  # nested, or unknown here (the resolver names that): it may match
+        if _disjoint(_column(f, data), _column(f, delete)):
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class _Scoped:
     """Delete entries of one (spec, partition), sorted by data sequence number."""
@@ -95,7 +184,17 @@ class _Scoped:
 class DeleteIndex:
     """The live delete files of a snapshot, indexed for lookups per data file."""
 
-    def __init__(self, deletes: Iterable[ManifestEntry], unpartitioned_specs: frozenset[int]) -> None:
+    def __init__(
+        self,
+        deletes: Iterable[ManifestEntry],
+        unpartitioned_specs: frozenset[int],
+        fields: FieldLookup | None = None,
+    ) -> None:
+        """``fields``: the table's fields by id, for Iceberg Java's pruning of equality deletes by
+        the files' statistics (``may_share_values``); without it every equality delete in scope
+        applies (a superset: only for counting)."""
+        self._fields = fields
+        self._delete_stats: dict[str, dict[int, tuple[NestedField, _Column]]] = {}
         self._dvs: dict[str, ManifestEntry] = {}
         self._positions: dict[tuple[int, tuple[object, ...]], _Scoped] = {}
         self._equalities: dict[tuple[int, tuple[object, ...]], _Scoped] = {}
@@ -124,11 +223,6 @@ class DeleteIndex:
     def is_empty(self) -> bool:
         return not (self._dvs or self._positions or self._equalities or self._global.entries)
 
-    @classmethod
-    def for_specs(cls, deletes: Iterable[ManifestEntry], spec_fields: Mapping[int, int]) -> DeleteIndex:
-        """``spec_fields``: the number of partition fields of each spec id."""
-        return cls(deletes, frozenset(sid for sid, n in spec_fields.items() if n == 0))
-
     def for_data_file(self, entry: ManifestEntry) -> AppliedDeletes:
         f = entry.data_file
         seq = _seq(entry)
@@ -148,4 +242,34 @@ class DeleteIndex:
         equalities = tuple(self._global.from_seq(seq, strict=True))
         if scope in self._equalities:
             equalities += tuple(self._equalities[scope].from_seq(seq, strict=True))
+        if self._fields is not None and equalities:
+            equalities = self._prune(f, equalities, self._fields)
         return AppliedDeletes(dv, positions, equalities)
+
+    def _prune(
+        self, data: DataFile, equalities: tuple[ManifestEntry, ...], fields: FieldLookup
+    ) -> tuple[ManifestEntry, ...]:
+        """``equalities`` but those Java's planning skips for ``data`` (``may_share_values``),
+        each file's statistics decoded once."""
+        mine: dict[int, _Column] = {}
+        kept = []
+        for e in equalities:
+            stats = self._delete_stats.get(e.data_file.file_path)
+            if stats is None:
+                stats = {}
+                for fid in e.data_file.equality_ids or ():
+                    found = fields(fid)
+                    if found is not None and isinstance(found.type, PrimitiveType):
+                        stats[fid] = (found, _column(found, e.data_file))
+                self._delete_stats[e.data_file.file_path] = stats
+            disjoint = False
+            for fid, (found, theirs) in stats.items():
+                ours = mine.get(fid)
+                if ours is None:
+                    ours = mine[fid] = _column(found, data)
+                if _disjoint(ours, theirs):
+                    disjoint = True
+                    break
+            if not disjoint:
+                kept.append(e)
+        return tuple(kept)

@@ -27,7 +27,7 @@ from typing import Any
 
 from tablekeeper.errors import ConfigError, CorruptMetadataError
 from tablekeeper.iceberg.content import DATA, EQUALITY_DELETES, POSITION_DELETES, DataFile, ManifestEntry
-from tablekeeper.iceberg.delete_index import DeleteIndex
+from tablekeeper.iceberg.delete_index import DeleteIndex, FieldLookup
 from tablekeeper.iceberg.position_delete_plan import Scope, scope_of
 
 DEFAULT_MAX_GROUP_FILES = 100
@@ -99,12 +99,15 @@ def _seq(entry: ManifestEntry) -> int:
 def plan_equality_deletes(
     data: Iterable[ManifestEntry],
     deletes: Sequence[ManifestEntry],
-    spec_fields: Mapping[int, int],
+    unpartitioned: frozenset[int],
     *,
+    fields: FieldLookup | None = None,
     matches: Callable[[DataFile], bool] | None = None,
     max_group_files: int = DEFAULT_MAX_GROUP_FILES,
 ) -> EqualityDeletePlan:
-    """``spec_fields``: each spec id's number of partition fields; ``matches``: the data files
+    """``unpartitioned``: the spec ids whose equality deletes are global; ``fields``: the table's
+    fields by id, so a delete Iceberg Java's planning skips for a data file by their statistics
+    is not resolved into it either (``DeleteIndex``); ``matches``: the data files
     whose partitions the run may resolve (None: all)."""
     if max_group_files < 1:
         raise ConfigError("the number of data files per group must be at least 1")
@@ -114,7 +117,7 @@ def plan_equality_deletes(
             raise CorruptMetadataError(f"equality delete file {e.data_file.file_path} has no equality ids")
     if not equalities:
         return EqualityDeletePlan((), (), {}, ())
-    index = DeleteIndex.for_specs(deletes, spec_fields)
+    index = DeleteIndex(deletes, unpartitioned, fields)
     any_dv = {
         e.data_file.referenced_data_file: e
         for e in deletes

@@ -173,6 +173,12 @@ class TableMetadata:
     def specs_by_id(self) -> dict[int, PartitionSpec]:
         return {s.spec_id: s for s in self.partition_specs}
 
+    @property
+    def unpartitioned_spec_ids(self) -> frozenset[int]:
+        """The specs whose equality deletes are global: no field, or only void ones (a v1 table's
+        dropped partition field stays as void), as Java's ``PartitionSpec.isUnpartitioned``."""
+        return frozenset(s.spec_id for s in self.partition_specs if s.is_unpartitioned)
+
     def sort_order(self, order_id: int | None = None) -> SortOrder:
         wanted = self.default_sort_order_id if order_id is None else order_id
         for o in self.sort_orders:

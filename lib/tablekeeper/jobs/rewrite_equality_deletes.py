@@ -38,7 +38,7 @@ from tablekeeper.files.finish import pending_journals
 from tablekeeper.files.journal import Staged
 from tablekeeper.iceberg.arrow_project import written_fields
 from tablekeeper.iceberg.content import DATA, POSITION_DELETES, DataFile
-from tablekeeper.iceberg.delete_index import referenced_file
+from tablekeeper.iceberg.delete_index import field_lookup, referenced_file
 from tablekeeper.iceberg.equality_delete_plan import (
     DEFAULT_MAX_GROUP_FILES,
     EqualityDeletePlan,
@@ -112,9 +112,13 @@ def plan(
         def matches(f: DataFile) -> bool:
             return scope_of(f) in scopes
 
-    spec_fields = {s.spec_id: len(s.fields) for s in meta.partition_specs}
     the_plan = plan_equality_deletes(
-        files.data, files.deletes, spec_fields, matches=matches, max_group_files=options.max_group_files
+        files.data,
+        files.deletes,
+        meta.unpartitioned_spec_ids,
+        fields=field_lookup(meta.schemas),
+        matches=matches,
+        max_group_files=options.max_group_files,
     )
     return the_plan, frozenset(e.data_file.file_path for e in files.data)
 
@@ -166,11 +170,10 @@ def _target(t: Target, index: dict[int, int], identity: Sequence[tuple[int, Nest
         if f.content_offset is None or f.content_size_in_bytes is None:
             raise CorruptMetadataError(f"deletion vector {f.file_path} has no content offset or size")
         dv = (f.file_path, f.content_offset, f.content_size_in_bytes, f.record_count)
-    # Files converted from Delta hold no identity partition columns: the partition tuple has them.
+    # Identity partition columns are matched as Iceberg Java reads them: the partition tuple's
+    # value in every row (files converted from Delta hold none; an imported file may contradict it).
     fills = tuple(
-        (index[field.id], field.type, t.file.partition[i])
-        for i, field in identity
-        if field.id in index and t.file.partition[i] is not None
+        (index[field.id], field.type, t.file.partition[i]) for i, field in identity if field.id in index
     )
     return TargetWork(
         t.file.file_path,
@@ -272,7 +275,7 @@ def _commit(
     assert start is not None
     added = tuple(f for _, out in done for f in out.added)
     by_path = {e.data_file.file_path: e for e in the_plan.equality_deletes}
-    unpartitioned = {s.spec_id for s in meta.partition_specs if not s.fields}
+    unpartitioned = meta.unpartitioned_spec_ids
     removed = [
         (
             p,

@@ -3,7 +3,7 @@
 Spark's Parquet reader and writer cost most of a bin-pack rewrite (rows cross into the JVM and
 back through its row format). When a group needs no shuffle (no sort, no equality deletes), each
 output file is one Spark task that streams its input files through pyarrow: columns resolved by
-field id (or the name mapping), identity partition columns filled, position deletes and DVs
+field id (or the name mapping), identity partition columns from the partition tuple, position deletes and DVs
 dropped by position, v3 row lineage made explicit, rows buffered into row groups of the table's
 size and written with the table's codec. The task returns the new file's metrics read from its
 footer, so the driver lists nothing and trusts no file it was not told about.
@@ -27,8 +27,8 @@ from pyspark.sql import SparkSession
 from tablekeeper.errors import CorruptMetadataError, StorageError
 from tablekeeper.iceberg.arrow_project import (
     Deleted,
-    fill,
     kept,
+    partition_constant,
     positions,
     projector,
     unsupported,
@@ -181,13 +181,13 @@ def make_input(meta: TableMetadata, job: Job, t: FileTask) -> _Input:
         if f.content_offset is None or f.content_size_in_bytes is None:
             raise CorruptMetadataError(f"deletion vector {f.file_path} has no content offset or size")
         dv = (f.file_path, f.content_offset, f.content_size_in_bytes, f.record_count)
-    # Files converted from Delta hold no identity partition columns: their values come from
-    # the partition tuple (only for columns a file lacks: fill replaces nulls).
+    # Identity partition columns read as Iceberg Java reads them: the partition tuple's value in
+    # every row (files converted from Delta hold none; an imported file may contradict it).
     index = {f.id: n for n, f in enumerate(job.fields)}
     fills = tuple(
         (index[field.id], field.type, t.file.partition[i])
         for i, field in meta.spec(t.file.spec_id).identity_columns(job.schema)
-        if field.id in index and t.file.partition[i] is not None
+        if field.id in index
     )
     equalities = []
     for e in t.deletes.equalities:
@@ -395,7 +395,7 @@ def _read(
         for n, batch in batches(f, columns):
             arrays = project(batch if batch is not None else pa.record_batch([], names=[]), n)
             for i, t, value in item.fills:
-                arrays[i] = fill(arrays[i], t, value)
+                arrays[i] = partition_constant(arrays[i], t, value)
             if job.lineage and item.first_row_id is not None:
                 ids = pc.add(positions(offset, n), item.first_row_id)
                 arrays[row_id] = pc.coalesce(arrays[row_id], ids)

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from tablekeeper.errors import CorruptMetadataError, StorageError
-from tablekeeper.iceberg.arrow_project import Deleted, fill, positions, projector
+from tablekeeper.iceberg.arrow_project import Deleted, partition_constant, positions, projector
 from tablekeeper.iceberg.content import DataFile
 from tablekeeper.iceberg.name_mapping import NameMapping
 from tablekeeper.iceberg.position_delete_merge import write_position_delete_file
@@ -119,7 +119,7 @@ def _matched(
         for n, batch in batches(f, columns):
             arrays = project(batch if batch is not None else pa.record_batch([], names=[]), n)
             for i, t, value in target.fills:
-                arrays[i] = fill(arrays[i], t, value)
+                arrays[i] = partition_constant(arrays[i], t, value)
             mask = None
             for ids, rows in deletes:
                 gone = equality_mask(work.fields, arrays, ids, rows)

@@ -275,6 +275,7 @@ def _equality_deletes(
                     f"equality delete file {e.data_file.file_path} has no equality ids"
                 )
             by_ids.setdefault(ids, {})[e.data_file.file_path] = e
+    skipped = _skipped_pairs(tasks, unpartitioned)
     for ids, entries in by_ids.items():
         fields = []
         for fid in ids:
@@ -294,6 +295,7 @@ def _equality_deletes(
                     -1
                     if e.data_file.spec_id in unpartitioned
                     else scopes.get((e.data_file.spec_id, partition_key(e.data_file.partition)), -2),
+                    skipped.get(p, []),
                 )
                 for p, e in entries.items()
             ],
@@ -302,6 +304,7 @@ def _equality_deletes(
                     T.StructField("_tk_delete", T.StringType()),
                     T.StructField("_tk_dseq", T.LongType()),
                     T.StructField("_tk_dscope", T.IntegerType()),
+                    T.StructField("_tk_dskip", T.ArrayType(T.StringType())),
                 ]
             ),
         )
@@ -314,10 +317,32 @@ def _equality_deletes(
         deletes = deletes.where(F.assert_true(F.col("_tk_dseq").isNotNull(), missed).isNull())
         condition = F.col(SEQ) < F.col("_tk_dseq")
         condition = condition & ((F.col("_tk_dscope") == -1) | (F.col("_tk_dscope") == F.col(SCOPE)))
+        if skipped:
+            condition = condition & ~F.array_contains(F.col("_tk_dskip"), F.col(FILE))
         for i, f in enumerate(fields):
             condition = condition & df[f.name].eqNullSafe(deletes[f"_tk_eq{i}"])
         df = df.join(deletes, condition, "left_anti")
     return df
+
+
+def _skipped_pairs(tasks: Sequence[FileTask], unpartitioned: frozenset[int]) -> dict[str, list[str]]:
+    """Equality delete file -> the data files (path keys) of ``tasks`` it applies to by the
+    sequence-number and partition rule but which Iceberg Java's planning skips by the files'
+    statistics (the tasks' delete index left it out): the join must not apply it there."""
+    skipped: dict[str, list[str]] = {}
+    everything = {e.data_file.file_path: e for t in tasks for e in t.deletes.equalities}
+    for t in tasks:
+        applied = {e.data_file.file_path for e in t.deletes.equalities}
+        seq = int(t.entry.sequence_number or 0)
+        scope = (t.file.spec_id, partition_key(t.file.partition))
+        for p, e in everything.items():
+            d = e.data_file
+            in_rule = seq < int(e.sequence_number or 0) and (
+                d.spec_id in unpartitioned or (d.spec_id, partition_key(d.partition)) == scope
+            )
+            if in_rule and p not in applied:
+                skipped.setdefault(p, []).append(path_key(t.file.file_path))
+    return skipped
 
 
 def _lineage(df: DataFrame) -> DataFrame:
@@ -328,15 +353,16 @@ def _lineage(df: DataFrame) -> DataFrame:
 
 
 def _identity_fill(df: DataFrame, meta: TableMetadata, tasks: Sequence[FileTask]) -> DataFrame:
-    """Identity partition columns from the partition tuple where a file does not hold them."""
+    """Identity partition columns as Iceberg Java reads them: the partition tuple's value in every
+    row, whatever a file holds (files converted from Delta hold none)."""
     schema = meta.schema()
     specs = {t.file.spec_id for t in tasks}
     if len(specs) != 1 or len({t.file.partition for t in tasks}) != 1:
         return df  # callers split groups by partition first
     partition = tasks[0].file.partition
     for i, field in meta.spec(next(iter(specs))).identity_columns(schema):
-        value = _spark_literal(field.type, partition[i])
-        df = df.withColumn(field.name, F.coalesce(F.col(field.name), value))
+        value = _spark_literal(field.type, partition[i]).cast(spark_type(field.type, field.name))
+        df = df.withColumn(field.name, value)
     return df
 
 
@@ -476,7 +502,7 @@ def rewrite_files(
         if deleted is not None:
             small = bound * (48 + max(len(t.file.file_path) for t in tasks)) <= BROADCAST_DELETE_BYTES
             df = df.join(F.broadcast(deleted) if small else deleted, [FILE, POS], "left_anti")
-        unpartitioned = frozenset(s.spec_id for s in meta.partition_specs if s.is_unpartitioned)
+        unpartitioned = meta.unpartitioned_spec_ids
         df = _equality_deletes(spark, df, tasks, schema, scopes, unpartitioned)
     if v3:
         df = _lineage(df)

@@ -25,8 +25,9 @@ from tablekeeper.spark.schema import spark_type
 def _identity_values(
     spark: SparkSession, df: DataFrame, meta: TableMetadata, files: Sequence[DataFile]
 ) -> DataFrame:
-    """Identity partition columns filled per file from its partition tuple, for reads that span
-    partitions (files converted from Delta hold no partition columns)."""
+    """Identity partition columns as Iceberg Java reads them, per file: its partition tuple's
+    value in every row, whatever the file holds (files converted from Delta hold none); a file
+    whose spec does not partition by the column keeps its own values."""
     schema = meta.schema()
     fields: dict[int, NestedField] = {}
     rows: list[tuple[str, dict[int, Any]]] = []
@@ -40,13 +41,19 @@ def _identity_values(
         return df
     ids = sorted(fields)
     text = [
-        tuple([key] + [None if v.get(i) is None else _text(fields[i].type, v[i]) for i in ids])
+        tuple(
+            [key]
+            + [None if v.get(i) is None else _text(fields[i].type, v[i]) for i in ids]
+            + [i in v for i in ids]
+        )
         for key, v in rows
     ]
     consts = spark.createDataFrame(
         text,
         T.StructType(
-            [T.StructField(FILE, T.StringType())] + [T.StructField(f"_tk_id{i}", T.StringType()) for i in ids]
+            [T.StructField(FILE, T.StringType())]
+            + [T.StructField(f"_tk_id{i}", T.StringType()) for i in ids]
+            + [T.StructField(f"_tk_has{i}", T.BooleanType()) for i in ids]
         ),
     )
     df = df.join(F.broadcast(consts), FILE, "left")
@@ -54,8 +61,8 @@ def _identity_values(
         column = fields[i]
         raw = F.col(f"_tk_id{i}")
         value = F.unhex(raw) if _is_binary(column.type) else raw.cast(spark_type(column.type, column.name))
-        df = df.withColumn(column.name, F.coalesce(F.col(column.name), value))
-    return df.drop(*(f"_tk_id{i}" for i in ids))
+        df = df.withColumn(column.name, F.when(F.col(f"_tk_has{i}"), value).otherwise(F.col(column.name)))
+    return df.drop(*(f"_tk_id{i}" for i in ids), *(f"_tk_has{i}" for i in ids))
 
 
 def _is_binary(t: IcebergType) -> bool:

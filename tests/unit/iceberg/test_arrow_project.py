@@ -12,9 +12,9 @@ import pytest
 from tablekeeper.errors import CorruptMetadataError
 from tablekeeper.iceberg.arrow_project import (
     Deleted,
-    fill,
     iceberg_unreadable,
     kept,
+    partition_constant,
     positions,
     projector,
     promotable,
@@ -154,15 +154,20 @@ def test_positions_and_delete_masks() -> None:
     assert kept(0, 5, Deleted.of([])) is None
 
 
-def test_fill_replaces_only_nulls() -> None:
-    assert fill(pa.array([None, 5], pa.int64()), LONG, 7).to_pylist() == [7, 5]
-    dates = fill(pa.array([None], pa.date32()), PrimitiveType("date"), 19000)
-    assert str(dates[0]) == "2022-01-08"
-    same = pa.array([1, 2], pa.int64())
-    assert fill(same, LONG, 9) is same and fill(same, LONG, None) is same
+def test_an_identity_partition_column_reads_as_its_partition_value_in_every_row() -> None:
+    """As Iceberg Java's readers do (``PartitionUtil.constantsMap``): the value a file holds, or
+    lacks, does not count; a null partition value reads as null."""
+    assert partition_constant(pa.array([None, 5], pa.int64()), LONG, 7).to_pylist() == [7, 7]
+    dates = partition_constant(pa.array([None], pa.date32()), PrimitiveType("date"), 19000)
+    assert str(dates[0]) == "2022-01-08" and dates.type == pa.date32()
+    held = pa.array(["us", None], pa.string())
+    assert partition_constant(held, PrimitiveType("string"), "eu").to_pylist() == ["eu", "eu"]
+    assert partition_constant(held, PrimitiveType("string"), None).to_pylist() == [None, None]
+    nulls = pa.nulls(2, pa.int64())
+    assert partition_constant(nulls, LONG, None) is nulls
     ids = pa.ExtensionArray.from_storage(pa.uuid(), pa.array([None, b"\x01" * 16], pa.binary(16)))
-    filled = fill(ids, PrimitiveType("uuid"), uuid.UUID(int=5))
-    assert filled.to_pylist() == [uuid.UUID(int=5), uuid.UUID(bytes=b"\x01" * 16)]
+    filled = partition_constant(ids, PrimitiveType("uuid"), uuid.UUID(int=5))
+    assert filled.type == ids.type and filled.to_pylist() == [uuid.UUID(int=5)] * 2
 
 
 def test_every_type_but_variant_is_on_the_arrow_path() -> None:

@@ -20,7 +20,7 @@ def _entry(
 
 
 def _index(*deletes: ManifestEntry) -> DeleteIndex:
-    return DeleteIndex.for_specs(deletes, {PARTITIONED: 1, UNPARTITIONED: 0})
+    return DeleteIndex(deletes, frozenset({UNPARTITIONED}))
 
 
 def _paths(entries: tuple[ManifestEntry, ...]) -> list[str]:
@@ -99,3 +99,45 @@ def test_two_dvs_for_one_data_file_fail_closed() -> None:
     twice = _entry("dv2.puffin", 6, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data")
     with pytest.raises(CorruptMetadataError, match="two deletion vectors"):
         _index(_entry("dv.puffin", 6, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data"), twice)
+
+
+def test_equality_deletes_java_skips_by_statistics_do_not_apply() -> None:
+    """Iceberg Java's planning (``canContainEqDeletesForFile``) skips an equality delete file for
+    a data file whose value ranges or null counts rule out every common value, so a reader never
+    applies it there; NaN is left out of float bounds, so a NaN row is not deleted by a NaN."""
+    import struct
+
+    from tablekeeper.iceberg.delete_index import field_lookup
+    from tablekeeper.iceberg.types import DOUBLE, LONG, NestedField, Schema
+
+    schema = Schema(0, (NestedField(1, "id", LONG, True), NestedField(2, "x", DOUBLE)))
+    fields = field_lookup([schema])
+
+    def q(v: int) -> bytes:
+        return struct.pack("<q", v)
+
+    def d(v: float) -> bytes:
+        return struct.pack("<d", v)
+
+    def stats(lo: dict[int, bytes], hi: dict[int, bytes], nulls: dict[int, int]) -> dict[str, object]:
+        return {
+            "lower_bounds": lo,
+            "upper_bounds": hi,
+            "null_value_counts": nulls,
+            "value_counts": {1: 10, 2: 10},
+        }
+
+    data = _entry("d", 1, **stats({1: q(1), 2: d(1.0)}, {1: q(10), 2: d(1.0)}, {2: 0}))
+    overlapping = _entry("eq-in", 5, EQUALITY_DELETES, equality_ids=(1,), **stats({1: q(5)}, {1: q(20)}, {}))
+    beyond = _entry("eq-out", 5, EQUALITY_DELETES, equality_ids=(1,), **stats({1: q(11)}, {1: q(20)}, {}))
+    nan_only = _entry(
+        "eq-nan", 5, EQUALITY_DELETES, equality_ids=(2,), **stats({2: d(5.0)}, {2: d(5.0)}, {2: 0})
+    )
+    nulls = _entry("eq-null", 5, EQUALITY_DELETES, equality_ids=(2,), **stats({}, {}, {2: 10}))
+    unbounded = _entry("eq-?", 5, EQUALITY_DELETES, equality_ids=(1,))
+    deletes = (overlapping, beyond, nan_only, nulls, unbounded)
+    pruned = DeleteIndex(deletes, frozenset({UNPARTITIONED}), fields).for_data_file(data)
+    assert _paths(pruned.equalities) == ["eq-?", "eq-in"]  # the null-only one: the data has no null
+    assert _paths(_index(*deletes).for_data_file(data).equalities) == sorted(
+        e.data_file.file_path for e in deletes
+    )

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tablekeeper.errors import ConfigError, CorruptMetadataError
 from tablekeeper.iceberg.content import DATA, EQUALITY_DELETES, POSITION_DELETES, DataFile, ManifestEntry
 from tablekeeper.iceberg.equality_delete_plan import plan_equality_deletes
+from tablekeeper.iceberg.partitioning import PartitionField, PartitionSpec
+from tablekeeper.iceberg.types import STRING, NestedField, Schema
+from tablekeeper.iceberg.updates import new_table_metadata
 
 pytestmark = pytest.mark.unit
 
 PARTITIONED, UNPARTITIONED = 1, 0
-SPECS = {PARTITIONED: 1, UNPARTITIONED: 0}
+SPECS = frozenset({UNPARTITIONED})  # the spec ids whose equality deletes are global
 
 
 def _entry(
@@ -82,3 +87,24 @@ def test_no_equality_deletes_no_plan_and_one_without_ids_is_corrupt() -> None:
     bad = _entry("bad", 5, EQUALITY_DELETES)
     with pytest.raises(CorruptMetadataError, match="no equality ids"):
         plan_equality_deletes([_entry("a1", 1)], [bad], SPECS)
+
+
+def test_a_delete_under_a_spec_of_void_fields_is_global_as_in_java() -> None:
+    """A v1 table's dropped partition field stays in its spec as a void one. Java's
+    ``PartitionSpec.isUnpartitioned`` calls such a spec unpartitioned, so an equality delete
+    written under it applies to every partition's older data files: all are resolved, and the
+    delete goes only with the last of them."""
+    void = 2
+    identity = PartitionSpec(PARTITIONED, (PartitionField(1, 1000, "cat", "identity"),))
+    dropped = PartitionSpec(void, (PartitionField(1, 1000, "cat", "void"),))
+    specs = (PartitionSpec(UNPARTITIONED), identity, dropped)
+    schema = Schema(0, (NestedField(1, "cat", STRING),))
+    meta = new_table_metadata(schema=schema, location="file:///t", timestamp_ms=1, spec=identity)
+    meta = replace(meta, partition_specs=specs, default_spec_id=void)
+    assert meta.unpartitioned_spec_ids == frozenset({UNPARTITIONED, void})
+
+    data = [_entry("a1", 1), _entry("b1", 1, part=("b",)), _entry("v-new", 9, part=(None,), spec_id=void)]
+    deletes = [_entry("eq-void", 5, EQUALITY_DELETES, part=(None,), spec_id=void, equality_ids=(1,))]
+    plan = plan_equality_deletes(data, deletes, meta.unpartitioned_spec_ids)
+    assert sorted(t.file.file_path for g in plan.groups for t in g.targets) == ["a1", "b1"]
+    assert plan.removable["eq-void"] == frozenset(g.index for g in plan.groups) and len(plan.groups) == 2

@@ -43,7 +43,7 @@ from tablekeeper.files.journal import Staged
 from tablekeeper.files.local import IndexCache
 from tablekeeper.files.rules import PathRules
 from tablekeeper.iceberg.content import DataFile, ManifestEntry
-from tablekeeper.iceberg.delete_index import DeleteIndex
+from tablekeeper.iceberg.delete_index import DeleteIndex, field_lookup
 from tablekeeper.iceberg.metadata import TableMetadata
 from tablekeeper.iceberg.partitioning import partition_key
 from tablekeeper.iceberg.rewrite_plan import FileGroup, FileTask, RewriteOptions, RewritePlan, plan_rewrite
@@ -127,9 +127,8 @@ def plan(
     if snapshot is None:
         return RewritePlan((), 0, 0), rewrite
     files = live_files(table.io, meta, snapshot)
-    index = DeleteIndex(
-        files.deletes, frozenset(s.spec_id for s in meta.partition_specs if s.is_unpartitioned)
-    )
+    # Java's planning skips an equality delete a data file's statistics rule out: so do rewrites.
+    index = DeleteIndex(files.deletes, meta.unpartitioned_spec_ids, field_lookup(meta.schemas))
     matches = None
     if options.where:
         session = spark.get() if isinstance(spark, _Session) else spark

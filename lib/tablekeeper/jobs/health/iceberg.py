@@ -111,7 +111,7 @@ def iceberg_health(
     data_manifests = [m for m in manifests if m.content == MANIFEST_DATA]
     delete_manifests = [m for m in manifests if m.content != MANIFEST_DATA]
     deletes = list(iter_entries(table.io, meta, delete_manifests))
-    index = DeleteIndex(deletes, frozenset(s.spec_id for s in meta.partition_specs if s.is_unpartitioned))
+    index = DeleteIndex(deletes, meta.unpartitioned_spec_ids)
     read = reader or _reader(spark, len(data_manifests))
     tally = read(table, data_manifests, index, options)
     for entry in deletes:
