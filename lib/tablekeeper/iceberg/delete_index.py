@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import bisect
 import math
+import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tablekeeper.errors import CorruptMetadataError
+from tablekeeper.errors import CorruptMetadataError, UnsupportedFeatureError
 from tablekeeper.iceberg.bounds import java_order
 from tablekeeper.iceberg.content import EQUALITY_DELETES, POSITION_DELETES, DataFile, ManifestEntry
 from tablekeeper.iceberg.conversions import from_bytes
@@ -126,10 +127,12 @@ def _column(f: NestedField, file: DataFile) -> _Column:
     lower = upper = None
     if file.lower_bounds is not None and file.upper_bounds is not None:
         lo, hi = file.lower_bounds.get(f.id), file.upper_bounds.get(f.id)
-        if lo is not None and hi is not None:
-            assert isinstance(f.type, PrimitiveType)
+        if lo is not None and hi is not None and isinstance(f.type, PrimitiveType):
             key = _java_key(f.type)
-            lower, upper = key(from_bytes(f.type, lo)), key(from_bytes(f.type, hi))
+            try:
+                lower, upper = key(from_bytes(f.type, lo)), key(from_bytes(f.type, hi))
+            except (CorruptMetadataError, UnsupportedFeatureError, ValueError, TypeError, struct.error):
+                lower = upper = None  # a bound this reader cannot order: it may match
     return _Column(
         has_null=not f.required and (nulls is None or nulls > 0),
         all_null=not f.required and nulls is not None and values is not None and nulls == values,
