@@ -230,8 +230,9 @@ def test_imported_files_resolve_as_iceberg_java_reads_them(spark, catalogs, tmp_
     Iceberg Java reads every row's ``cat`` from the partition tuple, so an equality delete on
     ``cat = 'eu'`` removes a row the file holds as ``us``; but its planning first skips a delete
     file whose value ranges rule out the data file's (statistics from the file: only ``us``), so
-    there the same delete removes nothing. The job resolves exactly what Java reads; a compaction
-    then writes the values Java reads, and PyIceberg (which reads a file's own column) agrees."""
+    there the same delete removes nothing. The job resolves exactly what Java reads, and so does a
+    compaction, which writes the values Java reads: PyIceberg (which reads a file's own column)
+    then agrees."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -261,9 +262,19 @@ def test_imported_files_resolve_as_iceberg_java_reads_them(spark, catalogs, tmp_
 
     from tablekeeper.jobs.compact import CompactOptions, run_compact
 
+    # Another delete, which Java applies to the first file only (the second's statistics rule
+    # it out): compaction through Spark's join must skip that pair too.
+    commit_equality_deletes(spark, table, ["id", "cat"], [[3, "eu"], [5, "eu"]], partition=["eu"])
+    before = _rows(spark, table)
+    assert before == [(4, "n4", "eu"), (5, "n5", "eu")]
     catalog = catalog_for(catalogs.get(FS_CATALOG))
     options = CompactOptions(f"db.{name}", where="cat = 'eu'", rewrite_all=True, writer="spark")
     compacted = run_compact(options, catalog, f"db.{name}", spark).metrics
     assert compacted["rewritten_data_files_count"] == 2, compacted
+    assert _rows(spark, table) == before
+    # The delete now applies to no data file (the new ones are newer): the job removes it, and
+    # PyIceberg, which reads no table with equality deletes, can check the rows.
+    dangling = _run(spark, catalogs, name)
+    assert (dangling["matched_rows"], dangling["removed_equality_delete_files_count"]) == (0, 1), dangling
     assert _rows(spark, table) == before
     assert_pyiceberg_same_rows(spark, table, catalog.require(f"db.{name}").metadata_location)

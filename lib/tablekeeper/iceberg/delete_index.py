@@ -153,19 +153,6 @@ def _disjoint(data: _Column, delete: _Column) -> bool:
     return bool(data.lower > delete.upper or delete.lower > data.upper)
 
 
-def may_share_values(data: DataFile, delete: DataFile, fields: FieldLookup) -> bool:
-    """Whether Iceberg Java's planning lets the equality delete file ``delete`` apply to ``data``
-    (``canContainEqDeletesForFile``): False only when, for some primitive equality column, the
-    null counts or the value ranges rule out every common value."""
-    for fid in delete.equality_ids or ():
-        f = fields(fid)
-        if f is None or not isinstance(f.type, PrimitiveType):
-            continue  # nested, or unknown here (the resolver names that): it may match
-        if _disjoint(_column(f, data), _column(f, delete)):
-            return False
-    return True
-
-
 @dataclass(frozen=True)
 class _Scoped:
     """Delete entries of one (spec, partition), sorted by data sequence number."""
@@ -194,8 +181,8 @@ class DeleteIndex:
         fields: FieldLookup | None = None,
     ) -> None:
         """``fields``: the table's fields by id, for Iceberg Java's pruning of equality deletes by
-        the files' statistics (``may_share_values``); without it every equality delete in scope
-        applies (a superset: only for counting)."""
+        the files' statistics (``_disjoint``); without it every equality delete in scope
+        applies (a superset)."""
         self._fields = fields
         self._delete_stats: dict[str, dict[int, tuple[NestedField, _Column]]] = {}
         self._dvs: dict[str, ManifestEntry] = {}
@@ -252,8 +239,9 @@ class DeleteIndex:
     def _prune(
         self, data: DataFile, equalities: tuple[ManifestEntry, ...], fields: FieldLookup
     ) -> tuple[ManifestEntry, ...]:
-        """``equalities`` but those Java's planning skips for ``data`` (``may_share_values``),
-        each file's statistics decoded once."""
+        """``equalities`` but those Java's planning skips for ``data``
+        (``canContainEqDeletesForFile``: for some primitive equality column, the null counts or
+        the value ranges rule out every common value), each file's statistics decoded once."""
         mine: dict[int, _Column] = {}
         kept = []
         for e in equalities:

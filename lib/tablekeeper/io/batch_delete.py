@@ -11,6 +11,7 @@ answer's parts; the loop and its verdicts are here once.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import urllib.error
@@ -18,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from tablekeeper.io.stores import StoreDeletes
 from tablekeeper.redact import redact
+
+log = logging.getLogger(__name__)
 
 ATTEMPTS = 6
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
@@ -59,6 +62,7 @@ def delete_with_retries(
     made = 0
     for attempt in range(ATTEMPTS):
         if attempt:
+            log.debug("batch delete: %d calls again after %s", len(pending), reason)
             sleep(min(8.0, 0.2 * 2**attempt))
         made += 1
         try:

@@ -330,17 +330,22 @@ def _skipped_pairs(tasks: Sequence[FileTask], unpartitioned: frozenset[int]) -> 
     sequence-number and partition rule but which Iceberg Java's planning skips by the files'
     statistics (the tasks' delete index left it out): the join must not apply it there."""
     skipped: dict[str, list[str]] = {}
-    everything = {e.data_file.file_path: e for t in tasks for e in t.deletes.equalities}
+    rules = {
+        e.data_file.file_path: (
+            int(e.sequence_number or 0),
+            None
+            if e.data_file.spec_id in unpartitioned
+            else (e.data_file.spec_id, partition_key(e.data_file.partition)),
+        )
+        for t in tasks
+        for e in t.deletes.equalities
+    }
     for t in tasks:
         applied = {e.data_file.file_path for e in t.deletes.equalities}
         seq = int(t.entry.sequence_number or 0)
         scope = (t.file.spec_id, partition_key(t.file.partition))
-        for p, e in everything.items():
-            d = e.data_file
-            in_rule = seq < int(e.sequence_number or 0) and (
-                d.spec_id in unpartitioned or (d.spec_id, partition_key(d.partition)) == scope
-            )
-            if in_rule and p not in applied:
+        for p, (delete_seq, delete_scope) in rules.items():
+            if p not in applied and seq < delete_seq and delete_scope in (None, scope):
                 skipped.setdefault(p, []).append(path_key(t.file.file_path))
     return skipped
 

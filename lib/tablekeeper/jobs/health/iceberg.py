@@ -18,7 +18,7 @@ from typing import Any
 from tablekeeper.catalog.base import Catalog, LoadedTable
 from tablekeeper.errors import TablekeeperError
 from tablekeeper.iceberg.content import MANIFEST_DATA, ManifestFile
-from tablekeeper.iceberg.delete_index import DeleteIndex
+from tablekeeper.iceberg.delete_index import DeleteIndex, field_lookup
 from tablekeeper.iceberg.health import (
     CompactionEstimate,
     Tally,
@@ -111,7 +111,8 @@ def iceberg_health(
     data_manifests = [m for m in manifests if m.content == MANIFEST_DATA]
     delete_manifests = [m for m in manifests if m.content != MANIFEST_DATA]
     deletes = list(iter_entries(table.io, meta, delete_manifests))
-    index = DeleteIndex(deletes, meta.unpartitioned_spec_ids)
+    # As Java's planning pairs them (and compact does): a delete the statistics rule out is not counted.
+    index = DeleteIndex(deletes, meta.unpartitioned_spec_ids, field_lookup(meta.schemas))
     read = reader or _reader(spark, len(data_manifests))
     tally = read(table, data_manifests, index, options)
     for entry in deletes:
