@@ -350,6 +350,8 @@ def _refuse_moved_ids(
     name), so a physical name path the target held under another id is the same column moved:
     under its new id the target's earlier metrics and partition fields would describe another
     column. A column added again after a drop has a physical name of its own."""
+    # A target written before it kept a name mapping: its names as they were.
+    by_name = ids_by_name_path(previous) if previous_names is None else {}
     moved = []
     for path, fid in ids.items():
         phys = physical.get(path)
@@ -358,8 +360,8 @@ def _refuse_moved_ids(
         if previous_names is not None:
             before = previous_names.find(phys)
             old = before.field_id if before is not None else None
-        else:  # a target written before it kept a name mapping: names as they were
-            old = ids_by_name_path(previous).get(phys)
+        else:
+            old = by_name.get(phys)
         # An id the previous schema no longer held (a dropped column's, kept for its files) moves nothing.
         if old is not None and old != fid and previous.find_field(old) is not None:
             moved.append(f"{'.'.join(path)} {old} -> {fid}")

@@ -717,7 +717,7 @@ def test_a_column_added_again_after_a_drop_does_not_read_the_dropped_ones_values
 
     first = map_schema(
         delta_schema(fld("id", "long"), fld("a", "string")),
-        column_mapping({}, supports_column_mapping=False),
+        NO_CM,
         {},
     )
     enabled = map_schema(
@@ -748,7 +748,7 @@ def test_enabling_column_mapping_that_moves_a_columns_id_is_refused_by_name() ->
     nested = {"type": "struct", "fields": [fld("x", "string")]}
     before = map_schema(
         delta_schema(fld("s", nested), fld("b", "string")),
-        column_mapping({}, supports_column_mapping=False),
+        NO_CM,
         {},
     )
     assert ids_by_name_path(before.schema) == {("s",): 1, ("b",): 2, ("s", "x"): 3}
@@ -1139,11 +1139,11 @@ def test_a_dotted_column_beside_the_struct_field_it_spells_is_refused_by_name() 
     from tablekeeper.iceberg.updates import new_table_metadata
 
     struct = delta_schema(fld("a.b", "string"), fld("a", {"type": "struct", "fields": [fld("b", "long")]}))
-    schema = map_schema(struct, column_mapping({}, supports_column_mapping=False), {}).schema
+    schema = map_schema(struct, NO_CM, {}).schema
     with pytest.raises(UnsupportedFeatureError, match=r"full name 'a\.b'.*rename one"):
         new_table_metadata(schema=schema, location="file:///t", timestamp_ms=1)
     fine = delta_schema(fld("a.b", "string"), fld("a", {"type": "struct", "fields": [fld("c", "long")]}))
-    schema = map_schema(fine, column_mapping({}, supports_column_mapping=False), {}).schema
+    schema = map_schema(fine, NO_CM, {}).schema
     assert new_table_metadata(schema=schema, location="file:///t", timestamp_ms=1).schema() == schema
 
 
