@@ -1,12 +1,18 @@
 """Which delete files apply to which data file: the spec's scan-planning rules.
 
 - A deletion vector applies to the data file it names (``referenced_data_file``) when the data
-  file's data sequence number is at most the DV's and the partitions are equal. One that fails
-  either test does not apply to that file: it is ignored, not an error (spec). Where a DV
+  file's data sequence number is at most the DV's and the partitions are equal. Where a DV
   applies, position delete files do not: a DV holds every earlier position delete of its file.
 - A position delete file applies when the data file's data sequence number is at most the delete
   file's, the partitions (spec and values) are equal, and the delete file may name the data file:
   its ``referenced_data_file``, or its ``file_path`` column bounds, when it has them, must allow it.
+- A DV older than the live data file it names, or a DV or position delete file naming one live
+  data file (``referenced_data_file``, or equal ``file_path`` bounds) that is not older than it
+  but sits in another spec or partition, is corrupt metadata, and the lookup fails
+  (``CorruptMetadataError``): readers disagree on it. The spec's wording leaves it unapplied;
+  Iceberg Java looks such files up by path, fails the scan for a DV older than its data file, and
+  up to 1.11 applies either kind whatever its partition (later versions fail the scan). A job that
+  picked one reading would change what another engine reads.
 - An equality delete file applies when the data file's data sequence number is strictly less than
   the delete file's and the partitions are equal, or the delete file's spec is unpartitioned
   (a global equality delete). Given the table's fields, it also needs what Iceberg Java's planning
@@ -83,6 +89,17 @@ def _names(delete: DataFile, path: str) -> bool:
     string order)."""
     target = referenced_file(delete)
     return target is None or target == path
+
+
+def _check_scope(delete: ManifestEntry, data: DataFile, scope: tuple[int, tuple[object, ...]]) -> None:
+    d = delete.data_file
+    if (d.spec_id, partition_key(d.partition)) != scope:
+        raise CorruptMetadataError(
+            f"{d.file_path} deletes rows of {data.file_path} but is in another partition (spec "
+            f"{d.spec_id} {d.partition}, the data file's spec {data.spec_id} {data.partition}): "
+            "the table's metadata is corrupted (Iceberg Java 1.11 applies it, later versions refuse "
+            "to scan the table); remove that delete file or roll back to a snapshot before it"
+        )
 
 
 FieldLookup = Callable[[int], NestedField | None]
@@ -186,6 +203,8 @@ class DeleteIndex:
         self._fields = fields
         self._delete_stats: dict[str, dict[int, tuple[NestedField, _Column]]] = {}
         self._dvs: dict[str, ManifestEntry] = {}
+        # Position delete files naming one data file, by that path: checked against its scope.
+        self._named: dict[str, list[ManifestEntry]] = {}
         self._positions: dict[tuple[int, tuple[object, ...]], _Scoped] = {}
         self._equalities: dict[tuple[int, tuple[object, ...]], _Scoped] = {}
         self._global: _Scoped = _Scoped()
@@ -201,6 +220,9 @@ class DeleteIndex:
                 self._dvs[target] = entry
             elif f.content == POSITION_DELETES:
                 self._positions.setdefault(scope, _Scoped()).add(entry)
+                named = referenced_file(f)
+                if named is not None:
+                    self._named.setdefault(named, []).append(entry)
             elif f.content == EQUALITY_DELETES:
                 if f.spec_id in unpartitioned_specs:
                     self._global.add(entry)
@@ -218,10 +240,19 @@ class DeleteIndex:
         seq = _seq(entry)
         scope = (f.spec_id, partition_key(f.partition))
         dv = self._dvs.get(f.file_path)
-        if dv is not None and (
-            _seq(dv) < seq or (dv.data_file.spec_id, partition_key(dv.data_file.partition)) != scope
-        ):
-            dv = None  # older than the file, or in another spec or partition: it does not apply
+        if dv is not None:
+            if _seq(dv) < seq:
+                raise CorruptMetadataError(
+                    f"deletion vector in {dv.data_file.file_path} is older (data sequence number "
+                    f"{_seq(dv)}) than the data file it names, {f.file_path} ({seq}): the table's "
+                    "metadata is corrupted (Iceberg Java refuses to scan it); remove that DV or roll "
+                    "back to a snapshot before it"
+                )
+            _check_scope(dv, f, scope)
+        else:
+            for named in self._named.get(f.file_path, ()):
+                if _seq(named) >= seq:
+                    _check_scope(named, f, scope)
         positions: tuple[ManifestEntry, ...] = ()
         if dv is None and scope in self._positions:
             positions = tuple(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tablekeeper.errors import ConfigError, CorruptMetadataError
-from tablekeeper.iceberg.content import DATA, EQUALITY_DELETES, POSITION_DELETES, DataFile, ManifestEntry
+from tablekeeper.iceberg.content import DATA, EQUALITY_DELETES, DataFile, ManifestEntry
 from tablekeeper.iceberg.delete_index import DeleteIndex, FieldLookup
 from tablekeeper.iceberg.position_delete_plan import Scope, scope_of
 
@@ -41,7 +41,6 @@ class Target:
     equalities: tuple[ManifestEntry, ...]
     dv: ManifestEntry | None = None  # the DV that applies (merged into the new one)
     positions: tuple[ManifestEntry, ...] = ()  # position delete files that apply
-    stale_dv: ManifestEntry | None = None  # a DV naming the file that does not apply (replaced)
 
     @property
     def file(self) -> DataFile:
@@ -117,12 +116,8 @@ def plan_equality_deletes(
             raise CorruptMetadataError(f"equality delete file {e.data_file.file_path} has no equality ids")
     if not equalities:
         return EqualityDeletePlan((), (), {}, ())
+    # Fails on a DV or a delete file naming a data file that readers disagree on (corrupt).
     index = DeleteIndex(deletes, unpartitioned, fields)
-    any_dv = {
-        e.data_file.referenced_data_file: e
-        for e in deletes
-        if e.data_file.content == POSITION_DELETES and e.data_file.is_dv
-    }
     by_scope: dict[Scope, list[Target]] = {}
     # Equality delete file -> the data files it applies to (None: one the run leaves out).
     applies_to: dict[str, list[str | None]] = {e.data_file.file_path: [] for e in equalities}
@@ -138,10 +133,8 @@ def plan_equality_deletes(
             applies_to[e.data_file.file_path].append(f.file_path if inside else None)
         if not inside:
             continue
-        named = any_dv.get(f.file_path)
-        stale = named if named is not None and applied.dv is None else None
         by_scope.setdefault(scope_of(f), []).append(
-            Target(entry, applied.equalities, applied.dv, applied.positions, stale)
+            Target(entry, applied.equalities, applied.dv, applied.positions)
         )
     groups: list[EqualityGroup] = []
     group_of: dict[str, int] = {}

@@ -9,11 +9,10 @@ most ``max_group_size`` bytes; a group is rewritten when it has several files an
 
 v3 tables: every data file may have one deletion vector and no position delete file may apply
 beside it, so every position delete file (a table upgraded from v2 keeps them) is planned: one
-group per spec and partition, with the partition's live DVs that apply, which the group merges
-into for the data files its delete files name. A DV applies to its data file only when it is in
-the file's spec and partition with a data sequence number at least the file's (the spec); one that
-does not apply is not merged (its positions would delete rows it never deleted) but is carried as
-``stale_dvs``, so the commit replaces it rather than leave two DVs for one data file.
+group per spec and partition, with the partition's live DVs, which the group merges into for the
+data files its delete files name. A DV older than its data file, or a DV or a delete file naming
+one data file from another partition, fails the plan as corrupt metadata (``DeleteIndex``):
+readers disagree on what it deletes, so no rewrite of it could keep every reader's rows.
 
 Every format the spec allows for position delete files (Parquet, ORC, Avro) is planned and read:
 a delete file left out of a group would be shadowed by the DV the group writes for a data file it
@@ -34,6 +33,7 @@ from typing import Any
 
 from tablekeeper.errors import ConfigError, CorruptMetadataError
 from tablekeeper.iceberg.content import DATA, POSITION_DELETES, DataFile, ManifestEntry
+from tablekeeper.iceberg.delete_index import DeleteIndex
 from tablekeeper.iceberg.partitioning import partition_key
 
 TARGET_FILE_SIZE = "write.delete.target-file-size-bytes"
@@ -83,13 +83,9 @@ class DeleteGroup:
     deletes: tuple[TrackedFile, ...]  # the position delete files the group replaces
     # The partition's live data files (path, data sequence number): what an entry may apply to.
     data_files: tuple[tuple[str, int], ...]
-    # v3: the partition's live DVs that apply; the group merges and replaces those of the files
-    # it names.
+    # v3: the partition's live DVs; the group merges and replaces those of the files it names.
     dvs: tuple[TrackedFile, ...] = ()
     to_dvs: bool = False
-    # v3: DVs naming the partition's live data files that do not apply to them (an older data
-    # sequence number, or another spec or partition): never merged, replaced by the new DVs.
-    stale_dvs: tuple[TrackedFile, ...] = ()
 
     @property
     def input_size(self) -> int:
@@ -164,14 +160,16 @@ def plan_position_deletes(
 ) -> PositionDeletePlan:
     """Groups of live position delete files to rewrite; ``matches`` (a delete file's partition
     against ``--where``) narrows the scope."""
+    deletes = tuple(deletes)
+    index = DeleteIndex(deletes, frozenset())
     live: dict[Scope, dict[str, int]] = {}
     for e in data:
         if e.data_file.content == DATA:
             live.setdefault(scope_of(e.data_file), {})[e.data_file.file_path] = _seq(e)
-    home = {path: (scope, seq) for scope, files in live.items() for path, seq in files.items()}
+            index.for_data_file(e)  # fails on a DV or delete file naming it that readers disagree on
+    home = {path: scope for scope, files in live.items() for path in files}
     positions: dict[Scope, list[TrackedFile]] = {}
     dvs: dict[Scope, list[TrackedFile]] = {}
-    stale: dict[Scope, list[TrackedFile]] = {}
     counted = dv_count = 0
     seen_dv: set[str] = set()
     for e in deletes:
@@ -185,14 +183,9 @@ def plan_position_deletes(
                     f"deletion vector in {f.file_path} names no data file, or one that has another DV"
                 )
             seen_dv.add(f.referenced_data_file)
-            tracked = TrackedFile(f, _seq(e))
             target = home.get(f.referenced_data_file)
-            if target is None:
-                continue  # its data file is gone: it applies to nothing and nothing is written for it
-            if target[0] == scope_of(f) and target[1] <= tracked.sequence_number:
-                dvs.setdefault(target[0], []).append(tracked)
-            else:
-                stale.setdefault(target[0], []).append(tracked)  # does not apply (spec): not read
+            if target is not None:  # else its data file is gone: it applies to nothing
+                dvs.setdefault(target, []).append(TrackedFile(f, _seq(e)))
             continue
         if matches is not None and not matches(f):
             continue
@@ -222,7 +215,6 @@ def plan_position_deletes(
                     data_files=data_files,
                     dvs=_by_target(dvs.get(scope, [])) if format_version >= 3 else (),
                     to_dvs=format_version >= 3,
-                    stale_dvs=_by_target(stale.get(scope, [])) if format_version >= 3 else (),
                 )
             )
     return PositionDeletePlan(tuple(groups), counted, dv_count)

@@ -200,7 +200,7 @@ def _validator(
     scopes = {scope_of(t.file) for t in written.values()}
 
     def planned_dv(t: Target) -> tuple[str, int] | None:
-        dv = t.dv or t.stale_dv
+        dv = t.dv
         return (dv.data_file.file_path, dv.data_file.content_offset or 0) if dv is not None else None
 
     def check(base: TableMetadata, _timestamp_ms: int) -> TableMetadata:
@@ -286,7 +286,7 @@ def _commit(
         for p in removing
         if p in by_path
     ]
-    # A DV (applying or stale) of a data file that gets a new one is replaced, by data file.
+    # The DV of a data file that gets a new one is replaced, by data file.
     replaced = frozenset(f.referenced_data_file for f in added if f.is_dv and f.referenced_data_file)
     change = SnapshotChange(
         operation="replace",

@@ -220,8 +220,8 @@ def _validator(
     targets: dict[str, tuple[str, int] | None] = {}
     scopes: set[tuple[int, tuple[Any, ...]]] = set()
     read = {d.file.file_path for g, _ in done for d in g.deletes}
-    for group, out in done:
-        seen = {str(d.file.referenced_data_file): d.file for d in (*out.merged_dvs, *group.stale_dvs)}
+    for _, out in done:
+        seen = {str(d.file.referenced_data_file): d.file for d in out.merged_dvs}
         for f in out.added:
             if f.is_dv and f.referenced_data_file is not None:
                 old = seen.get(f.referenced_data_file)

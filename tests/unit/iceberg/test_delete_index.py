@@ -76,23 +76,43 @@ def test_position_delete_files_naming_one_file_apply_only_to_it() -> None:
     assert _paths(index.for_data_file(_entry("0.parquet", 5)).positions) == ["by-range"]
 
 
-def test_a_dv_that_does_not_apply_is_ignored_and_the_position_deletes_apply() -> None:
-    """Spec: a DV applies only when its data sequence number is at least the data file's and it is
-    in the file's spec and partition; otherwise it does not apply to that file (not an error), and
-    the file's position delete files apply as if it were absent."""
+def test_a_dv_older_than_its_data_file_or_in_another_partition_fails_closed() -> None:
+    """Readers disagree on such a DV (the spec's wording leaves it unapplied, Iceberg Java fails
+    the scan for an older one and, up to 1.11, applies one of another partition): a job that
+    picked one reading would change another engine's rows, so the lookup refuses it."""
     pos = _entry("pos", 6, POSITION_DELETES)
     older = _entry("dv.puffin", 3, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data")
-    applied = _index(older, pos).for_data_file(_entry("data", 5))
-    assert applied.dv is None and _paths(applied.positions) == ["pos"]
+    with pytest.raises(CorruptMetadataError, match=r"older \(data sequence number 3\)"):
+        _index(older, pos).for_data_file(_entry("data", 5))
     moved = _entry("dv.puffin", 6, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data", part=(2,))
-    applied = _index(moved, pos).for_data_file(_entry("data", 5))
-    assert applied.dv is None and _paths(applied.positions) == ["pos"]
+    with pytest.raises(CorruptMetadataError, match="in another partition"):
+        _index(moved, pos).for_data_file(_entry("data", 5))
     other_spec = _entry(
         "dv.puffin", 6, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data", spec_id=7
     )
-    assert _index(other_spec).for_data_file(_entry("data", 5)).dv is None
+    with pytest.raises(CorruptMetadataError, match="in another partition"):
+        _index(other_spec).for_data_file(_entry("data", 5))
     same = _entry("dv.puffin", 5, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="data")
     assert _index(same, pos).for_data_file(_entry("data", 5)).dv is same  # equal numbers apply
+    # Only the data file a DV names is checked: the others read as before.
+    assert _paths(_index(older, pos).for_data_file(_entry("other", 5)).positions) == ["pos"]
+
+
+def test_a_delete_file_naming_a_data_file_of_another_partition_fails_closed() -> None:
+    """Iceberg Java looks a position delete file that names one data file up by that path: up to
+    1.11 it applies it whatever its partition, later versions fail the scan. Older than the data
+    file, it applies to no reader and is not an error."""
+    one = {DELETE_FILE_PATH_ID: b"data"}
+    by_reference = _entry("by-ref", 6, POSITION_DELETES, referenced_data_file="data", part=(2,))
+    by_bounds = _entry("by-bounds", 6, POSITION_DELETES, part=(2,), lower_bounds=one, upper_bounds=one)
+    for named in (by_reference, by_bounds):
+        with pytest.raises(CorruptMetadataError, match="by-.* deletes rows of data but is in another"):
+            _index(named).for_data_file(_entry("data", 5))
+        assert _index(named).for_data_file(_entry("data", 7)).positions == ()  # older: no reader applies it
+    # In its own partition it applies, and a delete file spanning paths is scoped by partition.
+    spread = _entry("spread", 6, POSITION_DELETES, part=(2,))
+    assert _index(spread).for_data_file(_entry("data", 5)).positions == ()
+    assert _paths(_index(by_reference).for_data_file(_entry("data", 5, part=(2,))).positions) == ["by-ref"]
 
 
 def test_two_dvs_for_one_data_file_fail_closed() -> None:

@@ -62,15 +62,16 @@ def test_a_delete_reaching_files_the_run_leaves_out_stays_with_a_reason() -> Non
 
 def test_each_target_carries_the_deletes_a_new_dv_must_hold_and_the_dv_it_replaces() -> None:
     dv = _entry("dv", 3, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="a1")
-    stale = _entry("stale", 1, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="a2")
     positions = _entry("pos", 4, POSITION_DELETES)
     data = [_entry("a1", 2), _entry("a2", 2)]
-    plan = plan_equality_deletes(data, [_eq("eq", 5), dv, stale, positions], SPECS)
+    plan = plan_equality_deletes(data, [_eq("eq", 5), dv, positions], SPECS)
     by_path = {t.file.file_path: t for g in plan.groups for t in g.targets}
-    assert by_path["a1"].dv is dv and by_path["a1"].positions == () and by_path["a1"].stale_dv is None
-    # a2's DV is older than a2: it does not apply (not merged) but is replaced.
-    assert by_path["a2"].dv is None and by_path["a2"].stale_dv is stale
-    assert by_path["a2"].positions == (positions,)
+    assert by_path["a1"].dv is dv and by_path["a1"].positions == ()
+    assert by_path["a2"].dv is None and by_path["a2"].positions == (positions,)
+    # A DV older than the file it names: readers disagree on it (Iceberg Java fails the scan).
+    stale = _entry("stale", 1, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="a2")
+    with pytest.raises(CorruptMetadataError, match="older"):
+        plan_equality_deletes(data, [_eq("eq", 5), dv, stale, positions], SPECS)
 
 
 def test_groups_hold_at_most_max_group_files() -> None:

@@ -19,9 +19,17 @@ def data(path: str, part: str, seq: int, spec: int = 0) -> ManifestEntry:
 
 
 def pos(
-    path: str, part: str, seq: int, size: int = 1000, spec: int = 0, fmt: str = "PARQUET"
+    path: str,
+    part: str,
+    seq: int,
+    size: int = 1000,
+    spec: int = 0,
+    fmt: str = "PARQUET",
+    referenced_data_file: str | None = None,
 ) -> ManifestEntry:
-    f = DataFile(POSITION_DELETES, path, fmt, (part,), 3, size, spec_id=spec)
+    f = DataFile(
+        POSITION_DELETES, path, fmt, (part,), 3, size, spec_id=spec, referenced_data_file=referenced_data_file
+    )
     return ManifestEntry(ADDED, 1, f, seq, seq)
 
 
@@ -91,18 +99,18 @@ def test_v3_plans_orc_and_avro_position_deletes_beside_parquet() -> None:
     assert plan.position_delete_files == 3
 
 
-def test_v3_a_dv_that_does_not_apply_is_not_merged_but_replaced() -> None:
-    """Spec: a DV older than its data file, or in another partition, does not apply to it: its
-    positions must not be merged into the new DV (rows it never deleted would go), but it is
-    carried so the commit replaces it (one DV per data file)."""
+@pytest.mark.parametrize("version", [2, 3])
+def test_a_dv_or_named_delete_file_readers_disagree_on_fails_the_plan(version: int) -> None:
+    """A DV older than its data file, or a DV or delete file naming a data file of another
+    partition: readers disagree on what it deletes, so no rewrite keeps every reader's rows."""
     older = dv("p-old", "a2", "a", 1)  # a2's data sequence number is 2
     moved = dv("p-moved", "a1", "b", 3)
-    plan = plan_position_deletes(DATA_FILES, [pos("da", "a", 3), older, moved], 3, OPTIONS)
-    (group,) = plan.groups
-    assert group.dvs == ()
-    assert sorted(d.file.file_path for d in group.stale_dvs) == ["p-moved", "p-old"]
+    named = pos("named", "b", 3, referenced_data_file="a1")
+    for bad in (older, moved, named):
+        with pytest.raises(CorruptMetadataError):
+            plan_position_deletes(DATA_FILES, [pos("da", "a", 3), bad], version, OPTIONS)
     applies = plan_position_deletes(DATA_FILES, [pos("da", "a", 3), dv("p", "a2", "a", 2)], 3, OPTIONS)
-    assert [d.file.file_path for d in applies.groups[0].dvs] == ["p"] and not applies.groups[0].stale_dvs
+    assert [d.file.file_path for d in applies.groups[0].dvs] == ["p"]
 
 
 def test_v3_converts_every_position_delete_file_whatever_its_size_and_brings_the_dvs() -> None:
