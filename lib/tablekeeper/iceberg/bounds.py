@@ -1,10 +1,12 @@
 """Bounds Iceberg readers prune by, in the order Iceberg Java compares values.
 
-Java orders doubles with ``Double.compare`` (-0.0 before +0.0; Python's ``<`` calls them equal)
-and UUIDs with ``UUID.compareTo`` (the high, then the low 64 bits, each a signed long; Python
-compares them unsigned). A lower bound above a value, or an upper bound below it, lets a reader
-skip a file or manifest that holds matching rows, so bounds are computed in Java's order and
-widened where a source cannot tell the two zeros apart.
+Java orders doubles with ``Double.compare`` (-0.0 before +0.0, where Python's ``<`` calls them
+equal; NaN above everything) and UUIDs with ``UUID.compareTo`` (the high, then the low 64 bits,
+each a signed long; Python compares them unsigned). Strings compare by code point (Java's
+``Comparators.charSequences`` puts a surrogate pair above every other UTF-16 unit, as Python's
+``<`` does) and binary unsigned, as in Python. A lower bound above a value, or an upper bound
+below it, lets a reader skip a file or manifest that holds matching rows, so bounds are computed
+in Java's order and widened where a source cannot tell the two zeros apart.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ _ZEROS = {
 }
 
 
-def _float_order(v: float) -> tuple[float, float]:
-    return v, math.copysign(1.0, v)
+def _float_order(v: float) -> tuple[int, float, float]:
+    # Float.compare: NaN above everything (bounds leave NaN out, a foreign writer may not).
+    return (1, 0.0, 0.0) if math.isnan(v) else (0, v, math.copysign(1.0, v))
 
 
 def _uuid_order(v: Any) -> tuple[int, int]:

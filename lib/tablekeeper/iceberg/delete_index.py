@@ -26,7 +26,6 @@
 from __future__ import annotations
 
 import bisect
-import math
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -115,11 +114,6 @@ def field_lookup(schemas: Iterable[Schema]) -> FieldLookup:
 
 
 def _java_key(t: PrimitiveType) -> Callable[[Any], Any]:
-    if t.name in ("float", "double"):
-        # Float.compare: NaN above everything, -0.0 below +0.0.
-        return lambda v: (1, 0.0, 0.0) if math.isnan(v) else (0, v, math.copysign(1.0, v))
-    if t.name == "string":
-        return lambda v: v.encode("utf-16-be")  # Java compares strings by UTF-16 code unit
     return java_order(t) or (lambda v: v)
 
 

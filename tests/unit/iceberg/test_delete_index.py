@@ -106,7 +106,7 @@ def test_a_delete_file_naming_a_data_file_of_another_partition_fails_closed() ->
     by_reference = _entry("by-ref", 6, POSITION_DELETES, referenced_data_file="data", part=(2,))
     by_bounds = _entry("by-bounds", 6, POSITION_DELETES, part=(2,), lower_bounds=one, upper_bounds=one)
     for named in (by_reference, by_bounds):
-        with pytest.raises(CorruptMetadataError, match="by-.* deletes rows of data but is in another"):
+        with pytest.raises(CorruptMetadataError, match=r"by-.* deletes rows of data but is in another"):
             _index(named).for_data_file(_entry("data", 5))
         assert _index(named).for_data_file(_entry("data", 7)).positions == ()  # older: no reader applies it
     # In its own partition it applies, and a delete file spanning paths is scoped by partition.
@@ -161,3 +161,22 @@ def test_equality_deletes_java_skips_by_statistics_do_not_apply() -> None:
     assert _paths(_index(*deletes).for_data_file(data).equalities) == sorted(
         e.data_file.file_path for e in deletes
     )
+
+
+def test_equality_delete_ranges_compare_strings_by_code_point_as_java() -> None:
+    """Java's ``Comparators.charSequences`` puts a surrogate pair (a character above U+FFFF)
+    above every other UTF-16 unit: code point order. By UTF-16 units, U+1F600 would fall inside
+    a data range ending at U+E000; Java skips the delete file there, so it must not apply."""
+    from tablekeeper.iceberg.delete_index import field_lookup
+    from tablekeeper.iceberg.types import STRING, NestedField, Schema
+
+    fields = field_lookup([Schema(0, (NestedField(1, "s", STRING, True),))])
+
+    def bounds(lo: str, hi: str) -> dict[str, object]:
+        return {"lower_bounds": {1: lo.encode()}, "upper_bounds": {1: hi.encode()}}
+
+    data = _entry("d", 1, **bounds("a", "\ue000"))
+    emoji = _entry("eq-emoji", 5, EQUALITY_DELETES, equality_ids=(1,), **bounds("\U0001f600", "\U0001f600"))
+    inside = _entry("eq-in", 5, EQUALITY_DELETES, equality_ids=(1,), **bounds("b", "b"))
+    applied = DeleteIndex((emoji, inside), frozenset({UNPARTITIONED}), fields).for_data_file(data)
+    assert _paths(applied.equalities) == ["eq-in"]
