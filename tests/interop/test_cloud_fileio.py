@@ -79,6 +79,11 @@ def test_azure_fileio_round_trip_under_every_scheme_and_endpoint(azure_server: A
         f"wasb://{AZURE_CONTAINER}@{account}.blob.core.windows.net/fileio",
     )
     _round_trip(io, dfs, others)
+    # Deleting a directory's last file leaves nothing: no lease, and no marker blob for the
+    # directory, as pyarrow's own delete writes (every journal removed would leave one behind).
+    io.delete(f"{dfs}/rt/b.txt")
+    files, dirs = io.list_dir(dfs)
+    assert (files, dirs) == ((), ()), (files, dirs)
     # One filesystem is bound to its account: another account's location is refused by name.
     with pytest.raises(StorageError, match="not on"):
         io.read(f"abfss://{AZURE_CONTAINER}@someoneelse.dfs.core.windows.net/x")

@@ -288,5 +288,6 @@ STORE = register_store(
         directories=False,
         batch_delete=batch_delete,
         batch_size=BATCH_LIMIT,
+        batch_single_deletes=True,
     )
 )

@@ -392,6 +392,20 @@ class FileIO:
     def delete(self, location: str, *, missing_ok: bool = False) -> bool:
         """Delete one file. Returns False if it was already gone and ``missing_ok``."""
         path = self.fs_path(location)
+        store = self._store
+        if store is not None and store.batch_single_deletes and store.batch_delete is not None:
+            outcome = store.batch_delete(self._authority, self._settings, [path])
+            if outcome is not None:
+                if outcome.failures:
+                    why = _reason_text(outcome.failures[0][1])
+                    raise StorageError(
+                        f"cannot delete {location}: {why} (check access to the storage and retry)"
+                    )
+                if outcome.missing:
+                    if missing_ok:
+                        return False
+                    raise _not_found(location)
+                return True
         try:
             with _translate(location, "delete"):
                 self._fs.delete_file(path)

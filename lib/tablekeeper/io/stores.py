@@ -61,7 +61,10 @@ class Store:
     vends replace every one of them the entry set, rather than clash with it. ``batch_delete``:
     deletes up to ``batch_size`` filesystem paths in one request of the service's batch API,
     retrying what it throttles; None from it (credentials only the filesystem's own client can
-    use) leaves the deletes to the filesystem, one request each.
+    use) leaves the deletes to the filesystem, one request each. ``batch_single_deletes``: a
+    single delete goes through ``batch_delete`` too, where the filesystem's own costs more than
+    one request (pyarrow's Azure filesystem leases the blob, writes its directory's marker blob,
+    and makes a later delete of a missing blob wait out the lease it could not release).
     """
 
     name: str
@@ -75,6 +78,7 @@ class Store:
     credentials: tuple[str, ...] = ()
     batch_delete: Callable[[str | None, Mapping[str, str], Sequence[str]], StoreDeletes | None] | None = None
     batch_size: int = 100
+    batch_single_deletes: bool = False
 
 
 _lock = threading.Lock()
