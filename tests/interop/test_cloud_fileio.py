@@ -204,3 +204,27 @@ def test_a_gcs_service_account_key_mints_tokens_and_renews_them_before_they_expi
         said = _no_secret(refused.value, (private_key[40:120], forged["private_key"][40:120], "minted-"))
         assert "x@test.iam.gserviceaccount.com" in said or "private_key" in said
         assert private_key[40:120] not in caplog.text
+
+
+def test_azure_sas_of_one_container_deletes_without_the_batch_api(azure_server: AzureEndpoint) -> None:
+    """A SAS scoped to a container may delete its blobs but not send the account's batch request:
+    deletes, one or many, go through pyarrow's client instead of failing."""
+    host = azure_server.url.partition("://")[2]
+    props = {
+        f"adls.sas-token.{azure_server.account}": azure_server.container_sas(AZURE_CONTAINER),
+        "adls.blob-storage-authority": host,
+        "adls.blob-storage-scheme": "http",
+        "adls.dfs-storage-authority": host,
+        "adls.dfs-storage-scheme": "http",
+    }
+    base = f"abfss://{AZURE_CONTAINER}@{azure_server.host}/scoped"
+    io = FileIO.for_location(base, props)
+    names = [f"{base}/f{i}.bin" for i in range(2)]
+    for name in names:
+        io.write(name, b"x")
+    # One at a time, and none already gone: pyarrow's deletes in one directory wait on each
+    # other's leases, and on the last one's when the blob is gone.
+    report = io.delete_many(names[1:])
+    assert (report.deleted, report.missing, report.failures) == (1, 0, ())
+    assert io.delete(names[0])
+    assert list(io.list(base)) == []

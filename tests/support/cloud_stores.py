@@ -156,6 +156,19 @@ class AzureEndpoint:
         digest = hmac.new(base64.b64decode(self.key), signed.encode(), hashlib.sha256).digest()
         return urlencode({**fields, "sig": base64.b64encode(digest).decode()})
 
+    def container_sas(self, container: str, hours: int = 24) -> str:
+        """A service SAS for one container (read, add, create, write, delete, list), signed with
+        the account's key: it may delete the container's blobs, not send the account's batch."""
+        expiry = (datetime.now(timezone.utc) + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        fields = {"sv": "2021-08-06", "sr": "c", "sp": "racwdl", "se": expiry, "spr": "https,http"}
+        # The Blob service SAS string-to-sign of versions 2020-12-06 and later.
+        resource = f"/blob/{self.account}/{container}"
+        signed = "\n".join(
+            [fields["sp"], "", expiry, resource, "", "", fields["spr"], fields["sv"], "c", *[""] * 7]
+        )
+        digest = hmac.new(base64.b64decode(self.key), signed.encode(), hashlib.sha256).digest()
+        return urlencode({**fields, "sig": base64.b64encode(digest).decode()})
+
 
 def _wait(proc: subprocess.Popen[bytes], ready: Callable[[], bool], log: Path, what: str) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S

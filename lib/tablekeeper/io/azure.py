@@ -230,6 +230,11 @@ def batch_delete(
         delete_blobs(account.name, _blob_base(account), c, blobs, key=account.key, sas=account.sas_token)
         for c, blobs in by_container.items()
     ]
+    if any(o.refused for o in outcomes):
+        # A SAS that may not batch (scoped to a container or a directory, where the request is
+        # the account's): pyarrow's deletes, one blob at a time (a FileIO's paths share one
+        # container, and a refusal counts only before any call ran).
+        return None
     return StoreDeletes(
         tuple(p for o in outcomes for p in o.deleted),
         tuple(p for o in outcomes for p in o.missing),

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 ATTEMPTS = 6
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
+REFUSED = frozenset({401, 403})  # the credentials may not send the batch request
 # Content-ID -> (HTTP status of that call, the service's reason: an error code or a body's line)
 Answers = Mapping[int, tuple[int, str]]
 
@@ -73,6 +74,8 @@ def delete_with_retries(
             reason = f"batch request answered {err.code} {code}".strip()
             if err.code in RETRYABLE:
                 continue
+            if err.code in REFUSED and not (deleted or missing or failures):
+                return StoreDeletes(refused=True)  # nothing ran: the caller deletes another way
             # Refused for good (credentials, permissions): sending it again changes nothing.
             failures += [(label(n), reason) for n in pending]
             pending = []

@@ -391,7 +391,8 @@ def batch_delete(_: str | None, settings: Mapping[str, str], paths: Sequence[str
             content_type = reply.headers.get("Content-Type", "")
             return part_answers(content_type, reply.read(), r"<response-(\d+)>", _first_body_line)
 
-    return delete_with_retries(paths, send)
+    outcome = delete_with_retries(paths, send)
+    return None if outcome.refused else outcome
 
 
 def _open(authority: str, settings: Mapping[str, str]) -> pafs.FileSystem:

@@ -36,11 +36,14 @@ def _no_hadoop(_: Mapping[str, str]) -> Mapping[str, str]:
 
 @dataclass(frozen=True)
 class StoreDeletes:
-    """What one of a store's batch deletes did, by filesystem path (``bucket/key``)."""
+    """What one of a store's batch deletes did, by filesystem path (``bucket/key``). ``refused``:
+    the service refused the batch request itself (401/403) before any call ran: these credentials
+    may not batch (an Azure SAS scoped to a container or directory), though they may delete."""
 
     deleted: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     failures: tuple[tuple[str, str], ...] = ()
+    refused: bool = False
 
 
 @dataclass(frozen=True)

@@ -63,14 +63,29 @@ def test_a_call_left_unanswered_is_retried_like_a_throttled_one() -> None:
 
 
 def test_a_request_refused_for_good_is_not_sent_again_and_fails_every_call_with_its_reason() -> None:
-    service = Service(refusal(403, "AuthenticationFailed"))
+    service = Service(refusal(400, "InvalidHeaderValue"))
     result = delete_with_retries(["a", "b"], service, sleep=lambda _: pytest.fail("no retry"))
     assert len(service.sent) == 1
     assert result.failures == (
-        ("a", "batch request answered 403 AuthenticationFailed"),
-        ("b", "batch request answered 403 AuthenticationFailed"),
+        ("a", "batch request answered 400 InvalidHeaderValue"),
+        ("b", "batch request answered 400 InvalidHeaderValue"),
     )
-    assert not result.deleted and not result.missing
+    assert not result.deleted and not result.missing and not result.refused
+
+
+@pytest.mark.parametrize("code", [401, 403])
+def test_credentials_that_may_not_batch_leave_every_call_to_the_caller(code: int) -> None:
+    """An Azure SAS scoped to a container or directory may delete blobs but not send the
+    account's batch request: nothing ran, and the store deletes them another way."""
+    service = Service(refusal(code, "AuthorizationFailure"))
+    result = delete_with_retries(["a", "b"], service, sleep=lambda _: pytest.fail("no retry"))
+    assert len(service.sent) == 1
+    assert result.refused and not (result.deleted or result.missing or result.failures)
+    # Refused once some calls were answered: those stand, the rest fail with the reason.
+    later = Service({"a": (204, ""), "b": (503, "ServerBusy")}, refusal(code, "AuthorizationFailure"))
+    result = delete_with_retries(["a", "b"], later, sleep=lambda _: None)
+    assert not result.refused and result.deleted == ("a",)
+    assert result.failures == (("b", f"batch request answered {code} AuthorizationFailure"),)
 
 
 def test_what_stays_throttled_fails_after_the_last_attempt_saying_why() -> None:
