@@ -91,6 +91,27 @@ def live_paths(table: LoadedTable, delta_paths: Iterable[str]) -> dict[str, str]
     return {p: rewrites.get(path_digest(p), p) for p in paths}
 
 
+def in_live_partitions(table: LoadedTable, files: Sequence[DataFile], default_spec_id: int) -> list[DataFile]:
+    """``files`` (data files the target holds, rebuilt from their Delta adds in the default spec
+    ``default_spec_id``) in the spec and partition of their live entries. A DV or position delete
+    file written for one must be in that file's spec and partition (Iceberg Java fails the scan
+    otherwise), and the default spec may have moved on since the file was added (a partition
+    column renamed under column mapping makes a new spec)."""
+    specs = table.metadata.partition_specs
+    if not files or (len(specs) == 1 and specs[0].spec_id == default_spec_id):
+        return list(files)
+    wanted = {f.file_path for f in files}
+    scopes: dict[str, DataFile] = {}
+    for e in iter_live_entries(table.io, table.metadata, table.metadata.current_snapshot()):
+        if e.data_file.content == DATA and e.data_file.file_path in wanted:
+            scopes[e.data_file.file_path] = e.data_file
+    out = []
+    for f in files:
+        live = scopes.get(f.file_path)
+        out.append(f if live is None else replace(f, spec_id=live.spec_id, partition=live.partition))
+    return out
+
+
 def widened_after(meta: TableMetadata, mapped: MappedSchema) -> list[str]:
     """Why files the target already references in place may now be unreadable: columns widened
     (beyond Iceberg's promotions) since the target's current schema, when it has data."""

@@ -67,6 +67,7 @@ from tablekeeper.jobs.convert_delta.lineage import (
 )
 from tablekeeper.jobs.convert_delta.rewrite import (
     REWRITTEN_PROPERTY,
+    in_live_partitions,
     in_place_unreadable,
     live_paths,
     retyped_ids,
@@ -413,10 +414,14 @@ def commit_version(
         }
     totals.lineage = lineage
     with_new_dv = [a for a in dv_changed if a.deletion_vector]
-    changed = [
-        replace(f, file_path=live[f.file_path])
-        for f in data_files(with_new_dv, snap, mapped, preview.default_spec_id, io, zone)
-    ]
+    changed = in_live_partitions(
+        table,
+        [
+            replace(f, file_path=live[f.file_path])
+            for f in data_files(with_new_dv, snap, mapped, preview.default_spec_id, io, zone)
+        ],
+        preview.default_spec_id,
+    )
     with_dv = [*zip(adds, added, strict=True), *zip(with_new_dv, changed, strict=True)]
     deletes = delete_files(with_dv, snap.root, io, meta.location, meta.format_version, f"{token}-")
     new_files = [*added, *deletes.files]
