@@ -229,7 +229,9 @@ class DeleteIndex:
     def is_empty(self) -> bool:
         return not (self._dvs or self._positions or self._equalities or self._global.entries)
 
-    def for_data_file(self, entry: ManifestEntry) -> AppliedDeletes:
+    def check(self, entry: ManifestEntry) -> None:
+        """Fails (``CorruptMetadataError``) on a DV or a delete file naming ``entry``'s data file
+        that readers disagree on (see the module's docstring)."""
         f = entry.data_file
         seq = _seq(entry)
         scope = (f.spec_id, partition_key(f.partition))
@@ -247,6 +249,16 @@ class DeleteIndex:
             for named in self._named.get(f.file_path, ()):
                 if _seq(named) >= seq:
                     _check_scope(named, f, scope)
+
+    def for_data_file(self, entry: ManifestEntry, *, check: bool = True) -> AppliedDeletes:
+        """The delete files ``entry``'s data file is read with; ``check``: fail first on one
+        readers disagree on (``check``)."""
+        if check:
+            self.check(entry)
+        f = entry.data_file
+        seq = _seq(entry)
+        scope = (f.spec_id, partition_key(f.partition))
+        dv = self._dvs.get(f.file_path)
         positions: tuple[ManifestEntry, ...] = ()
         if dv is None and scope in self._positions:
             positions = tuple(

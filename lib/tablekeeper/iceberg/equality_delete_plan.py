@@ -125,10 +125,10 @@ def plan_equality_deletes(
         f = entry.data_file
         if f.content != DATA:
             continue
-        applied = index.for_data_file(entry)
+        inside = matches is None or matches(f)
+        applied = index.for_data_file(entry, check=inside)  # outside the run: read, not rewritten
         if not applied.equalities:
             continue
-        inside = matches is None or matches(f)
         for e in applied.equalities:
             applies_to[e.data_file.file_path].append(f.file_path if inside else None)
         if not inside:

@@ -166,7 +166,8 @@ def plan_position_deletes(
     for e in data:
         if e.data_file.content == DATA:
             live.setdefault(scope_of(e.data_file), {})[e.data_file.file_path] = _seq(e)
-            index.for_data_file(e)  # fails on a DV or delete file naming it that readers disagree on
+            if matches is None or matches(e.data_file):
+                index.check(e)  # a DV or delete file naming it that readers disagree on: fails
     home = {path: scope for scope, files in live.items() for path in files}
     positions: dict[Scope, list[TrackedFile]] = {}
     dvs: dict[Scope, list[TrackedFile]] = {}

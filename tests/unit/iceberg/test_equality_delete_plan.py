@@ -72,6 +72,11 @@ def test_each_target_carries_the_deletes_a_new_dv_must_hold_and_the_dv_it_replac
     stale = _entry("stale", 1, POSITION_DELETES, fmt="PUFFIN", referenced_data_file="a2")
     with pytest.raises(CorruptMetadataError, match="older"):
         plan_equality_deletes(data, [_eq("eq", 5), dv, stale, positions], SPECS)
+    # Outside the run (--where), a data file is read for what applies to it, not checked.
+    kept = plan_equality_deletes(
+        data, [_eq("eq", 5), dv, stale, positions], SPECS, matches=lambda f: f.file_path == "a1"
+    )
+    assert [t.file.file_path for g in kept.groups for t in g.targets] == ["a1"]
 
 
 def test_groups_hold_at_most_max_group_files() -> None:

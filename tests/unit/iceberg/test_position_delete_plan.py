@@ -111,6 +111,11 @@ def test_a_dv_or_named_delete_file_readers_disagree_on_fails_the_plan(version: i
             plan_position_deletes(DATA_FILES, [pos("da", "a", 3), bad], version, OPTIONS)
     applies = plan_position_deletes(DATA_FILES, [pos("da", "a", 3), dv("p", "a2", "a", 2)], 3, OPTIONS)
     assert [d.file.file_path for d in applies.groups[0].dvs] == ["p"]
+    # --where leaving the data file's partition out: a filtered scan never meets it either.
+    outside = plan_position_deletes(
+        DATA_FILES, [pos("db", "b", 3), older], version, OPTIONS, matches=lambda f: f.partition == ("b",)
+    )
+    assert outside.position_delete_files == 1
 
 
 def test_v3_converts_every_position_delete_file_whatever_its_size_and_brings_the_dvs() -> None:

@@ -30,7 +30,7 @@ import yaml
 from tablekeeper.catalog import catalog_for, looks_like_path
 from tablekeeper.catalog.config import CatalogConfig
 from tablekeeper.clock import now_ms
-from tablekeeper.errors import ConfigError, TablekeeperError
+from tablekeeper.errors import ConfigError, TablekeeperError, task_error
 from tablekeeper.jobs.common.accuracy import PastRun
 from tablekeeper.jobs.common.context import (
     JobContext,
@@ -158,8 +158,13 @@ def _checked(
         return TableHealth(target.name, "delta" if target.delta else "iceberg", error=err.message)
     except Exception as err:  # one unreadable table must not hide the fleet's others
         log.debug("health of %s failed", target.name, exc_info=True)
+        # A Spark task's typed error (a large table's manifests are read in tasks): as itself.
+        from_spark = type(err).__module__.startswith(("py4j", "pyspark"))
+        typed = task_error(err) if from_spark else None
         return TableHealth(
-            target.name, "delta" if target.delta else "iceberg", error=f"{type(err).__name__}: {err}"
+            target.name,
+            "delta" if target.delta else "iceberg",
+            error=typed.message if typed is not None else f"{type(err).__name__}: {err}",
         )
 
 
