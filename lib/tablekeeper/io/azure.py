@@ -210,6 +210,10 @@ def _blob_base(account: AzureAccount) -> str:
     return f"{scheme}://{authority}/{account.name}" if path_style else f"{scheme}://{authority}"
 
 
+# Credentials (account, key, SAS) whose batch requests were refused: not sent again.
+_REFUSED: set[tuple[str, str, str]] = set()
+
+
 def batch_delete(
     authority: str | None, settings: Mapping[str, str], paths: Sequence[str]
 ) -> StoreDeletes | None:
@@ -226,14 +230,19 @@ def batch_delete(
     for path in paths:
         container, _, blob = path.partition("/")
         by_container.setdefault(container, []).append(blob)
+    credentials = (account.name, account.key or "", account.sas_token or "")
+    if credentials in _REFUSED:
+        return None
     outcomes = [
         delete_blobs(account.name, _blob_base(account), c, blobs, key=account.key, sas=account.sas_token)
         for c, blobs in by_container.items()
     ]
     if any(o.refused for o in outcomes):
-        # A SAS that may not batch (scoped to a container or a directory, where the request is
-        # the account's): pyarrow's deletes, one blob at a time (a FileIO's paths share one
-        # container, and a refusal counts only before any call ran).
+        # pyarrow's deletes, one blob at a time (a FileIO's paths share one container, and a
+        # refusal counts only before any call ran); from now on for credentials that may not
+        # batch (a SAS scoped to a container or a directory, where the request is the account's).
+        if any(o.refused_with in (401, 403) for o in outcomes):
+            _REFUSED.add(credentials)
         return None
     return StoreDeletes(
         tuple(p for o in outcomes for p in o.deleted),

@@ -11,6 +11,7 @@ answer's parts; the loop and its verdicts are here once.
 
 from __future__ import annotations
 
+import http.client
 import logging
 import re
 import time
@@ -24,7 +25,6 @@ log = logging.getLogger(__name__)
 
 ATTEMPTS = 6
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
-REFUSED = frozenset({401, 403})  # the credentials may not send the batch request
 # Content-ID -> (HTTP status of that call, the service's reason: an error code or a body's line)
 Answers = Mapping[int, tuple[int, str]]
 
@@ -74,15 +74,23 @@ def delete_with_retries(
             reason = f"batch request answered {err.code} {code}".strip()
             if err.code in RETRYABLE:
                 continue
-            if err.code in REFUSED and not (deleted or missing or failures):
-                return StoreDeletes(refused=True)  # nothing ran: the caller deletes another way
+            if not (deleted or missing or failures):
+                # Refused before any call ran (credentials that may not batch, a container that
+                # is not there): the caller deletes another way, which says why if it fails too.
+                return StoreDeletes(refused_with=err.code)
             # Refused for good (credentials, permissions): sending it again changes nothing.
             failures += [(label(n), reason) for n in pending]
             pending = []
             break
-        except OSError as err:
-            reason = f"batch request failed: {redact(str(err))}"
+        except (OSError, http.client.HTTPException) as err:  # a reset or a reply cut short
+            reason = f"batch request failed: {redact(str(err)) or err.__class__.__name__}"
             continue
+        except ValueError as err:  # the request could not be made (a malformed key or token)
+            if not (deleted or missing or failures):
+                return StoreDeletes(refused_with=0)
+            failures += [(label(n), f"batch request not sent: {redact(str(err))}") for n in pending]
+            pending = []
+            break
         retry: list[str] = []
         for i, name in enumerate(pending):
             status, text = answers.get(i, (0, "no answer for this call"))

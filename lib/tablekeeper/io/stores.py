@@ -36,14 +36,20 @@ def _no_hadoop(_: Mapping[str, str]) -> Mapping[str, str]:
 
 @dataclass(frozen=True)
 class StoreDeletes:
-    """What one of a store's batch deletes did, by filesystem path (``bucket/key``). ``refused``:
-    the service refused the batch request itself (401/403) before any call ran: these credentials
-    may not batch (an Azure SAS scoped to a container or directory), though they may delete."""
+    """What one of a store's batch deletes did, by filesystem path (``bucket/key``).
+    ``refused_with``: the HTTP status (0: not sent) of a refusal of the batch request itself,
+    before any call ran (credentials that may not batch, such as an Azure SAS scoped to a
+    container or directory, though they may delete): nothing was deleted, and the caller deletes
+    another way."""
 
     deleted: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     failures: tuple[tuple[str, str], ...] = ()
-    refused: bool = False
+    refused_with: int | None = None
+
+    @property
+    def refused(self) -> bool:
+        return self.refused_with is not None
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ throttling or refusing would."""
 from __future__ import annotations
 
 import email.message
+import http.client
 import urllib.error
 from collections.abc import Sequence
 
@@ -62,30 +63,38 @@ def test_a_call_left_unanswered_is_retried_like_a_throttled_one() -> None:
     assert result.deleted == ("a", "b") and not result.failures
 
 
-def test_a_request_refused_for_good_is_not_sent_again_and_fails_every_call_with_its_reason() -> None:
-    service = Service(refusal(400, "InvalidHeaderValue"))
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (refusal(401, "NoAuthenticationInformation"), 401),
+        (refusal(403, "AuthorizationFailure"), 403),  # a SAS scoped to a container
+        (refusal(404, "ContainerNotFound"), 404),
+        (refusal(400, "InvalidHeaderValue"), 400),
+        (ValueError("Incorrect padding"), 0),  # a key that cannot sign: nothing was sent
+    ],
+)
+def test_a_request_refused_before_any_call_ran_leaves_every_call_to_the_caller(
+    error: Exception, status: int
+) -> None:
+    """The caller deletes another way (the filesystem's own deletes), which says why if it fails
+    too: nothing ran, so nothing is deleted twice."""
+    service = Service(error)
     result = delete_with_retries(["a", "b"], service, sleep=lambda _: pytest.fail("no retry"))
     assert len(service.sent) == 1
-    assert result.failures == (
-        ("a", "batch request answered 400 InvalidHeaderValue"),
-        ("b", "batch request answered 400 InvalidHeaderValue"),
-    )
-    assert not result.deleted and not result.missing and not result.refused
+    assert result.refused_with == status and not (result.deleted or result.missing or result.failures)
 
 
-@pytest.mark.parametrize("code", [401, 403])
-def test_credentials_that_may_not_batch_leave_every_call_to_the_caller(code: int) -> None:
-    """An Azure SAS scoped to a container or directory may delete blobs but not send the
-    account's batch request: nothing ran, and the store deletes them another way."""
-    service = Service(refusal(code, "AuthorizationFailure"))
-    result = delete_with_retries(["a", "b"], service, sleep=lambda _: pytest.fail("no retry"))
-    assert len(service.sent) == 1
-    assert result.refused and not (result.deleted or result.missing or result.failures)
-    # Refused once some calls were answered: those stand, the rest fail with the reason.
-    later = Service({"a": (204, ""), "b": (503, "ServerBusy")}, refusal(code, "AuthorizationFailure"))
+def test_a_request_refused_once_calls_were_answered_fails_the_rest_with_its_reason() -> None:
+    later = Service({"a": (204, ""), "b": (503, "ServerBusy")}, refusal(403, "AuthorizationFailure"))
     result = delete_with_retries(["a", "b"], later, sleep=lambda _: None)
     assert not result.refused and result.deleted == ("a",)
-    assert result.failures == (("b", f"batch request answered {code} AuthorizationFailure"),)
+    assert result.failures == (("b", "batch request answered 403 AuthorizationFailure"),)
+
+
+def test_a_reply_cut_short_is_retried_like_a_reset() -> None:
+    service = Service(http.client.IncompleteRead(b"--batch"), {"a": (202, "")})
+    result = delete_with_retries(["a"], service, sleep=lambda _: None)
+    assert len(service.sent) == 2 and result.deleted == ("a",) and not result.failures
 
 
 def test_what_stays_throttled_fails_after_the_last_attempt_saying_why() -> None:
