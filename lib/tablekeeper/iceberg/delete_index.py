@@ -233,8 +233,9 @@ class DeleteIndex:
         """Fails (``CorruptMetadataError``) on a DV or a delete file naming ``entry``'s data file
         that readers disagree on (see the module's docstring)."""
         f = entry.data_file
-        seq = _seq(entry)
-        scope = (f.spec_id, partition_key(f.partition))
+        self._check(f, _seq(entry), (f.spec_id, partition_key(f.partition)))
+
+    def _check(self, f: DataFile, seq: int, scope: tuple[int, tuple[object, ...]]) -> None:
         dv = self._dvs.get(f.file_path)
         if dv is not None:
             if _seq(dv) < seq:
@@ -253,11 +254,11 @@ class DeleteIndex:
     def for_data_file(self, entry: ManifestEntry, *, check: bool = True) -> AppliedDeletes:
         """The delete files ``entry``'s data file is read with; ``check``: fail first on one
         readers disagree on (``check``)."""
-        if check:
-            self.check(entry)
         f = entry.data_file
         seq = _seq(entry)
         scope = (f.spec_id, partition_key(f.partition))
+        if check:
+            self._check(f, seq, scope)
         dv = self._dvs.get(f.file_path)
         positions: tuple[ManifestEntry, ...] = ()
         if dv is None and scope in self._positions:
